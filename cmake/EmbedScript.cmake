@@ -1,0 +1,11 @@
+string(REPLACE "|" ";" FILES "${FILES}")
+# Writes a C++ file holding each input file's text as a raw string literal.
+set(body "#include \"common/embedded.h\"\nnamespace bpfdiag {\nextern const EmbeddedFile ${SYMBOL}[];\nconst EmbeddedFile ${SYMBOL}[] = {\n")
+foreach(f ${FILES})
+  file(READ ${f} text)
+  get_filename_component(name ${f} NAME)
+  string(APPEND body "  {\"${name}\", R\"EMBED_DELIM(${text})EMBED_DELIM\"},\n")
+endforeach()
+string(APPEND body "  {nullptr, nullptr}};\n}\n")
+file(WRITE ${OUT}.tmp "${body}")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

@@ -1,0 +1,241 @@
+#include "common/bpf_session.h"
+
+#include <bcc/BPF.h>
+#include <sched.h>
+#include <bpf/libbpf.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "common/kheaders.h"
+
+namespace bpfdiag {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool dir_exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string first_line(const std::string& s) {
+  std::string line = s.substr(0, s.find('\n'));
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+// libbcc's StatusTuple message, reduced to its most useful line.
+std::string bcc_msg(const ebpf::StatusTuple& st) {
+  std::string m = st.msg();
+  return m.empty() ? "error " + std::to_string(st.code()) : first_line(m);
+}
+
+}  // namespace
+
+std::string tracefs_dir() {
+  if (dir_exists("/sys/kernel/tracing/events")) return "/sys/kernel/tracing";
+  if (dir_exists("/sys/kernel/debug/tracing/events")) return "/sys/kernel/debug/tracing";
+  return "";
+}
+
+Status ensure_tracefs() {
+  if (!tracefs_dir().empty()) return std::nullopt;
+  if (geteuid() != 0) return std::nullopt;  // preflight reports "not root"
+  // A private mount namespace: the mount disappears with this process.
+  if (unshare(CLONE_NEWNS) != 0)
+    return Error{std::string("cannot create a private mount namespace for tracefs: ") + std::strerror(errno)};
+  if (mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return Error{std::string("cannot make mounts private: ") + std::strerror(errno)};
+  if (mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, nullptr) != 0)
+    return Error{std::string("cannot mount tracefs on /sys/kernel/tracing: ") + std::strerror(errno) +
+                 " (mount it with: mount -t tracefs nodev /sys/kernel/tracing)"};
+  return std::nullopt;
+}
+
+bool tracepoint_exists(const std::string& tp) {
+  auto colon = tp.find(':');
+  if (colon == std::string::npos) return false;
+  std::string dir = tracefs_dir();
+  return !dir.empty() && dir_exists(dir + "/events/" + tp.substr(0, colon) + "/" + tp.substr(colon + 1));
+}
+
+Status preflight(const std::vector<std::string>& tracepoints) {
+  if (geteuid() != 0)
+    return Error{"must run as root (BPF needs CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN); try sudo"};
+  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0)
+    return Error{"kernel BTF not found at /sys/kernel/btf/vmlinux; a kernel built with CONFIG_DEBUG_INFO_BTF=y is required"};
+  if (!tracepoints.empty() && tracefs_dir().empty())
+    return Error{"tracefs is not mounted and could not be mounted; run: mount -t tracefs nodev /sys/kernel/tracing"};
+  for (const auto& tp : tracepoints)
+    if (!tracepoint_exists(tp))
+      return Error{"kernel tracepoint " + tp + " not found (is CONFIG_FTRACE_SYSCALLS / the subsystem enabled?)"};
+  return std::nullopt;
+}
+
+std::string ebpf_listing(const std::string& text, const std::vector<std::string>& cflags) {
+  std::ostringstream os;
+  for (const auto& f : cflags) {
+    if (f.rfind("-D", 0) != 0) continue;
+    std::string def = f.substr(2);
+    auto eq = def.find('=');
+    os << "#define " << (eq == std::string::npos ? def : def.substr(0, eq) + " " + def.substr(eq + 1))
+       << "\n";
+  }
+  os << text;
+  return os.str();
+}
+
+// --- StderrNoiseFilter -------------------------------------------------------------
+
+bool is_libbcc_noise(const std::string& line) {
+  static const char* kNoise[] = {"sha1 socket not available", "cannot get prog tag",
+                                 "Kernel lockdown", "could not open bpf map"};
+  for (const char* n : kNoise)
+    if (line.find(n) != std::string::npos) return true;
+  return false;
+}
+
+StderrNoiseFilter::StderrNoiseFilter() {
+  std::fflush(stderr);
+  char path[] = "/tmp/bpfdiag-stderr-XXXXXX";
+  tmp_fd_ = mkstemp(path);
+  if (tmp_fd_ < 0) return;
+  unlink(path);
+  saved_fd_ = dup(STDERR_FILENO);
+  dup2(tmp_fd_, STDERR_FILENO);
+}
+
+StderrNoiseFilter::~StderrNoiseFilter() {
+  if (tmp_fd_ < 0) return;
+  std::fflush(stderr);
+  dup2(saved_fd_, STDERR_FILENO);
+  close(saved_fd_);
+  lseek(tmp_fd_, 0, SEEK_SET);
+  std::string all;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(tmp_fd_, buf, sizeof buf)) > 0) all.append(buf, static_cast<size_t>(n));
+  close(tmp_fd_);
+  std::istringstream in(all);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty() && !is_libbcc_noise(line)) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+// --- BpfSession --------------------------------------------------------------------
+
+BpfSession::BpfSession() : bpf_(std::make_unique<ebpf::BPF>()) {}
+
+BpfSession::~BpfSession() {
+  StderrNoiseFilter quiet;
+  for (int fd : perf_fds_) {
+    ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+    close(fd);
+  }
+  bpf_.reset();  // ~BPF detaches the rest exactly once
+}
+
+Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
+                                                     const std::vector<std::string>& cflags) {
+  struct utsname u;
+  uname(&u);
+  char tmpl[] = "/tmp/bpfdiag-kheaders-XXXXXX";
+  if (!mkdtemp(tmpl)) return Error{std::string("cannot create temp dir: ") + std::strerror(errno)};
+  std::string dir = tmpl;
+  if (auto st = write_header_shim(dir, u.release)) {
+    fs::remove_all(dir);
+    return Error{st->message};
+  }
+  setenv("BCC_KERNEL_SOURCE", dir.c_str(), 1);
+  std::vector<std::string> flags = cflags;
+  flags.push_back("-I" + dir + "/include/bpfdiag");
+  std::unique_ptr<BpfSession> s(new BpfSession());
+  ebpf::StatusTuple st(0);
+  {
+    StderrNoiseFilter quiet;
+    st = s->bpf_->init(text, flags);
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (!st.ok()) return Error{"cannot compile BPF program: " + st.msg()};
+  return s;
+}
+
+Status BpfSession::attach_tracepoint(const std::string& tp, const std::string& fn) {
+  StderrNoiseFilter quiet;
+  auto st = bpf_->attach_tracepoint(tp, fn);
+  if (!st.ok()) return Error{"cannot attach tracepoint " + tp + ": " + bcc_msg(st)};
+  return std::nullopt;
+}
+
+Status BpfSession::attach_raw_tracepoint(const std::string& tp, const std::string& fn) {
+  StderrNoiseFilter quiet;
+  auto st = bpf_->attach_raw_tracepoint(tp, fn);
+  if (!st.ok()) return Error{"cannot attach raw tracepoint " + tp + ": " + bcc_msg(st)};
+  return std::nullopt;
+}
+
+Status BpfSession::attach_perf_event(uint32_t type, uint32_t config, const std::string& fn,
+                                     uint64_t freq_hz) {
+  // Opened here rather than with BPF::attach_perf_event, whose libbcc 0.26 version
+  // crashes on detach; we own the fds and close them on destruction.
+  StderrNoiseFilter quiet;
+  int prog_fd = -1;
+  auto st = bpf_->load_func(fn, BPF_PROG_TYPE_PERF_EVENT, prog_fd);
+  if (!st.ok()) return Error{"cannot load " + fn + ": " + bcc_msg(st)};
+  for (int cpu = 0; cpu < libbpf_num_possible_cpus(); ++cpu) {
+    struct perf_event_attr attr = {};
+    attr.type = type;
+    attr.size = sizeof attr;
+    attr.config = config;
+    attr.freq = 1;
+    attr.sample_freq = freq_hz;
+    int fd = static_cast<int>(syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+    if (fd < 0) {
+      if (errno == ENODEV || errno == EINVAL) continue;  // CPU offline
+      return Error{"cannot open perf event on CPU " + std::to_string(cpu) + ": " + std::strerror(errno)};
+    }
+    perf_fds_.push_back(fd);
+    if (ioctl(fd, PERF_EVENT_IOC_SET_BPF, prog_fd) != 0 || ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0)
+      return Error{"cannot attach " + fn + " to perf event on CPU " + std::to_string(cpu) + ": " +
+                   std::strerror(errno)};
+  }
+  if (perf_fds_.empty()) return Error{"cannot open a perf event on any CPU"};
+  return std::nullopt;
+}
+
+Status BpfSession::attach_uprobe(const std::string& binary, const std::string& symbol,
+                                 const std::string& fn, bool ret, int pid) {
+  StderrNoiseFilter quiet;
+  auto st = bpf_->attach_uprobe(binary, symbol, fn, 0,
+                                ret ? BPF_PROBE_RETURN : BPF_PROBE_ENTRY, pid);
+  if (!st.ok())
+    return Error{"cannot attach " + std::string(ret ? "uretprobe" : "uprobe") + " to " + binary +
+                 ":" + symbol + ": " + bcc_msg(st)};
+  return std::nullopt;
+}
+
+Status BpfSession::open_perf_buffer(const std::string& table, EventFn cb, LostFn lost,
+                                    void* cookie, int pages) {
+  auto st = bpf_->open_perf_buffer(table, cb, lost, cookie, pages);
+  if (!st.ok()) return Error{"cannot open perf buffer " + table + ": " + bcc_msg(st)};
+  return std::nullopt;
+}
+
+int BpfSession::poll_perf_buffer(const std::string& table, int timeout_ms) {
+  return bpf_->poll_perf_buffer(table, timeout_ms);
+}
+
+}  // namespace bpfdiag

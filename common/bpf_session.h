@@ -1,0 +1,79 @@
+// Loading and attaching BPF programs with libbcc on a machine without kernel headers:
+// preflight checks, tracefs, the header shim, BTF field offsets, libbcc noise
+// filtering, attach helpers with one-line errors, and detach on destruction.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/btf.h"
+#include "common/result.h"
+
+namespace ebpf {
+class BPF;
+}
+
+namespace bpfdiag {
+
+// Must run first in main(), before any thread exists: if tracefs is not mounted,
+// mounts it in a private mount namespace (nothing is left behind on the host).
+Status ensure_tracefs();
+// Root tracing directory in use ("/sys/kernel/tracing" or the debugfs one), or "".
+std::string tracefs_dir();
+// True if tracepoint "category:name" exists.
+bool tracepoint_exists(const std::string& tp);
+
+// Root, BTF and the listed tracepoints. The error is one line with a hint.
+Status preflight(const std::vector<std::string>& tracepoints);
+
+// Final BPF text as compiled (for --ebpf): defines from `cflags` as a comment header.
+std::string ebpf_listing(const std::string& text, const std::vector<std::string>& cflags);
+
+class BpfSession {
+ public:
+  // Compiles `text` with libbcc against the header shim plus `cflags`.
+  static Result<std::unique_ptr<BpfSession>> load(const std::string& text,
+                                                  const std::vector<std::string>& cflags);
+  ~BpfSession();  // detaches everything
+
+  Status attach_tracepoint(const std::string& tp, const std::string& fn);
+  Status attach_raw_tracepoint(const std::string& tp, const std::string& fn);
+  // Software/hardware perf event on every online CPU, sampling at `freq_hz`.
+  Status attach_perf_event(uint32_t type, uint32_t config, const std::string& fn,
+                           uint64_t freq_hz);
+  // Uprobe (or uretprobe) on `symbol` in `binary`, for `pid` (-1: every process).
+  Status attach_uprobe(const std::string& binary, const std::string& symbol,
+                       const std::string& fn, bool ret, int pid);
+
+  using EventFn = void (*)(void* cookie, void* data, int size);
+  using LostFn = void (*)(void* cookie, uint64_t lost);
+  Status open_perf_buffer(const std::string& table, EventFn cb, LostFn lost, void* cookie,
+                          int pages = 64);
+  // Waits up to timeout_ms for events and dispatches them; returns events seen or -1.
+  int poll_perf_buffer(const std::string& table, int timeout_ms);
+
+  ebpf::BPF& bpf() { return *bpf_; }
+
+ private:
+  BpfSession();
+  std::unique_ptr<ebpf::BPF> bpf_;
+  std::vector<int> perf_fds_;
+};
+
+// Redirects stderr into a temp file while alive; on destruction replays every line
+// except libbcc's harmless noise ("sha1 socket not available", "cannot get prog tag").
+class StderrNoiseFilter {
+ public:
+  StderrNoiseFilter();
+  ~StderrNoiseFilter();
+  StderrNoiseFilter(const StderrNoiseFilter&) = delete;
+  StderrNoiseFilter& operator=(const StderrNoiseFilter&) = delete;
+
+ private:
+  int saved_fd_ = -1;
+  int tmp_fd_ = -1;
+};
+
+bool is_libbcc_noise(const std::string& line);
+
+}  // namespace bpfdiag

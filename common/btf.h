@@ -1,0 +1,40 @@
+// Kernel struct field offsets read from /sys/kernel/btf/vmlinux at startup, so BPF
+// programs never depend on kernel header layouts.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+struct btf;
+
+namespace bpfdiag {
+
+class KernelBtf {
+ public:
+  static Result<std::shared_ptr<KernelBtf>> load(const std::string& path = "/sys/kernel/btf/vmlinux");
+  ~KernelBtf();
+  // Byte offset of the first of `names` that struct `type` has (anonymous struct and
+  // union members are searched too). Error names the struct and every name tried.
+  Result<uint32_t> field_offset(const std::string& type, const std::vector<std::string>& names) const;
+  // Byte size of field; 0 when not found.
+  uint32_t field_size(const std::string& type, const std::string& name) const;
+  bool has_field(const std::string& type, const std::string& name) const;
+
+ private:
+  explicit KernelBtf(struct btf* b) : btf_(b) {}
+  struct btf* btf_;
+};
+
+// One `-DNAME=offset` cflag for a field looked up with alternative names.
+struct OffsetSpec {
+  std::string macro;  // e.g. "OFF_TASK_SE"
+  std::string type;   // e.g. "task_struct"
+  std::vector<std::string> names;
+};
+Result<std::vector<std::string>> offset_cflags(const KernelBtf& btf,
+                                               const std::vector<OffsetSpec>& specs);
+
+}  // namespace bpfdiag

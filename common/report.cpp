@@ -1,0 +1,50 @@
+#include "common/report.h"
+
+#include <ctime>
+
+namespace bpfdiag {
+
+bool DataQuality::clean() const {
+  if (lost_events || lost_stacks || unmatched_begin || unmatched_end || map_full) return false;
+  for (auto& [k, v] : extra)
+    if (v) return false;
+  return true;
+}
+
+nlohmann::json DataQuality::to_json() const {
+  nlohmann::json j = {{"lost_events", lost_events},         {"lost_stacks", lost_stacks},
+                      {"unmatched_begin", unmatched_begin}, {"unmatched_end", unmatched_end},
+                      {"map_full", map_full}};
+  for (auto& [k, v] : extra) j[k] = v;
+  return j;
+}
+
+std::string DataQuality::to_text() const {
+  std::string s = "data quality: lost events " + std::to_string(lost_events) + ", lost stacks " +
+                  std::to_string(lost_stacks) + ", unmatched begin " + std::to_string(unmatched_begin) +
+                  ", unmatched end " + std::to_string(unmatched_end) + ", map full " +
+                  std::to_string(map_full);
+  for (auto& [k, v] : extra) {
+    std::string name = k;
+    for (auto& c : name)
+      if (c == '_') c = ' ';
+    s += ", " + name + " " + std::to_string(v);
+  }
+  return s;
+}
+
+void emit_json(std::ostream& os, const nlohmann::json& record) {
+  os << record.dump() << '\n';
+  os.flush();
+}
+
+std::string clock_hms() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm;
+  localtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return buf;
+}
+
+}  // namespace bpfdiag

@@ -1,0 +1,7 @@
+#include "common/cli.h"
+#include "tools/runqlen/runqlen.h"
+
+int main(int argc, char** argv) {
+  return bpfdiag::tool_main<runqlen::Config>("runqlen", runqlen::kHelp, argc, argv,
+                                             runqlen::parse_args, runqlen::run);
+}
