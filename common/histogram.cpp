@@ -68,6 +68,7 @@ uint64_t Histogram::percentile(double p) const {
   p = std::clamp(p, 0.0, 100.0);
   // rank in [1, count]: the smallest observation with at least p% at or below it
   double rank = std::max(1.0, std::ceil(p / 100.0 * static_cast<double>(count_)));
+  if (exact_max_ && rank >= static_cast<double>(count_)) return max_;
   uint64_t seen = 0;
   for (size_t i = 0; i < fine_.size(); ++i) {
     if (!fine_[i]) continue;

@@ -1,0 +1,135 @@
+// Probing glibc's pthread mutex and condition-variable functions with uprobes, shared
+// by pmheld and lockstat --uprobes.
+//
+// PUBLIC API:
+//   auto lib = find_pthread_lib(pid);          // 0 = every process, via our own libc
+//   auto pts = resolve_pthread_probes(*lib, {PthreadFn::MutexLock, ...}, opts);
+//   attach_pthread_probes(session, *lib, *pts, {{PthreadFn::MutexLock, "on_lock",
+//                                                "on_lock_ret"}, ...});
+//
+// Where the library is: glibc 2.34+ keeps pthread in libc.so.6, older glibc in
+// libpthread.so.0 (preferred when mapped). The file is opened through /proc/PID/root,
+// so containers work. A process with neither mapped is checked for a statically
+// linked glibc (symbols in its executable); otherwise a one-line error says why.
+//
+// Symbols: resolved from .dynsym honouring symbol versions (pthread_cond_wait has an
+// old GLIBC_2.2.5 compat version; the default @@ version is the one programs call),
+// falling back to .symtab (static executables).
+//
+// Probe placement: a uprobe on a function's first instruction usually costs ~10 us
+// per hit here because the instruction is single-stepped, while instructions the
+// kernel emulates (push reg, jmp, jcc, call) cost ~0.5 us. resolve_pthread_probes()
+// walks each function's straight-line prologue and moves the probe to the first
+// emulated instruction when that is provably equivalent: every instruction before it
+// decodes, none branches or writes an argument register the probe reads, none moves
+// the stack pointer when a return probe shares the point (the return address must
+// still be at *sp), and no direct branch anywhere in the file's code targets the
+// skipped bytes (so the point is reached exactly once per call). Otherwise, or with
+// Options::at_symbol, the probe stays on the symbol.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bpfdiag {
+
+class BpfSession;
+
+enum class PthreadFn {
+  MutexLock,       // pthread_mutex_lock(mutex)
+  MutexTrylock,    // pthread_mutex_trylock(mutex)
+  MutexTimedlock,  // pthread_mutex_timedlock(mutex, abstime)
+  MutexClocklock,  // pthread_mutex_clocklock(mutex, clock, abstime)  (glibc 2.30+)
+  MutexUnlock,     // pthread_mutex_unlock(mutex)
+  CondWait,        // pthread_cond_wait(cond, mutex)
+  CondTimedwait,   // pthread_cond_timedwait(cond, mutex, abstime)
+  CondClockwait,   // pthread_cond_clockwait(cond, mutex, clock, abstime)  (glibc 2.30+)
+};
+const char* pthread_fn_name(PthreadFn fn);
+// Functions that may be missing from older glibc without it being an error.
+bool pthread_fn_optional(PthreadFn fn);
+
+// The file holding a process's pthread functions.
+struct PthreadLib {
+  int pid = -1;          // uprobe pid filter; -1: every process using this file
+  std::string path;      // path we open, e.g. /proc/123/root/usr/lib/x86_64-linux-gnu/libc.so.6
+  std::string display;   // the path as the process sees it (for messages)
+  bool static_exe = false;  // glibc linked into the executable
+};
+
+// pid 0: every process that maps the same libc as this tool (uprobes without a pid
+// filter). Errors: "no process with PID N", "PID N has no libc.so.6 or
+// libpthread.so.0 mapped and no pthread symbols in its executable (...)".
+Result<PthreadLib> find_pthread_lib(uint32_t pid);
+// Same, from a maps file's text (unit tests); `root` prefixes mapped paths.
+Result<PthreadLib> pthread_lib_from_maps(const std::string& maps_text, const std::string& root);
+
+struct ProbePoint {
+  PthreadFn fn;
+  uint64_t sym_vaddr = 0;  // ELF virtual address of the symbol
+  uint64_t offset = 0;     // probe at sym_vaddr + offset
+  bool emulated = false;   // the probed instruction is emulated (cheap)
+};
+
+struct ProbeOptions {
+  bool at_symbol = false;  // keep every probe on the symbol's first instruction
+};
+
+// Resolves `fns` in lib.path; optional functions that are absent are left out.
+Result<std::vector<ProbePoint>> resolve_pthread_probes(const PthreadLib& lib,
+                                                       const std::vector<PthreadFn>& fns,
+                                                       const ProbeOptions& opts);
+
+// One function's BPF handlers; an empty name means no probe of that kind.
+struct PthreadHandler {
+  PthreadFn fn;
+  std::string entry_fn;   // uprobe handler (args in PT_REGS_PARM*)
+  std::string return_fn;  // uretprobe handler (PT_REGS_RC)
+};
+
+// Attaches the handlers at the resolved points. On error the session still owns what
+// was attached and detaches it when destroyed. Error: "cannot attach uprobe to
+// <path>:<symbol>+0x..: <reason>; is PID N still running?"
+Status attach_pthread_probes(BpfSession& s, const PthreadLib& lib,
+                             const std::vector<ProbePoint>& points,
+                             const std::vector<PthreadHandler>& handlers);
+
+// "pthread_mutex_lock+0xe (jcc, emulated)" style descriptions for -v.
+std::string describe_probe_point(const ProbePoint& p);
+
+// --- prologue analysis (exposed for unit tests) -------------------------------------
+
+// x86-64 registers as bits: rax=0 rcx=1 rdx=2 rbx=3 rsp=4 rbp=5 rsi=6 rdi=7 r8..r15.
+enum : uint16_t {
+  kRegRdi = 1u << 7,
+  kRegRsi = 1u << 6,
+  kRegRdx = 1u << 2,
+  kRegRcx = 1u << 1,
+  kRegRsp = 1u << 4,
+};
+
+// One decoded instruction of the subset found in prologues.
+struct X86Insn {
+  bool ok = false;         // decoded (false: unknown instruction, stop the walk)
+  unsigned len = 0;
+  bool emulated = false;   // the kernel emulates it when probed (push reg, jmp, jcc, call)
+  bool branch = false;     // changes control flow (jmp, jcc, call, ret)
+  uint16_t writes = 0;     // registers written (kReg* bits)
+  const char* what = "";   // "push", "jmp", "jcc", "call", or ""
+};
+X86Insn decode_x86(const uint8_t* p, size_t n);
+
+// Offset of the cheapest equivalent probe point in code[0..n) (the function's bytes):
+// `keep` are the argument registers the handlers read, `ret` whether a return probe
+// shares the point. Returns 0 when no better point is provably equivalent.
+uint64_t cheap_probe_offset(const uint8_t* code, size_t n, uint16_t keep, bool ret);
+
+// True if a direct branch (jmp/jcc/call rel8/rel32) in `text` (loaded at text_vaddr)
+// targets an address in (lo, hi]. Byte-pattern scan: may err on the side of true.
+bool branch_targets_range(const uint8_t* text, size_t n, uint64_t text_vaddr, uint64_t lo,
+                          uint64_t hi);
+
+}  // namespace bpfdiag

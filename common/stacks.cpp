@@ -1,0 +1,131 @@
+#include "common/stacks.h"
+
+#include <bcc/BPF.h>
+
+#include <cerrno>
+
+namespace bpfdiag {
+
+void print_stack_multiline(std::ostream& os, const Stack& st, const std::string& comm,
+                           uint32_t pid, uint64_t value, const StackFormat& f) {
+  if (st.want_kernel) {
+    if (st.kernel_missing)
+      os << "    [Missed Kernel Stack]\n";
+    else
+      for (auto& fr : st.kernel) os << "    " << fr << "\n";
+  }
+  if (st.want_user) {
+    bool kernel_shown = st.want_kernel && (st.kernel_missing || !st.kernel.empty());
+    bool user_shown = st.user_missing || !st.user.empty();
+    if (f.delimiter && kernel_shown && user_shown) os << "    --\n";
+    if (st.user_missing)
+      os << "    [Missed User Stack]\n";
+    else
+      for (auto& fr : st.user) os << "    " << fr << "\n";
+  }
+  // BCC: "    %-16s %s (%d)" with "-", then "        %d\n"
+  std::string dash = "-";
+  dash.resize(16, ' ');
+  os << "    " << dash << " " << comm << " (" << pid << ")\n";
+  os << "        " << value << "\n\n";
+}
+
+std::string folded_frame(const std::string& frame) {
+  std::string s = frame;
+  for (auto& c : s) {
+    if (c == ';') c = ':';
+    else if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
+  return s;
+}
+
+std::string folded_line(const std::string& comm, const Stack& st, uint64_t value) {
+  std::string out = folded_frame(comm);
+  bool user_part = false;
+  if (st.want_user) {
+    if (st.user_missing) {
+      out += ";[Missed User Stack]";
+      user_part = true;
+    } else {
+      for (auto it = st.user.rbegin(); it != st.user.rend(); ++it) out += ";" + folded_frame(*it);
+      user_part = !st.user.empty();
+    }
+  }
+  if (st.want_kernel) {
+    bool kernel_part = st.kernel_missing || !st.kernel.empty();
+    if (user_part && kernel_part) out += ";-";
+    if (st.kernel_missing) {
+      out += ";[Missed Kernel Stack]";
+    } else {
+      for (auto it = st.kernel.rbegin(); it != st.kernel.rend(); ++it)
+        out += ";" + folded_frame(*it);
+    }
+  }
+  return out + " " + std::to_string(value);
+}
+
+Result<FoldedLine> parse_folded(const std::string& line) {
+  std::string l = line;
+  while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+  auto sp = l.rfind(' ');
+  if (sp == std::string::npos || sp == 0 || sp + 1 >= l.size())
+    return Error{"folded line has no ' value' at the end: '" + l + "'"};
+  std::string num = l.substr(sp + 1);
+  uint64_t v = 0;
+  for (char c : num) {
+    if (c < '0' || c > '9') return Error{"folded line value is not a number: '" + num + "'"};
+    uint64_t nv = v * 10 + static_cast<uint64_t>(c - '0');
+    if (nv / 10 != v) return Error{"folded line value overflows: '" + num + "'"};
+    v = nv;
+  }
+  FoldedLine out;
+  out.value = v;
+  std::string stack = l.substr(0, sp);
+  size_t start = 0;
+  while (true) {
+    auto semi = stack.find(';', start);
+    std::string fr = stack.substr(start, semi == std::string::npos ? std::string::npos : semi - start);
+    if (fr.empty()) return Error{"folded line has an empty frame: '" + l + "'"};
+    out.frames.push_back(fr);
+    if (semi == std::string::npos) break;
+    start = semi + 1;
+  }
+  return out;
+}
+
+std::vector<uint64_t> stack_addrs(ebpf::BPFStackTable& table, int64_t id) {
+  std::vector<uint64_t> out;
+  if (id < 0) return out;
+  for (uintptr_t a : table.get_stack_addr(static_cast<int>(id))) out.push_back(a);
+  return out;
+}
+
+Stack resolve_stack(ebpf::BPFStackTable& table, Symbolizer& sym, uint32_t tgid, int64_t user_id,
+                    int64_t kernel_id, StackParts parts, DataQuality* dq) {
+  Stack st;
+  st.want_kernel = parts.kernel;
+  st.want_user = parts.user;
+  if (parts.kernel) {
+    if (stack_id_lost(kernel_id)) {
+      st.kernel_missing = true;
+    } else {
+      auto addrs = stack_addrs(table, kernel_id);
+      if (kernel_id >= 0 && addrs.empty()) st.kernel_missing = true;  // evicted from the table
+      for (auto a : addrs) st.kernel.push_back(sym.kernel(a));
+    }
+    if (st.kernel_missing && dq) dq->lost_stacks++;
+  }
+  if (parts.user) {
+    if (stack_id_lost(user_id) && tgid != 0) {
+      st.user_missing = true;
+    } else {
+      auto addrs = stack_addrs(table, user_id);
+      if (user_id >= 0 && addrs.empty()) st.user_missing = true;
+      for (auto a : addrs) st.user.push_back(sym.user(tgid, a));
+    }
+    if (st.user_missing && dq) dq->lost_stacks++;
+  }
+  return st;
+}
+
+}  // namespace bpfdiag

@@ -1,0 +1,86 @@
+// Stack rendering shared by every stack tool: BCC-style multi-line stacks, folded
+// lines for flamegraph.pl/speedscope (and a parser for them), and reading stack ids
+// from a BPF_STACK_TRACE table into symbolized frames.
+//
+// PUBLIC API:
+//   Stack st = resolve_stack(table, sym, tgid, user_id, kernel_id, parts, &dq);
+//   print_stack_multiline(os, st, "comm", pid, value, opts);   // BCC's layout
+//   folded_line("comm", st, value, opts)  -> "comm;main;f;-;sys_read;...;schedule 42"
+//   parse_folded(line)                    -> FoldedLine{frames, value} or an error
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/report.h"
+#include "common/result.h"
+#include "common/symbolize.h"
+
+namespace ebpf {
+class BPFStackTable;
+}
+
+namespace bpfdiag {
+
+// One symbolized stack. Frames are innermost first (as the kernel reports them).
+struct Stack {
+  bool want_kernel = true;     // the kernel part is part of this report (not -U)
+  bool want_user = true;       // the user part is part of this report (not -K)
+  bool kernel_missing = false; // wanted but lost: shown as [Missed Kernel Stack]
+  bool user_missing = false;   // wanted but lost: shown as [Missed User Stack]
+  std::vector<std::string> kernel;
+  std::vector<std::string> user;
+};
+
+struct StackFormat {
+  bool delimiter = false;  // multi-line: "--" between kernel and user frames (BCC's -d)
+};
+
+// Multi-line, BCC's offcputime/profile layout:
+//     kernel_inner
+//     ...
+//     --                  (only with delimiter and both parts present)
+//     user_inner
+//     ...
+//     -                comm (pid)
+//         value
+//   <blank line>
+void print_stack_multiline(std::ostream& os, const Stack& st, const std::string& comm,
+                           uint32_t pid, uint64_t value, const StackFormat& f = {});
+
+// Folded: "comm;user_outer;...;user_inner;-;kernel_outer;...;kernel_inner value".
+// The "-" frame separates the parts when both are present. `comm` is used as given
+// (e.g. "cat" or "cat-1234/1235" for per-thread keys). ';' and newlines inside frames
+// are replaced so the line stays parseable.
+std::string folded_line(const std::string& comm, const Stack& st, uint64_t value);
+// Frame text made safe for folded output (';' -> ':', control chars -> ' ').
+std::string folded_frame(const std::string& frame);
+
+struct FoldedLine {
+  std::vector<std::string> frames;  // frames[0] is the process/thread name
+  uint64_t value = 0;
+};
+// Parses "a;b;c 123". Frames may contain spaces; the value is after the last space.
+Result<FoldedLine> parse_folded(const std::string& line);
+
+// True if a BPF stack id means "lost" (not merely "no user stack": -EFAULT is what
+// kernel threads and user-less contexts return, which BCC also shows as empty).
+inline bool stack_id_lost(int64_t id) { return id < 0 && id != -14 /* -EFAULT */; }
+
+// Which parts to resolve.
+struct StackParts {
+  bool user = true;
+  bool kernel = true;
+};
+
+// Reads both stacks from `table` and symbolizes them (user frames in process `tgid`).
+// Lost ids set *_missing and count in dq->lost_stacks (if dq is given); ids that were
+// not captured (-EFAULT user stack of a kernel thread) give an empty part.
+Stack resolve_stack(ebpf::BPFStackTable& table, Symbolizer& sym, uint32_t tgid, int64_t user_id,
+                    int64_t kernel_id, StackParts parts, DataQuality* dq);
+
+// Raw addresses of one stack id (empty for a negative or unknown id).
+std::vector<uint64_t> stack_addrs(ebpf::BPFStackTable& table, int64_t id);
+
+}  // namespace bpfdiag

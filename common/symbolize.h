@@ -1,0 +1,116 @@
+// Address -> symbol resolution shared by every stack and lock tool.
+//
+// Kernel text symbols come from /proc/kallsyms (CONFIG_KALLSYMS_ALL is off on our
+// target, so only functions). User symbols are read from the ELF .symtab/.dynsym of
+// every file a process maps (seen through /proc/PID/root, so containers work; detached
+// debug files under /usr/lib/debug/.build-id are used when present), plus the JIT map
+// /tmp/perf-PID.map. A process's mappings and symbol tables are snapshot the first time
+// the tool sees it (remember()), so its stacks stay resolvable after it exits.
+//
+// PUBLIC API (everything else is an implementation detail):
+//   Symbolizer sym;                      // one per tool; not thread-safe
+//   sym.remember(pid);                   // call when a pid first appears in events
+//   sym.kernel(addr)          -> "anon_pipe_read"          or "[unknown]"
+//   sym.user(pid, addr)       -> "worker_loop"             or "[unknown] (libfoo.so+0x1a2b)"
+//   sym.data(pid, addr)       -> "cache_lock" / "cache_lock+8" or "[unknown] (prog+0x4040)"
+//   sym.lookup_*(...)         -> the same with structured fields (name, offset, module)
+//   sym.stats()               -> how many lookups failed (for DataQuality)
+//   demangle(name)            -> C++ names demangled ("ns::f(int)")
+//
+// Names are demangled by default (Symbolizer::Options::demangle).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bpfdiag {
+
+// A resolved address.
+struct SymbolInfo {
+  bool found = false;    // false: no symbol covers the address
+  std::string name;      // symbol name (demangled if enabled); "" when !found
+  uint64_t offset = 0;   // address - symbol start
+  std::string module;    // file path ("[kernel]" or "[module_name]" for the kernel), may be ""
+  uint64_t module_offset = 0;  // address relative to the module's load base (ELF vaddr)
+};
+
+// "name", "name+0x1f" (with_offset), or "[unknown]"/"[unknown] (libc.so.6+0x1234)".
+std::string format_symbol(const SymbolInfo& s, bool with_offset);
+// "cache_lock" or "cache_lock+8" (decimal byte offset, as data symbols read best), or
+// "[unknown] (module+0xoff)".
+std::string format_data_symbol(const SymbolInfo& s);
+
+// C++ demangling; returns the input when it is not a mangled name.
+std::string demangle(const std::string& name);
+
+class ElfSymbols;  // one file's symbol tables (implementation detail)
+
+class Symbolizer {
+ public:
+  struct Options {
+    bool demangle = true;
+    bool debug_files = true;  // look in /usr/lib/debug/.build-id for detached symbols
+  };
+  struct Stats {
+    uint64_t kernel_unknown = 0;  // kernel addresses with no kallsyms entry
+    uint64_t user_unknown = 0;    // user addresses with no symbol
+    uint64_t pids_unreadable = 0; // remember() failed: process gone before first sight
+  };
+
+  Symbolizer();
+  explicit Symbolizer(Options o);
+  ~Symbolizer();
+  Symbolizer(const Symbolizer&) = delete;
+  Symbolizer& operator=(const Symbolizer&) = delete;
+
+  // Snapshots pid's mappings and loads the symbol tables of every mapped file (each
+  // file parsed once, shared between processes). Cheap when already remembered.
+  // Returns false when the process is already gone (its stacks then show [unknown]).
+  bool remember(uint32_t pid);
+  // Drops and re-reads pid's mappings (e.g. after dlopen), keeping old data on failure.
+  bool refresh(uint32_t pid);
+  bool remembered(uint32_t pid) const;
+
+  // Kernel text address (from /proc/kallsyms, loaded on first use).
+  SymbolInfo lookup_kernel(uint64_t addr);
+  std::string kernel(uint64_t addr, bool with_offset = false);
+  // True once kallsyms was read and has real (non-zero) addresses.
+  bool kernel_symbols_available();
+
+  // User code address in pid. Remembers pid on first use.
+  SymbolInfo lookup_user(uint32_t pid, uint64_t addr);
+  std::string user(uint32_t pid, uint64_t addr, bool with_offset = false);
+
+  // Data address (ELF OBJECT symbols: .data/.bss/.rodata of the binary and its
+  // libraries, PIE load bias applied; TLS excluded). Remembers pid on first use.
+  SymbolInfo lookup_data(uint32_t pid, uint64_t addr);
+  std::string data(uint32_t pid, uint64_t addr);
+
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Module;   // one mapped file in one process
+  struct Process;  // a snapshot of one process
+  struct KernelSym {
+    uint64_t addr;
+    std::string name;
+    std::string module;  // "" for vmlinux
+  };
+  bool load_process(uint32_t pid, Process& p);
+  std::shared_ptr<ElfSymbols> elf_for(uint32_t pid, const std::string& path, uint64_t dev,
+                                      uint64_t inode, const std::string& map_files_path);
+  void load_kallsyms();
+  SymbolInfo lookup_in_process(uint32_t pid, uint64_t addr, bool want_data);
+
+  Options opt_;
+  Stats stats_;
+  bool kallsyms_loaded_ = false;
+  std::vector<KernelSym> ksyms_;
+  std::map<uint32_t, std::unique_ptr<Process>> procs_;
+  std::map<std::string, std::shared_ptr<ElfSymbols>> elf_cache_;  // key: dev:inode or path
+};
+
+}  // namespace bpfdiag

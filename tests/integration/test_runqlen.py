@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""runqlen end to end: mean run queue length under 0, 4 and 8 busy loops on this
+machine's CPUs must match (N / CPUs - 1), and the per-CPU/JSON/occupancy views agree."""
+import os
+import subprocess
+import json
+import time
+
+from harness import *
+
+require_root()
+RUNQLEN = tool("runqlen")
+cpus = os.cpu_count()
+
+
+def measure(threads, seconds=3, extra=()):
+    load = subprocess.Popen([workload("busyloops"), str(threads), str(seconds + 2)],
+                            stdout=subprocess.PIPE, text=True)
+    time.sleep(0.7)  # let the loops spread over the CPUs
+    r = run([RUNQLEN, "-j", *extra, str(seconds), "1"], timeout=seconds + 30)
+    truth = load.communicate(timeout=30)[0]
+    assert r.returncode == 0, r.stderr
+    return ndjson(r.stdout), json.loads(truth)
+
+
+for n, lo, hi in [(0, 0.0, 0.35), (2 * cpus, 0.7, 1.5), (4 * cpus, 2.4, 3.8)]:
+    recs, truth = measure(n)
+    check(len(recs) == 1 and recs[0]["type"] == "runqlen" and recs[0]["cpu"] == "all",
+          "one JSON summary record for %d loops" % n)
+    rec = recs[0]
+    exp = truth["expected_runq_per_cpu"]
+    check(lo <= rec["mean"] <= hi,
+          "%d busy loops on %d CPUs: mean run queue %.2f (expected ~%.1f, accepted %.2f..%.2f)"
+          % (n, cpus, rec["mean"], exp, lo, hi))
+    check(rec["samples"] > 0 and "data_quality" in rec, "samples counted and data_quality present")
+    check(rec["data_quality"].get("read_errors", 0) == 0, "no kernel read errors")
+
+# per-CPU view: one record per CPU, each near the per-CPU expectation
+recs, truth = measure(2 * cpus, extra=("-C",))
+check(len(recs) == cpus and sorted(r["cpu"] for r in recs) == list(range(cpus)),
+      "-C gives one record per CPU (%d)" % len(recs))
+for r in recs:
+    check(0.5 <= r["mean"] <= 1.7, "cpu %d mean %.2f under %d loops" % (r["cpu"], r["mean"], 2 * cpus))
+
+# occupancy: with 2 loops per CPU a queue exists nearly always
+recs, _ = measure(2 * cpus, extra=("-O",))
+check(recs[0]["occupancy_pct"] > 80, "occupancy %.1f%% > 80%% under load" % recs[0]["occupancy_pct"])
+
+# BCC's CFS-only view works too (same answer here: no cgroup nesting of the loops)
+recs, _ = measure(2 * cpus, extra=("--cfs",))
+check(recs[0]["view"] == "cfs" and 0.6 <= recs[0]["mean"] <= 1.6, "--cfs mean %.2f" % recs[0]["mean"])
+
+# text mode prints BCC's header and the final data-quality line; interval mode repeats
+r = run([RUNQLEN, "1", "2"], timeout=30)
+check(r.returncode == 0 and r.stdout.count("runqlen       : count     distribution") == 2,
+      "text mode: two interval histograms")
+check("data quality:" in r.stdout, "text mode shows data quality")
+
+# SIGINT prints the final report and exits 0
+p = start([RUNQLEN, "-j"])
+time.sleep(2)
+out, err, rc = stop(p)
+check(rc == 0 and len(ndjson(out)) == 1, "SIGINT: final report and exit 0 (rc=%d)" % rc)
+
+# bad input: one line, exit 2
+for args in (["-f", "0"], ["-f", "abc"], ["0"], ["1", "0"], ["--bogus"], ["1", "2", "3"], ["-x"]):
+    usage_error([RUNQLEN, *args])
+not_root_error([RUNQLEN, "1", "1"])
+check(leftover_probe_events() == [], "no probe events left behind")
+finish()

@@ -1,0 +1,81 @@
+#include <doctest/doctest.h>
+
+#include <sstream>
+#include <sys/utsname.h>
+#include <unistd.h>
+#include <cstdlib>
+
+#include "common/bpf_session.h"
+#include "common/btf.h"
+#include "common/kheaders.h"
+#include "common/report.h"
+
+using namespace bpfdiag;
+
+TEST_CASE("data quality in text and JSON") {
+  DataQuality dq;
+  CHECK(dq.clean());
+  dq.lost_events = 3;
+  dq.extra["read_errors"] = 2;
+  CHECK_FALSE(dq.clean());
+  CHECK(dq.to_text() ==
+        "data quality: lost events 3, lost stacks 0, unmatched begin 0, unmatched end 0, map full 0, read errors 2");
+  auto j = dq.to_json();
+  CHECK(j["lost_events"] == 3);
+  CHECK(j["read_errors"] == 2);
+  CHECK(j.contains("unmatched_begin"));
+}
+
+TEST_CASE("emit_json writes one compact line") {
+  std::ostringstream os;
+  emit_json(os, {{"type", "x"}, {"a_ns", 5}});
+  CHECK(os.str() == "{\"a_ns\":5,\"type\":\"x\"}\n");
+}
+
+TEST_CASE("kernel version code") {
+  CHECK(kernel_version_code("6.18.44-fc-v657") == (6u << 16) + (18u << 8) + 44u);
+  CHECK(kernel_version_code("5.4.300") == (5u << 16) + (4u << 8) + 255u);
+}
+
+TEST_CASE("libbcc noise filter") {
+  CHECK(is_libbcc_noise("sha1 socket not available"));
+  CHECK(is_libbcc_noise("cannot get prog tag, err=-22"));
+  CHECK_FALSE(is_libbcc_noise("error: use of undeclared identifier"));
+}
+
+TEST_CASE("ebpf listing shows cflags as defines") {
+  CHECK(ebpf_listing("int x;\n", {"-DOFF_A=8", "-DFLAG", "-Ifoo"}) ==
+        "#define OFF_A 8\n#define FLAG\nint x;\n");
+}
+
+TEST_CASE("BTF offsets, with alternative names and anonymous members") {
+  auto btf = KernelBtf::load();
+  if (!btf) {
+    MESSAGE("skipped: " << btf.error());
+    return;
+  }
+  auto pid = (*btf)->field_offset("task_struct", {"pid"});
+  REQUIRE(pid.ok());
+  CHECK(*pid > 0);
+  // nr_running was renamed nr_queued in 6.14: the fallback list finds either
+  CHECK((*btf)->field_offset("cfs_rq", {"no_such_field", "nr_queued", "nr_running"}).ok());
+  auto missing = (*btf)->field_offset("task_struct", {"nope1", "nope2"});
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error() == "kernel struct task_struct has no field nope1/nope2");
+  CHECK_FALSE((*btf)->field_offset("no_such_struct_xyz", {"a"}).ok());
+  CHECK((*btf)->field_size("task_struct", "pid") == 4);
+  auto flags = offset_cflags(**btf, {{"OFF_PID", "task_struct", {"pid"}}});
+  REQUIRE(flags.ok());
+  CHECK((*flags)[0] == "-DOFF_PID=" + std::to_string(*pid));
+}
+
+TEST_CASE("header shim is written with the version and embedded headers") {
+  char tmpl[] = "/tmp/shimtest-XXXXXX";
+  REQUIRE(mkdtemp(tmpl));
+  std::string dir = tmpl;
+  CHECK_FALSE(write_header_shim(dir, "6.18.1").has_value());
+  for (const char* f : {"include/linux/kconfig.h", "include/linux/types.h", "include/linux/version.h",
+                        "include/asm/page.h", "include/uapi/linux/ptrace.h", "include/bpfdiag/hist.h"})
+    CHECK(access((dir + "/" + f).c_str(), R_OK) == 0);
+  std::system(("rm -rf " + dir).c_str());
+}

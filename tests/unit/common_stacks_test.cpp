@@ -1,0 +1,102 @@
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include "common/stacks.h"
+
+using namespace bpfdiag;
+
+static Stack sample() {
+  Stack st;
+  st.kernel = {"__schedule", "schedule", "anon_pipe_read", "vfs_read"};
+  st.user = {"read", "reader_thread(void*)", "start_thread"};
+  return st;
+}
+
+TEST_CASE("stacks: multi-line layout (BCC)") {
+  std::ostringstream os;
+  print_stack_multiline(os, sample(), "blockers", 1234, 5000);
+  CHECK(os.str() ==
+        "    __schedule\n"
+        "    schedule\n"
+        "    anon_pipe_read\n"
+        "    vfs_read\n"
+        "    read\n"
+        "    reader_thread(void*)\n"
+        "    start_thread\n"
+        "    -                blockers (1234)\n"
+        "        5000\n\n");
+}
+
+TEST_CASE("stacks: multi-line with delimiter and missed stacks") {
+  std::ostringstream os;
+  Stack st = sample();
+  print_stack_multiline(os, st, "x", 1, 7, StackFormat{true});
+  CHECK(os.str().find("    vfs_read\n    --\n    read\n") != std::string::npos);
+  st.user_missing = true;
+  std::ostringstream os2;
+  print_stack_multiline(os2, st, "x", 1, 7, StackFormat{true});
+  CHECK(os2.str().find("    vfs_read\n    --\n    [Missed User Stack]\n    -                x (1)\n") !=
+        std::string::npos);
+  Stack k;
+  k.kernel_missing = true;
+  k.want_user = false;
+  std::ostringstream os3;
+  print_stack_multiline(os3, k, "kworker/0:1", 9, 1);
+  CHECK(os3.str() == "    [Missed Kernel Stack]\n    -                kworker/0:1 (9)\n        1\n\n");
+}
+
+TEST_CASE("stacks: folded line order and '-' separator") {
+  CHECK(folded_line("blockers", sample(), 5000) ==
+        "blockers;start_thread;reader_thread(void*);read;-;vfs_read;anon_pipe_read;schedule;__schedule 5000");
+  Stack u = sample();
+  u.want_kernel = false;
+  CHECK(folded_line("b", u, 1) == "b;start_thread;reader_thread(void*);read 1");
+  Stack k = sample();
+  k.want_user = false;
+  CHECK(folded_line("b", k, 2) == "b;vfs_read;anon_pipe_read;schedule;__schedule 2");
+  Stack kt = sample();
+  kt.user.clear();  // kernel thread: no user part, no separator
+  CHECK(folded_line("kworker/1:0", kt, 3) == "kworker/1:0;vfs_read;anon_pipe_read;schedule;__schedule 3");
+  Stack m = sample();
+  m.user_missing = true;
+  CHECK(folded_line("b", m, 4) == "b;[Missed User Stack];-;vfs_read;anon_pipe_read;schedule;__schedule 4");
+}
+
+TEST_CASE("stacks: folded round trip") {
+  Stack st = sample();
+  st.user.push_back("weird;name\nwith newline");
+  std::string line = folded_line("my comm", st, 123456789);
+  auto p = parse_folded(line);
+  REQUIRE(p);
+  CHECK(p->value == 123456789);
+  REQUIRE(p->frames.size() == 1 + 4 + 1 + 4);
+  CHECK(p->frames[0] == "my comm");
+  CHECK(p->frames[1] == "weird:name with newline");
+  CHECK(p->frames[2] == "start_thread");
+  CHECK(p->frames[5] == "-");
+  CHECK(p->frames.back() == "__schedule");
+  // re-fold the parsed frames gives the same line
+  std::string again = p->frames[0];
+  for (size_t i = 1; i < p->frames.size(); ++i) again += ";" + p->frames[i];
+  CHECK(again + " " + std::to_string(p->value) == line);
+}
+
+TEST_CASE("stacks: folded parser rejects junk") {
+  CHECK_FALSE(parse_folded("no value"));
+  CHECK_FALSE(parse_folded("a;b 12x"));
+  CHECK_FALSE(parse_folded("a;;b 1"));
+  CHECK_FALSE(parse_folded("a;b 99999999999999999999999"));
+  CHECK_FALSE(parse_folded(""));
+  auto ok = parse_folded("a;b c;d 5\n");
+  REQUIRE(ok);
+  CHECK(ok->frames.size() == 3);
+  CHECK(ok->frames[1] == "b c");
+}
+
+TEST_CASE("stacks: lost ids") {
+  CHECK(stack_id_lost(-17));  // -EEXIST: hash collision
+  CHECK(stack_id_lost(-12));  // -ENOMEM
+  CHECK_FALSE(stack_id_lost(-14));  // -EFAULT: no user stack (kernel thread)
+  CHECK_FALSE(stack_id_lost(0));
+}
