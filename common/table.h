@@ -50,6 +50,11 @@ struct Column {
   // Text rendering of the cell; empty: cell_to_string(value(row)).
   std::function<std::string(const Row&)> print;
   bool shown_by_default = true;
+
+  Column(std::string n, std::string h, int w, std::function<Cell(const Row&)> v,
+         std::function<std::string(const Row&)> p = {}, bool shown = true)
+      : name(std::move(n)), header(std::move(h)), width(w), value(std::move(v)),
+        print(std::move(p)), shown_by_default(shown) {}
 };
 
 template <typename Row>
