@@ -128,7 +128,8 @@ X86Insn decode_x86(const uint8_t* p, size_t n);
 uint64_t cheap_probe_offset(const uint8_t* code, size_t n, uint16_t keep, bool ret);
 
 // True if a direct branch (jmp/jcc/call rel8/rel32) in `text` (loaded at text_vaddr)
-// targets an address in (lo, hi]. Byte-pattern scan: may err on the side of true.
+// targets an address in (lo, hi]. Byte-pattern scan (may err on the side of true)
+// that skips [lo, hi), the already-decoded branch-free prologue.
 bool branch_targets_range(const uint8_t* text, size_t n, uint64_t text_vaddr, uint64_t lo,
                           uint64_t hi);
 

@@ -1,0 +1,536 @@
+#include "common/pthread_probes.h"
+
+#include <bcc/BPF.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/bpf_session.h"
+#include "common/proc.h"
+
+namespace bpfdiag {
+
+const char* pthread_fn_name(PthreadFn fn) {
+  switch (fn) {
+    case PthreadFn::MutexLock: return "pthread_mutex_lock";
+    case PthreadFn::MutexTrylock: return "pthread_mutex_trylock";
+    case PthreadFn::MutexTimedlock: return "pthread_mutex_timedlock";
+    case PthreadFn::MutexClocklock: return "pthread_mutex_clocklock";
+    case PthreadFn::MutexUnlock: return "pthread_mutex_unlock";
+    case PthreadFn::CondWait: return "pthread_cond_wait";
+    case PthreadFn::CondTimedwait: return "pthread_cond_timedwait";
+    case PthreadFn::CondClockwait: return "pthread_cond_clockwait";
+  }
+  return "?";
+}
+
+bool pthread_fn_optional(PthreadFn fn) {
+  return fn == PthreadFn::MutexClocklock || fn == PthreadFn::CondClockwait;
+}
+
+namespace {
+
+// Argument registers each function's handlers read (entry: the mutex/cond pointers).
+uint16_t arg_regs(PthreadFn fn) {
+  switch (fn) {
+    case PthreadFn::CondWait:
+    case PthreadFn::CondTimedwait:
+    case PthreadFn::CondClockwait:
+      return kRegRdi | kRegRsi;
+    default:
+      return kRegRdi;
+  }
+}
+
+// --- ELF access ----------------------------------------------------------------------
+
+struct ElfSym {
+  uint64_t vaddr = 0, size = 0;
+};
+
+class ElfReader {
+ public:
+  explicit ElfReader(const std::string& path) {
+    elf_version(EV_CURRENT);
+    fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) {
+      err_ = std::strerror(errno);
+      return;
+    }
+    elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
+    if (!elf_ || elf_kind(elf_) != ELF_K_ELF) err_ = "not an ELF file";
+  }
+  ~ElfReader() {
+    if (elf_) elf_end(elf_);
+    if (fd_ >= 0) close(fd_);
+  }
+  const std::string& error() const { return err_; }
+
+  // Default-version FUNC symbol `name` from .dynsym, else .symtab.
+  bool find_func(const std::string& name, ElfSym& out) {
+    return find_in(SHT_DYNSYM, name, out) || find_in(SHT_SYMTAB, name, out);
+  }
+
+  // The executable PT_LOAD segment containing vaddr: its bytes and start address.
+  bool exec_segment(uint64_t vaddr, std::vector<uint8_t>& bytes, uint64_t& seg_vaddr) {
+    size_t n = 0;
+    if (elf_getphdrnum(elf_, &n) != 0) return false;
+    for (size_t i = 0; i < n; ++i) {
+      GElf_Phdr ph;
+      if (!gelf_getphdr(elf_, static_cast<int>(i), &ph)) continue;
+      if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+      if (vaddr < ph.p_vaddr || vaddr >= ph.p_vaddr + ph.p_filesz) continue;
+      bytes.resize(ph.p_filesz);
+      size_t got = 0;
+      while (got < bytes.size()) {
+        ssize_t r = pread(fd_, bytes.data() + got, bytes.size() - got,
+                          static_cast<off_t>(ph.p_offset + got));
+        if (r <= 0) return false;
+        got += static_cast<size_t>(r);
+      }
+      seg_vaddr = ph.p_vaddr;
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  bool find_in(unsigned type, const std::string& name, ElfSym& out) {
+    if (!elf_) return false;
+    Elf_Scn* scn = nullptr;
+    Elf_Scn* symscn = nullptr;
+    Elf_Data* versym = nullptr;
+    size_t strndx = 0;
+    while ((scn = elf_nextscn(elf_, scn))) {
+      GElf_Shdr sh;
+      if (!gelf_getshdr(scn, &sh)) continue;
+      if (sh.sh_type == type) {
+        symscn = scn;
+        strndx = sh.sh_link;
+      } else if (type == SHT_DYNSYM && sh.sh_type == SHT_GNU_versym) {
+        versym = elf_getdata(scn, nullptr);
+      }
+    }
+    if (!symscn) return false;
+    Elf_Data* data = elf_getdata(symscn, nullptr);
+    GElf_Shdr sh;
+    gelf_getshdr(symscn, &sh);
+    size_t count = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
+    bool found = false;
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Sym s;
+      if (!gelf_getsym(data, static_cast<int>(i), &s)) continue;
+      if (s.st_shndx == SHN_UNDEF || s.st_value == 0) continue;
+      int t = GELF_ST_TYPE(s.st_info);
+      if (t != STT_FUNC && t != STT_GNU_IFUNC) continue;
+      const char* n = elf_strptr(elf_, strndx, s.st_name);
+      if (!n) continue;
+      // .symtab of static executables may spell versions into the name
+      std::string sn = n;
+      bool hidden = false;
+      auto at = sn.find('@');
+      if (at != std::string::npos) {
+        hidden = sn.compare(at, 2, "@@") != 0;
+        sn.resize(at);
+      }
+      if (sn != name) continue;
+      if (versym && i * sizeof(GElf_Versym) < versym->d_size) {
+        GElf_Versym v;
+        if (gelf_getversym(versym, static_cast<int>(i), &v) && (v & 0x8000)) hidden = true;
+      }
+      if (hidden) {
+        if (!found) out = {s.st_value, s.st_size};  // only if nothing better appears
+        found = true;
+        continue;
+      }
+      out = {s.st_value, s.st_size};
+      return true;
+    }
+    return found;
+  }
+
+  int fd_ = -1;
+  Elf* elf_ = nullptr;
+  std::string err_;
+};
+
+std::string hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+}  // namespace
+
+// --- finding the library ---------------------------------------------------------------
+
+Result<PthreadLib> pthread_lib_from_maps(const std::string& maps_text, const std::string& root) {
+  std::istringstream in(maps_text);
+  std::string line, libc, libpthread;
+  while (std::getline(in, line)) {
+    auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string path = line.substr(slash);
+    if (path.size() > 10 && path.compare(path.size() - 10, 10, " (deleted)") == 0)
+      path.resize(path.size() - 10);
+    std::string base = path.substr(path.rfind('/') + 1);
+    if (libpthread.empty() && base.rfind("libpthread.so", 0) == 0) libpthread = path;
+    if (libc.empty() && base.rfind("libc.so", 0) == 0) libc = path;
+    if (libc.empty() && base.rfind("libc-2.", 0) == 0 && base.find(".so") != std::string::npos)
+      libc = path;
+  }
+  std::string chosen = !libpthread.empty() ? libpthread : libc;
+  if (chosen.empty()) return Error{"no libc.so.6 or libpthread.so.0 mapped"};
+  PthreadLib lib;
+  lib.display = chosen;
+  lib.path = root + chosen;
+  return lib;
+}
+
+Result<PthreadLib> find_pthread_lib(uint32_t pid) {
+  std::string proc = pid ? "/proc/" + std::to_string(pid) : std::string("/proc/self");
+  if (pid && !pid_exists(pid)) return Error{"no process with PID " + std::to_string(pid)};
+  std::ifstream f(proc + "/maps");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (!f) {
+    return Error{"cannot read " + proc + "/maps: " + std::strerror(errno) +
+                 (pid ? "; is PID " + std::to_string(pid) + " still running?" : "")};
+  }
+  auto lib = pthread_lib_from_maps(ss.str(), pid ? proc + "/root" : "");
+  if (lib) {
+    lib.value().pid = pid ? static_cast<int>(pid) : -1;
+    return lib;
+  }
+  if (!pid) return Error{"this tool has no libc mapped (cannot happen with a dynamic build)"};
+  // statically linked glibc: the pthread functions are in the executable itself
+  std::string exe = proc + "/exe";
+  ElfReader elf(exe);
+  ElfSym s;
+  if (elf.error().empty() && elf.find_func("pthread_mutex_lock", s)) {
+    PthreadLib out;
+    out.pid = static_cast<int>(pid);
+    out.path = exe;
+    char buf[4096];
+    ssize_t n = readlink(exe.c_str(), buf, sizeof buf - 1);
+    out.display = n > 0 ? std::string(buf, static_cast<size_t>(n)) : exe;
+    out.static_exe = true;
+    return out;
+  }
+  return Error{"PID " + std::to_string(pid) + " (" + proc_comm(pid) +
+               ") has no libc.so.6 or libpthread.so.0 mapped and no pthread_mutex_lock symbol "
+               "in its executable (statically linked and stripped, or not using glibc "
+               "pthreads); only glibc pthread mutexes can be traced"};
+}
+
+// --- x86-64 prologue decoding -----------------------------------------------------------
+
+X86Insn decode_x86(const uint8_t* p, size_t n) {
+  X86Insn d;
+  size_t i = 0;
+  bool opsize = false, rep = false, other_prefix = false;
+  uint8_t rex = 0;
+  auto need = [&](size_t k) { return i + k <= n; };
+  for (; i < n && i < 4; ++i) {
+    uint8_t b = p[i];
+    if (b == 0x66) opsize = true;
+    else if (b == 0xf3 || b == 0xf2) rep = true, other_prefix = true;
+    else if (b == 0x64 || b == 0x65 || b == 0x2e || b == 0x3e || b == 0x26 || b == 0x36 ||
+             b == 0xf0)
+      other_prefix = true;
+    else break;
+  }
+  if (i < n && (p[i] & 0xf0) == 0x40) rex = p[i++];
+  if (!need(1)) return d;
+  const bool rex_w = rex & 8;
+  const unsigned rex_r = (rex & 4) ? 8 : 0, rex_b = (rex & 1) ? 8 : 0;
+  uint8_t op = p[i++];
+  unsigned mod = 0, reg = 0, rm = 0;
+  auto modrm = [&]() -> bool {
+    if (!need(1)) return false;
+    uint8_t m = p[i++];
+    mod = m >> 6;
+    reg = ((m >> 3) & 7) | rex_r;
+    rm = (m & 7) | rex_b;
+    if (mod != 3) {
+      if ((m & 7) == 4) {
+        if (!need(1)) return false;
+        uint8_t sib = p[i++];
+        if (mod == 0 && (sib & 7) == 5) i += 4;
+      }
+      if (mod == 0 && (m & 7) == 5) i += 4;  // rip-relative
+      else if (mod == 1) i += 1;
+      else if (mod == 2) i += 4;
+    }
+    return i <= n;
+  };
+  auto bit = [](unsigned r) { return static_cast<uint16_t>(1u << r); };
+  auto rm_write = [&]() { return mod == 3 ? bit(rm) : uint16_t(0); };
+  const unsigned imm_z = opsize ? 2 : 4;
+  auto done = [&](unsigned imm) {
+    i += imm;
+    if (i > n) return d;
+    d.ok = true;
+    d.len = static_cast<unsigned>(i);
+    return d;
+  };
+
+  if (op == 0x0f) {
+    if (!need(1)) return d;
+    uint8_t op2 = p[i++];
+    if (op2 == 0x1e && rep && need(1) && (p[i] == 0xfa || p[i] == 0xfb)) return done(1);  // endbr
+    if (op2 == 0x1f) return modrm() ? done(0) : d;                                         // nop
+    if (op2 >= 0x80 && op2 <= 0x8f) {  // jcc rel32
+      d.branch = true;
+      d.emulated = !opsize && !other_prefix;
+      d.what = "jcc";
+      return done(4);
+    }
+    if (op2 == 0xb6 || op2 == 0xb7 || op2 == 0xbe || op2 == 0xbf || (op2 >= 0x40 && op2 <= 0x4f)) {
+      if (!modrm()) return d;
+      d.writes = bit(reg);
+      return done(0);
+    }
+    if (op2 >= 0x90 && op2 <= 0x9f) {  // setcc
+      if (!modrm()) return d;
+      d.writes = rm_write();
+      return done(0);
+    }
+    return d;
+  }
+  if (op < 0x40 && (op & 7) <= 5) {  // add/or/adc/sbb/and/sub/xor/cmp
+    bool cmp = (op >> 3) == 7;
+    switch (op & 7) {
+      case 0: case 1:
+        if (!modrm()) return d;
+        d.writes = cmp ? 0 : rm_write();
+        return done(0);
+      case 2: case 3:
+        if (!modrm()) return d;
+        d.writes = cmp ? 0 : bit(reg);
+        return done(0);
+      case 4:
+        d.writes = cmp ? 0 : bit(0);
+        return done(1);
+      default:
+        d.writes = cmp ? 0 : bit(0);
+        return done(imm_z);
+    }
+  }
+  if (op >= 0x50 && op <= 0x57) {  // push reg: emulated without prefixes but REX.B
+    d.writes = kRegRsp;
+    d.emulated = !opsize && !other_prefix && (rex == 0 || rex == 0x41);
+    d.what = "push";
+    return done(0);
+  }
+  if (op >= 0x58 && op <= 0x5f) {  // pop
+    d.writes = kRegRsp | bit((op & 7) | rex_b);
+    return done(0);
+  }
+  if (op >= 0x70 && op <= 0x7f) {  // jcc rel8
+    d.branch = true;
+    d.emulated = !opsize && !other_prefix;
+    d.what = "jcc";
+    return done(1);
+  }
+  switch (op) {
+    case 0x63:  // movsxd
+    case 0x8a: case 0x8b: case 0x8d:  // mov r, r/m; lea
+      if (!modrm()) return d;
+      d.writes = bit(reg);
+      return done(0);
+    case 0x84: case 0x85:  // test
+      return modrm() ? done(0) : d;
+    case 0x86: case 0x87:  // xchg
+      if (!modrm()) return d;
+      d.writes = bit(reg) | rm_write();
+      return done(0);
+    case 0x88: case 0x89:  // mov r/m, r
+      if (!modrm()) return d;
+      d.writes = rm_write();
+      return done(0);
+    case 0x80: case 0x81: case 0x83: {  // group 1 with immediate
+      if (!modrm()) return d;
+      d.writes = (reg & 7) == 7 ? 0 : rm_write();
+      return done(op == 0x81 ? imm_z : 1);
+    }
+    case 0x90:
+      if (rex_b) return d;  // xchg r8, rax
+      return done(0);
+    case 0x98: case 0x99:
+      d.writes = op == 0x98 ? bit(0) : bit(2);
+      return done(0);
+    case 0xa8: return done(1);
+    case 0xa9: return done(imm_z);
+    case 0xc0: case 0xc1: case 0xd1: case 0xd3:  // shifts
+      if (!modrm()) return d;
+      d.writes = rm_write();
+      return done(op == 0xc0 || op == 0xc1 ? 1 : 0);
+    case 0xc6: case 0xc7:
+      if (!modrm() || (reg & 7) != 0) return d;
+      d.writes = rm_write();
+      return done(op == 0xc6 ? 1 : imm_z);
+    case 0xf6: case 0xf7:
+      if (!modrm() || (reg & 7) != 0) return d;  // only test
+      return done(op == 0xf6 ? 1 : imm_z);
+    case 0xe8:  // call rel32
+      d.branch = true;
+      d.emulated = !opsize && !other_prefix;
+      d.writes = kRegRsp;
+      d.what = "call";
+      return done(4);
+    case 0xe9: case 0xeb:  // jmp
+      d.branch = true;
+      d.emulated = !opsize && !other_prefix;
+      d.what = "jmp";
+      return done(op == 0xe9 ? 4 : 1);
+    case 0xc3:
+      d.branch = true;
+      return done(0);
+    default:
+      break;
+  }
+  if (op >= 0xb0 && op <= 0xb7) {
+    d.writes = bit((op & 7) | rex_b);
+    return done(1);
+  }
+  if (op >= 0xb8 && op <= 0xbf) {
+    d.writes = bit((op & 7) | rex_b);
+    return done(rex_w ? 8 : imm_z);
+  }
+  return d;
+}
+
+uint64_t cheap_probe_offset(const uint8_t* code, size_t n, uint16_t keep, bool ret) {
+  uint64_t off = 0;
+  uint16_t written = 0;
+  for (int k = 0; k < 24 && off < n; ++k) {
+    X86Insn d = decode_x86(code + off, n - off);
+    if (!d.ok) return 0;
+    if (d.emulated) return off;
+    if (d.branch) return 0;
+    written |= d.writes;
+    if (written & keep) return 0;
+    if (ret && (written & kRegRsp)) return 0;
+    off += d.len;
+  }
+  return 0;
+}
+
+bool branch_targets_range(const uint8_t* t, size_t n, uint64_t base, uint64_t lo, uint64_t hi) {
+  auto hit = [&](size_t end, int64_t rel) {
+    uint64_t target = base + end + static_cast<uint64_t>(rel);
+    return target > lo && target <= hi;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    // the skipped bytes [lo, hi) were decoded exactly and hold no branch: their
+    // immediates and displacements are not instructions
+    if (base + i >= lo && base + i < hi) continue;
+    uint8_t b = t[i];
+    if ((b == 0xeb || (b >= 0x70 && b <= 0x7f)) && i + 2 <= n) {
+      if (hit(i + 2, static_cast<int8_t>(t[i + 1]))) return true;
+    }
+    if ((b == 0xe8 || b == 0xe9) && i + 5 <= n) {
+      int32_t rel;
+      std::memcpy(&rel, t + i + 1, 4);
+      if (hit(i + 5, rel)) return true;
+    }
+    if (b == 0x0f && i + 6 <= n && t[i + 1] >= 0x80 && t[i + 1] <= 0x8f) {
+      int32_t rel;
+      std::memcpy(&rel, t + i + 2, 4);
+      if (hit(i + 6, rel)) return true;
+    }
+  }
+  return false;
+}
+
+// --- resolving and attaching ------------------------------------------------------------
+
+Result<std::vector<ProbePoint>> resolve_pthread_probes(const PthreadLib& lib,
+                                                       const std::vector<PthreadFn>& fns,
+                                                       const ProbeOptions& opts) {
+  ElfReader elf(lib.path);
+  if (!elf.error().empty()) {
+    std::string hint = lib.pid > 0 ? "; is PID " + std::to_string(lib.pid) + " still running?" : "";
+    return Error{"cannot read " + lib.path + ": " + elf.error() + hint};
+  }
+  std::vector<ProbePoint> out;
+  std::vector<uint8_t> seg;
+  uint64_t seg_vaddr = 0;
+  for (PthreadFn fn : fns) {
+    ElfSym s;
+    if (!elf.find_func(pthread_fn_name(fn), s)) {
+      if (pthread_fn_optional(fn)) continue;
+      return Error{std::string("no symbol ") + pthread_fn_name(fn) + " in " + lib.display +
+                   " (not glibc?)"};
+    }
+    ProbePoint pt{fn, s.vaddr, 0, false};
+    if (seg.empty() || s.vaddr < seg_vaddr || s.vaddr >= seg_vaddr + seg.size()) {
+      seg.clear();
+      elf.exec_segment(s.vaddr, seg, seg_vaddr);
+    }
+    if (!seg.empty() && s.vaddr >= seg_vaddr && s.vaddr < seg_vaddr + seg.size()) {
+      const uint8_t* code = seg.data() + (s.vaddr - seg_vaddr);
+      size_t avail = seg.size() - (s.vaddr - seg_vaddr);
+      size_t len = s.size ? std::min<size_t>(s.size, avail) : std::min<size_t>(64, avail);
+      X86Insn first = decode_x86(code, len);
+      pt.emulated = first.ok && first.emulated;
+      if (!opts.at_symbol && !pt.emulated) {
+        uint64_t off = cheap_probe_offset(code, len, arg_regs(fn), fn != PthreadFn::MutexUnlock);
+        if (off && !branch_targets_range(seg.data(), seg.size(), seg_vaddr, s.vaddr, s.vaddr + off)) {
+          pt.offset = off;
+          pt.emulated = true;
+        }
+      }
+    }
+    out.push_back(pt);
+  }
+  return out;
+}
+
+std::string describe_probe_point(const ProbePoint& p) {
+  std::string s = pthread_fn_name(p.fn);
+  if (p.offset) s += "+" + hex(p.offset);
+  s += p.emulated ? " (emulated instruction)" : " (single-stepped instruction)";
+  return s;
+}
+
+Status attach_pthread_probes(BpfSession& s, const PthreadLib& lib,
+                             const std::vector<ProbePoint>& points,
+                             const std::vector<PthreadHandler>& handlers) {
+  for (const auto& h : handlers) {
+    const ProbePoint* pt = nullptr;
+    for (const auto& p : points)
+      if (p.fn == h.fn) pt = &p;
+    if (!pt) continue;  // optional function absent from this glibc
+    for (int ret = 0; ret < 2; ++ret) {
+      const std::string& fn = ret ? h.return_fn : h.entry_fn;
+      if (fn.empty()) continue;
+      ebpf::StatusTuple st(0);
+      {
+        StderrNoiseFilter quiet;
+        st = s.bpf().attach_uprobe(lib.path, "", fn, pt->sym_vaddr + pt->offset,
+                                   ret ? BPF_PROBE_RETURN : BPF_PROBE_ENTRY, lib.pid);
+      }
+      if (!st.ok()) {
+        std::string msg = st.msg();
+        msg = msg.substr(0, msg.find('\n'));
+        std::string hint = lib.pid > 0 ? "; is PID " + std::to_string(lib.pid) + " still running?"
+                                       : "";
+        return Error{std::string("cannot attach ") + (ret ? "uretprobe" : "uprobe") + " to " +
+                     lib.display + ":" + pthread_fn_name(h.fn) +
+                     (pt->offset ? "+" + hex(pt->offset) : "") + ": " + msg + hint};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace bpfdiag
