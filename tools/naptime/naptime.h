@@ -1,0 +1,106 @@
+// naptime: trace sleeps (nanosleep and clock_nanosleep) with the requested length, the
+// time actually slept, the parent process, and whether the sleep was interrupted.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <linux/types.h>
+
+#include "common/histogram.h"
+#include "common/report.h"
+#include "common/result.h"
+#include "common/runloop.h"
+
+extern "C" {
+#include "naptime_shared.h"
+}
+
+namespace naptime {
+
+struct Config {
+  bool help = false;
+  bool summary = false;  // -s
+  bool json = false;
+  bool ebpf = false;
+  std::vector<uint32_t> pids;  // -p
+  std::vector<uint32_t> tids;  // -t
+  std::string comm;            // --comm (at most 15 characters, as the kernel keeps)
+  uint64_t min_ns = 0;         // -m: minimum requested length
+  bpfdiag::Schedule schedule;  // [duration]
+};
+
+extern const char kHelp[];
+
+bpfdiag::Result<Config> parse_args(int argc, char** argv);
+
+// BPF program text and the cflags (BTF offsets, filters) it is compiled with.
+std::string bpf_text();
+bpfdiag::Result<std::vector<std::string>> bpf_cflags(const Config& c);
+// The filter defines alone (no BTF needed), for tests.
+std::vector<std::string> filter_cflags(const Config& c);
+
+// Offsets of the clocks that absolute requests may use, from CLOCK_MONOTONIC.
+struct ClockOffsets {
+  int64_t realtime_ns = 0;
+  int64_t tai_ns = 0;
+};
+ClockOffsets measure_clock_offsets();
+
+// "CLOCK_MONOTONIC", ... ("CLOCK_<id>" for unknown ids).
+std::string clock_name(int32_t clock);
+// "EINTR", "EINVAL", ... for a syscall return value (0 -> ""). The kernel's internal
+// restart codes of an interrupted sleep are reported as EINTR.
+std::string errno_name(int64_t ret);
+
+// One traced sleep, decoded from a naptime_event.
+struct Sleep {
+  uint64_t time_ns = 0;  // CLOCK_REALTIME at exit of the call
+  uint32_t pid = 0, tid = 0, ppid = 0;
+  std::string comm, pcomm;
+  std::string syscall;  // "nanosleep" or "clock_nanosleep"
+  int32_t clock = 1;
+  bool abstime = false;
+  std::optional<uint64_t> requested_ns;  // relative length; none if not knowable
+  uint64_t slept_ns = 0;
+  int64_t ret = 0;
+  bool interrupted = false;  // any error, including a signal (EINTR)
+};
+Sleep decode(const naptime_event& ev, const ClockOffsets& off);
+
+// Per-process totals for the summary.
+struct ProcStats {
+  std::string comm;
+  uint64_t count = 0, interrupted = 0;
+  uint64_t requested_ns = 0, slept_ns = 0;
+  bpfdiag::Histogram slept;  // ns
+};
+
+class Summary {
+ public:
+  void add(const Sleep& s);
+  const std::map<uint32_t, ProcStats>& procs() const { return procs_; }
+  const bpfdiag::Histogram& all() const { return all_; }        // ns
+  const bpfdiag::Histogram& all_us() const { return all_us_; }  // the same in us
+  uint64_t count() const { return all_.count(); }
+
+ private:
+  std::map<uint32_t, ProcStats> procs_;
+  bpfdiag::Histogram all_, all_us_;
+};
+
+// Column header of the per-sleep text output.
+void render_header(std::ostream& os);
+// One sleep: a text line or a "sleep" NDJSON record.
+void render_sleep(std::ostream& os, const Config& c, const Sleep& s);
+// The final report: text summary (-s) or the data quality line; a "summary" record in
+// JSON.
+void render_summary(std::ostream& os, const Config& c, const Summary& sum,
+                    const bpfdiag::DataQuality& dq, uint64_t duration_ns);
+
+bpfdiag::Status run(const Config& c);
+
+}  // namespace naptime
