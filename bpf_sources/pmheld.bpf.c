@@ -1,0 +1,163 @@
+/* pmheld: pthread mutex hold times, from the successful return of
+ * pthread_mutex_lock/trylock/timedlock/clocklock to pthread_mutex_unlock.
+ *
+ * pthread_cond_*wait(cond, mutex) releases the mutex while it waits and re-acquires it
+ * before returning: its entry ends the current hold (like an unlock) and its return
+ * starts a new one, so condition-variable waits never count as holding.
+ *
+ * Compile-time options (-D):
+ *   NO_STACKS          do not record the acquiring user stack (cheaper)
+ *   STACK_ENTRIES=N    stack table size
+ *   MAX_LOCKS=N        held/stat map size
+ *   HIST_ENTRIES=N     histogram map size
+ */
+#include <uapi/linux/ptrace.h>
+#include "hist.h"
+#include "pmheld_shared.h"
+
+#ifndef MAX_LOCKS
+#define MAX_LOCKS 10240
+#endif
+#ifndef HIST_ENTRIES
+#define HIST_ENTRIES 65536
+#endif
+
+BPF_HASH(pending, u32, u64, MAX_LOCKS);                      /* tid -> mutex being locked */
+BPF_HASH(held, struct pmheld_held_key, struct pmheld_held, MAX_LOCKS);
+BPF_HASH(stats, struct pmheld_stat_key, struct pmheld_stat, MAX_LOCKS);
+BPF_HASH(hist, struct pmheld_hist_key, u64, HIST_ENTRIES);
+BPF_ARRAY(counters, u64, PMHELD_NCOUNTERS);
+#ifndef NO_STACKS
+BPF_STACK_TRACE(stacks, STACK_ENTRIES);
+#endif
+
+static inline void count(u32 slot) {
+  u64 *v = counters.lookup(&slot);
+  if (v)
+    __sync_fetch_and_add(v, 1);
+}
+
+static inline void acquired(struct pt_regs *ctx, u64 lock) {
+  u64 id = bpf_get_current_pid_tgid();
+  struct pmheld_held_key key = {};
+  key.tgid = id >> 32;
+  key.lock = lock;
+  struct pmheld_held *h = held.lookup(&key);
+  if (h) {
+    if (h->tid == (u32)id && h->depth > 0) {
+      h->depth++; /* recursive mutex taken again by its owner */
+      return;
+    }
+    count(PMHELD_C_REACQUIRED);
+  }
+  struct pmheld_held val = {};
+  val.acquire_ns = bpf_ktime_get_ns();
+  val.tid = (u32)id;
+  val.depth = 1;
+#ifdef NO_STACKS
+  val.stack_id = -1;
+#else
+  val.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+  if (val.stack_id < 0)
+    count(PMHELD_C_LOST_STACKS);
+#endif
+  if (held.update(&key, &val))
+    count(PMHELD_C_MAP_FULL);
+}
+
+static inline void released(u64 lock) {
+  u64 now = bpf_ktime_get_ns();
+  u64 id = bpf_get_current_pid_tgid();
+  struct pmheld_held_key key = {};
+  key.tgid = id >> 32;
+  key.lock = lock;
+  struct pmheld_held *h = held.lookup(&key);
+  if (!h) {
+    count(PMHELD_C_UNMATCHED_END);
+    return;
+  }
+  if (h->depth > 1) {
+    h->depth--;
+    return;
+  }
+  u64 delta = now - h->acquire_ns;
+  struct pmheld_stat_key sk = {};
+  sk.tgid = key.tgid;
+  sk.stack_id = h->stack_id;
+  sk.lock = lock;
+  held.delete(&key);
+
+  struct pmheld_stat zero = {};
+  struct pmheld_stat *s = stats.lookup_or_try_init(&sk, &zero);
+  if (s) {
+    __sync_fetch_and_add(&s->count, 1);
+    __sync_fetch_and_add(&s->total_ns, delta);
+    if (delta > s->max_ns)
+      s->max_ns = delta; /* racy by design: a concurrent larger max may be overwritten */
+  } else {
+    count(PMHELD_C_MAP_FULL);
+  }
+  struct pmheld_hist_key hk = {};
+  hk.tgid = key.tgid;
+  hk.bucket = hist_fine_index(delta);
+  hk.lock = lock;
+  u64 one = 0, *c = hist.lookup_or_try_init(&hk, &one);
+  if (c)
+    __sync_fetch_and_add(c, 1);
+  else
+    count(PMHELD_C_MAP_FULL);
+}
+
+/* pthread_mutex_lock/trylock/timedlock/clocklock entry: remember the mutex. */
+int lock_entry(struct pt_regs *ctx) {
+  u32 tid = (u32)bpf_get_current_pid_tgid();
+  u64 lock = PT_REGS_PARM1(ctx);
+  if (pending.update(&tid, &lock))
+    count(PMHELD_C_MAP_FULL);
+  return 0;
+}
+
+/* ... and return: 0 (or EOWNERDEAD for robust mutexes) means acquired. */
+int lock_return(struct pt_regs *ctx) {
+  u32 tid = (u32)bpf_get_current_pid_tgid();
+  u64 *lockp = pending.lookup(&tid);
+  if (!lockp)
+    return 0; /* entered before tracing started */
+  u64 lock = *lockp;
+  pending.delete(&tid);
+  int rc = (int)PT_REGS_RC(ctx);
+  if (rc == 0 || rc == PMHELD_EOWNERDEAD)
+    acquired(ctx, lock);
+  else
+    count(PMHELD_C_FAILED_LOCKS);
+  return 0;
+}
+
+/* pthread_mutex_unlock(mutex) entry: the hold ends. */
+int unlock_entry(struct pt_regs *ctx) {
+  released(PT_REGS_PARM1(ctx));
+  return 0;
+}
+
+/* pthread_cond_*wait(cond, mutex) entry: the mutex is released while waiting. */
+int cond_entry(struct pt_regs *ctx) {
+  u32 tid = (u32)bpf_get_current_pid_tgid();
+  u64 lock = PT_REGS_PARM2(ctx);
+  count(PMHELD_C_COND_WAITS);
+  released(lock);
+  if (pending.update(&tid, &lock))
+    count(PMHELD_C_MAP_FULL);
+  return 0;
+}
+
+/* ... and return: the mutex is held again, whatever the result (timeouts included). */
+int cond_return(struct pt_regs *ctx) {
+  u32 tid = (u32)bpf_get_current_pid_tgid();
+  u64 *lockp = pending.lookup(&tid);
+  if (!lockp)
+    return 0;
+  u64 lock = *lockp;
+  pending.delete(&tid);
+  acquired(ctx, lock);
+  return 0;
+}

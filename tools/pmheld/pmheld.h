@@ -1,0 +1,71 @@
+// pmheld: pthread mutex hold times per lock and acquiring stack, from uprobes on
+// glibc's pthread_mutex_* and pthread_cond_*wait functions.
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/histogram.h"
+#include "common/report.h"
+#include "common/result.h"
+#include "common/runloop.h"
+
+namespace pmheld {
+
+struct Config {
+  bool help = false;
+  std::vector<uint32_t> pids;  // -p; empty: every process using this machine's libc
+  bool json = false;
+  bool ebpf = false;
+  bool timestamp = false;      // -T
+  bool verbose = false;        // -v: print probe placement
+  bool at_symbol = false;      // --probe-at-symbol: no prologue optimisation
+  bool no_hist = false;        // --no-hist
+  uint64_t stacks = 3;         // -s: stacks shown per lock; 0: not collected
+  uint64_t entries = 10;       // -n: locks shown
+  std::string sort = "total";  // --sort
+  std::string fields;          // --fields (summary table columns)
+  bpfdiag::Schedule schedule;  // -i interval, [duration]
+};
+
+extern const char kHelp[];
+
+bpfdiag::Result<Config> parse_args(int argc, char** argv);
+
+std::string bpf_text();
+std::vector<std::string> bpf_cflags(const Config& c);
+
+// One acquiring stack of a lock (frames innermost first).
+struct StackHold {
+  std::vector<std::string> frames;
+  bool missing = false;  // stack id lost: shown as [Missed User Stack]
+  uint64_t count = 0, total_ns = 0, max_ns = 0;
+};
+
+// Everything reported about one mutex in one process.
+struct LockHold {
+  uint32_t pid = 0;
+  std::string comm;
+  uint64_t addr = 0;
+  std::string symbol;  // data symbol naming the mutex, "" if none (heap, stack)
+  uint64_t count = 0, total_ns = 0, max_ns = 0;
+  bpfdiag::Histogram hist;
+  std::vector<StackHold> stacks;  // by total hold, largest first
+};
+
+// "0x55d0c0a4a040"
+std::string hex_addr(uint64_t a);
+// "cache_lock" or "0x55d0c0a4a040" for anonymous mutexes.
+std::string lock_name(const LockHold& l);
+
+// Validates --sort against the summary table's columns.
+bpfdiag::Status check_sort_key(const std::string& key);
+
+// Renders one report (text or NDJSON); `locks` in any order (sorted here).
+void render(std::ostream& os, const Config& c, std::vector<LockHold> locks,
+            const bpfdiag::DataQuality& dq, uint64_t interval_ns, bool final);
+
+bpfdiag::Status run(const Config& c);
+
+}  // namespace pmheld
