@@ -1,0 +1,298 @@
+/* threadpool: scheduler-state accounting for the threads of one process, plus
+ * request timing on its accepted sockets. Raw tracepoints only (cheapest kind):
+ *   sched_switch, sched_wakeup, sched_wakeup_new, sched_process_fork: thread states
+ *   sys_enter, sys_exit: syscall in progress (what a blocked thread waits in) and
+ *                        accept -> first read -> response per {tgid, fd}
+ *
+ * -D flags from the front-end:
+ *   TARGET_TGID     the process traced
+ *   OFF_TASK_PID    task_struct.pid   (from kernel BTF)
+ *   OFF_TASK_TGID   task_struct.tgid
+ * The `threads` map is filled by user space with the pool's threads; new threads of
+ * the process are added here at fork (user space then keeps or drops them).
+ */
+#include <uapi/linux/ptrace.h>
+#include "hist.h"
+#include "threadpool_shared.h"
+
+BPF_HASH(threads, u32, struct tp_thread, TP_MAX_THREADS);
+BPF_HASH(waits, struct tp_wait_key, struct tp_wait_val, TP_MAX_WAITS);
+BPF_HASH(rqhist, struct tp_hist_key, u64, TP_MAX_HIST);
+BPF_HASH(conns, struct tp_conn_key, struct tp_conn, TP_MAX_CONNS);
+BPF_ARRAY(counters, u64, TP_NCOUNTERS);
+BPF_PERF_OUTPUT(reqs);
+
+#define TASK_RUNNING_STATE 0
+#define TASK_DEAD_STATE 0x80
+
+static inline void bump(u32 idx) {
+  u64 *v = counters.lookup(&idx);
+  if (v)
+    __sync_fetch_and_add(v, 1);
+}
+
+static inline u32 task_u32(void *task, u32 off) {
+  u32 v = 0;
+  bpf_probe_read_kernel(&v, sizeof(v), task + off);
+  return v;
+}
+
+static inline void add_wait(u32 tid, struct tp_thread *t, u64 blk, u64 rq) {
+  struct tp_wait_key k = {};
+  struct tp_wait_val zero = {};
+  k.tid = tid;
+  k.nr = t->w_nr;
+  k.op = t->w_op;
+  k.obj = t->w_obj;
+  struct tp_wait_val *v = waits.lookup_or_try_init(&k, &zero);
+  if (!v) {
+    bump(TP_C_WAITS_FULL);
+    return;
+  }
+  if (blk) {
+    __sync_fetch_and_add(&v->blk_ns, blk);
+    __sync_fetch_and_add(&v->count, 1);
+  }
+  if (rq)
+    __sync_fetch_and_add(&v->wake_rq_ns, rq);
+}
+
+RAW_TRACEPOINT_PROBE(sched_switch) {
+  /* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
+   *          unsigned int prev_state) */
+  u64 now = bpf_ktime_get_ns();
+  u64 id = bpf_get_current_pid_tgid(); /* current == prev */
+  u32 preempt = (u32)ctx->args[0];
+  u32 prev_state = (u32)ctx->args[3];
+
+  if ((id >> 32) == TARGET_TGID) {
+    u32 tid = (u32)id;
+    struct tp_thread *t = threads.lookup(&tid);
+    if (t) {
+      if (t->state == TP_ST_RUNNING && now > t->ts)
+        t->on_ns += now - t->ts;
+      t->w_pending = 0;
+      if (prev_state & TASK_DEAD_STATE) {
+        t->state = TP_ST_DEAD;
+      } else if (preempt || prev_state == TASK_RUNNING_STATE) {
+        t->state = TP_ST_RUNNABLE;
+      } else {
+        t->state = TP_ST_BLOCKED;
+        t->w_nr = t->sys_nr;
+        if (t->sys_nr == TP_NR_FUTEX) {
+          t->w_op = t->sys_arg1 & TP_FUTEX_CMD_MASK;
+          t->w_obj = t->sys_arg0 & ~7ULL;
+        } else {
+          t->w_op = 0;
+          t->w_obj = 0;
+        }
+      }
+      t->ts = now;
+    }
+  }
+
+  void *next = (void *)ctx->args[2];
+  if (task_u32(next, OFF_TASK_TGID) != TARGET_TGID)
+    return 0;
+  u32 ntid = task_u32(next, OFF_TASK_PID);
+  struct tp_thread *n = threads.lookup(&ntid);
+  if (!n)
+    return 0;
+  if (n->state == TP_ST_RUNNABLE && now > n->ts) {
+    u64 d = now - n->ts;
+    n->rq_ns += d;
+    n->rq_count += 1;
+    struct tp_hist_key hk = {};
+    u64 zero = 0, *c;
+    hk.tid = ntid;
+    hk.idx = hist_fine_index(d);
+    c = rqhist.lookup_or_try_init(&hk, &zero);
+    if (c)
+      __sync_fetch_and_add(c, 1);
+    else
+      bump(TP_C_HIST_FULL);
+    if (n->w_pending)
+      add_wait(ntid, n, 0, d);
+  } else if (n->state == TP_ST_BLOCKED && now > n->ts) {
+    /* wakeup not seen: count the whole gap as blocked */
+    u64 d = now - n->ts;
+    n->blk_ns += d;
+    add_wait(ntid, n, d, 0);
+  }
+  n->w_pending = 0;
+  n->state = TP_ST_RUNNING;
+  n->ts = now;
+  return 0;
+}
+
+static inline int on_wakeup(void *p) {
+  u32 tid = task_u32(p, OFF_TASK_PID);
+  struct tp_thread *t = threads.lookup(&tid);
+  if (!t)
+    return 0;
+  u64 now = bpf_ktime_get_ns();
+  if (t->state == TP_ST_BLOCKED) {
+    if (now > t->ts) {
+      u64 d = now - t->ts;
+      t->blk_ns += d;
+      add_wait(tid, t, d, 0);
+    }
+    t->w_pending = 1;
+    t->state = TP_ST_RUNNABLE;
+    t->ts = now;
+  } else if (t->state == TP_ST_UNKNOWN) {
+    t->w_pending = 0;
+    t->state = TP_ST_RUNNABLE;
+    t->ts = now;
+  }
+  return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sched_wakeup) { return on_wakeup((void *)ctx->args[0]); }
+RAW_TRACEPOINT_PROBE(sched_wakeup_new) { return on_wakeup((void *)ctx->args[0]); }
+
+RAW_TRACEPOINT_PROBE(sched_process_fork) {
+  /* TP_PROTO(struct task_struct *parent, struct task_struct *child) */
+  if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
+    return 0;
+  void *child = (void *)ctx->args[1];
+  if (task_u32(child, OFF_TASK_TGID) != TARGET_TGID)
+    return 0; /* a child process, not a thread */
+  u32 tid = task_u32(child, OFF_TASK_PID);
+  struct tp_thread t = {};
+  t.sys_nr = TP_NO_SYSCALL;
+  t.w_nr = TP_NO_SYSCALL;
+  t.state = TP_ST_UNKNOWN;
+  t.ts = bpf_ktime_get_ns();
+  if (threads.update(&tid, &t))
+    bump(TP_C_THREADS_FULL);
+  return 0;
+}
+
+static inline u64 reg_arg0(struct pt_regs *regs) {
+  u64 v = 0;
+  bpf_probe_read_kernel(&v, sizeof(v), &regs->di);
+  return v;
+}
+
+static inline int is_read_nr(long nr) {
+  return nr == TP_NR_READ || nr == TP_NR_READV || nr == TP_NR_RECVFROM || nr == TP_NR_RECVMSG ||
+         nr == TP_NR_RECVMMSG;
+}
+
+static inline int is_write_nr(long nr) {
+  return nr == TP_NR_WRITE || nr == TP_NR_WRITEV || nr == TP_NR_SENDTO || nr == TP_NR_SENDMSG ||
+         nr == TP_NR_SENDMMSG || nr == TP_NR_SENDFILE;
+}
+
+RAW_TRACEPOINT_PROBE(sys_enter) {
+  /* TP_PROTO(struct pt_regs *regs, long id) */
+  u64 id = bpf_get_current_pid_tgid();
+  if ((id >> 32) != TARGET_TGID)
+    return 0;
+  u32 tid = (u32)id;
+  struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+  long nr = (long)ctx->args[1];
+  u64 arg0 = 0;
+  int have_arg0 = 0;
+
+  struct tp_thread *t = threads.lookup(&tid);
+  if (t) {
+    u64 arg1 = 0;
+    arg0 = reg_arg0(regs);
+    have_arg0 = 1;
+    bpf_probe_read_kernel(&arg1, sizeof(arg1), &regs->si);
+    t->sys_nr = (s32)nr;
+    t->sys_arg0 = arg0;
+    t->sys_arg1 = (u32)arg1;
+  }
+
+  if (nr != TP_NR_CLOSE && !is_read_nr(nr))
+    return 0;
+  if (!have_arg0)
+    arg0 = reg_arg0(regs);
+  struct tp_conn_key ck = {};
+  ck.tgid = TARGET_TGID;
+  ck.fd = (u32)arg0;
+  struct tp_conn *c = conns.lookup(&ck);
+  if (!c)
+    return 0;
+  if (nr == TP_NR_CLOSE) {
+    if (c->phase == TP_CONN_ACCEPTED)
+      bump(TP_C_CLOSED_UNREAD);
+    else if (c->phase == TP_CONN_READING)
+      bump(TP_C_CLOSED_UNANSWERED);
+    conns.delete(&ck);
+    return 0;
+  }
+  if (c->phase == TP_CONN_ACCEPTED) { /* a worker takes the connection */
+    c->read_ts = bpf_ktime_get_ns();
+    c->reader = tid;
+    c->phase = TP_CONN_READING;
+  }
+  return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sys_exit) {
+  /* TP_PROTO(struct pt_regs *regs, long ret) */
+  u64 id = bpf_get_current_pid_tgid();
+  if ((id >> 32) != TARGET_TGID)
+    return 0;
+  u32 tid = (u32)id;
+  struct tp_thread *t = threads.lookup(&tid);
+  if (t)
+    t->sys_nr = TP_NO_SYSCALL;
+
+  long ret = (long)ctx->args[1];
+  if (ret < 0)
+    return 0;
+  struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+  long nr = -1;
+  bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
+  int accept = nr == TP_NR_ACCEPT || nr == TP_NR_ACCEPT4;
+  int rd = is_read_nr(nr), wr = is_write_nr(nr);
+  if (!accept && !rd && !wr)
+    return 0;
+
+  struct tp_conn_key ck = {};
+  ck.tgid = TARGET_TGID;
+  u64 now = bpf_ktime_get_ns();
+  if (accept) {
+    struct tp_conn nc = {};
+    ck.fd = (u32)ret;
+    nc.accept_ts = now;
+    nc.phase = TP_CONN_ACCEPTED;
+    if (conns.lookup(&ck))
+      bump(TP_C_FD_REUSED);
+    if (conns.update(&ck, &nc))
+      bump(TP_C_CONNS_FULL);
+    return 0;
+  }
+  if (ret == 0)
+    return 0;
+  ck.fd = (u32)reg_arg0(regs);
+  struct tp_conn *c = conns.lookup(&ck);
+  if (!c)
+    return 0;
+  if (rd) {
+    if (c->phase == TP_CONN_RESPONDED) { /* next request on a kept-alive connection */
+      c->accept_ts = 0;
+      c->read_ts = now;
+      c->reader = tid;
+      c->phase = TP_CONN_READING;
+    }
+    return 0;
+  }
+  if (c->phase != TP_CONN_READING)
+    return 0;
+  struct tp_req_event e = {};
+  e.accept_ts = c->accept_ts;
+  e.read_ts = c->read_ts;
+  e.resp_ts = now;
+  e.fd = ck.fd;
+  e.reader = c->reader;
+  e.writer = tid;
+  c->phase = TP_CONN_RESPONDED;
+  reqs.perf_submit(ctx, &e, sizeof(e));
+  return 0;
+}

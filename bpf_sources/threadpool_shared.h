@@ -1,0 +1,118 @@
+/* Shared between threadpool.bpf.c and the threadpool front-end (plain C).
+ *
+ * Per-thread state accounting lives in BPF maps (no per-event output): each pool
+ * thread has a tp_thread entry with its current scheduler state, when it began and
+ * cumulative on-CPU / runnable / blocked times. Blocked time is further split by the
+ * wait it was in (syscall number, futex command, futex word) in the `waits` map.
+ * Requests on accepted sockets are tracked per {tgid, fd} and reported through a
+ * perf buffer, one event per response.
+ */
+#ifndef BPFDIAG_THREADPOOL_SHARED_H
+#define BPFDIAG_THREADPOOL_SHARED_H
+
+#define TP_MAX_THREADS 16384
+#define TP_MAX_WAITS 65536
+#define TP_MAX_HIST 65536
+#define TP_MAX_CONNS 65536
+
+/* thread states */
+#define TP_ST_UNKNOWN 0  /* not seen yet */
+#define TP_ST_RUNNING 1  /* on a CPU */
+#define TP_ST_RUNNABLE 2 /* woken or preempted, waiting for a CPU */
+#define TP_ST_BLOCKED 3  /* sleeping (in w_nr) */
+#define TP_ST_DEAD 4
+
+#define TP_NO_SYSCALL (-1)
+
+/* x86_64 syscall numbers the BPF side needs (request tracking, futex words) */
+#define TP_NR_READ 0
+#define TP_NR_WRITE 1
+#define TP_NR_CLOSE 3
+#define TP_NR_READV 19
+#define TP_NR_WRITEV 20
+#define TP_NR_SENDFILE 40
+#define TP_NR_ACCEPT 43
+#define TP_NR_SENDTO 44
+#define TP_NR_RECVFROM 45
+#define TP_NR_SENDMSG 46
+#define TP_NR_RECVMSG 47
+#define TP_NR_FUTEX 202
+#define TP_NR_ACCEPT4 288
+#define TP_NR_RECVMMSG 299
+#define TP_NR_SENDMMSG 307
+
+#define TP_FUTEX_CMD_MASK 127
+
+struct tp_thread {
+  __u64 ts;       /* CLOCK_MONOTONIC ns when the current state began */
+  __u64 on_ns;    /* cumulative time on CPU */
+  __u64 rq_ns;    /* cumulative time runnable (dispatch latency) */
+  __u64 blk_ns;   /* cumulative time blocked */
+  __u64 rq_count; /* completed runnable periods */
+  __u64 w_obj;    /* wait object of the current/last block: futex word & ~7, else 0 */
+  __u64 sys_arg0; /* first argument of the syscall in progress */
+  __s32 sys_nr;   /* syscall in progress, TP_NO_SYSCALL if none */
+  __u32 sys_arg1; /* second argument (futex op) */
+  __s32 w_nr;     /* syscall of the current/last block */
+  __u32 w_op;     /* futex command (op & 127) of the current/last block */
+  __u32 state;    /* TP_ST_* */
+  __u32 w_pending; /* 1: runnable after a wakeup from the recorded block */
+};
+
+struct tp_wait_key {
+  __u64 obj;
+  __u32 tid;
+  __s32 nr;
+  __u32 op;
+  __u32 pad;
+};
+
+struct tp_wait_val {
+  __u64 blk_ns;     /* time blocked in this wait */
+  __u64 wake_rq_ns; /* time runnable right after being woken from it */
+  __u64 count;      /* blocks */
+};
+
+struct tp_hist_key {
+  __u32 tid;
+  __u32 idx; /* hist_fine_index(dispatch latency ns) */
+};
+
+struct tp_conn_key {
+  __u32 tgid;
+  __u32 fd;
+};
+
+#define TP_CONN_ACCEPTED 1  /* accepted, not yet read by anyone (queued) */
+#define TP_CONN_READING 2   /* a request is being served */
+#define TP_CONN_RESPONDED 3 /* response sent; a later read starts a new request */
+
+struct tp_conn {
+  __u64 accept_ts;
+  __u64 read_ts;
+  __u32 reader;
+  __u32 phase;
+};
+
+/* one completed request (first response write after a read) */
+struct tp_req_event {
+  __u64 accept_ts; /* 0 for later requests on a kept-alive connection */
+  __u64 read_ts;   /* first read by a worker */
+  __u64 resp_ts;   /* response write returned */
+  __u32 fd;
+  __u32 reader;    /* tid that read first */
+  __u32 writer;    /* tid that wrote the response */
+  __u32 pad;
+};
+
+/* counters array */
+#define TP_C_THREADS_FULL 0
+#define TP_C_WAITS_FULL 1
+#define TP_C_HIST_FULL 2
+#define TP_C_CONNS_FULL 3
+#define TP_C_CLOSED_UNREAD 4     /* accepted, closed before any read */
+#define TP_C_CLOSED_UNANSWERED 5 /* read, closed before a response */
+#define TP_C_FD_REUSED 6         /* accept returned an fd still tracked */
+#define TP_NCOUNTERS 8
+
+#endif

@@ -1,0 +1,7 @@
+#include "common/cli.h"
+#include "tools/threadpool/threadpool.h"
+
+int main(int argc, char** argv) {
+  return bpfdiag::tool_main<threadpool::Config>("threadpool", threadpool::kHelp, argc, argv,
+                                                threadpool::parse_args, threadpool::run);
+}
