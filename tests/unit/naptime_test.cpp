@@ -95,7 +95,7 @@ TEST_CASE("naptime parse: bad input is an error value") {
 
 TEST_CASE("naptime help: usage line and examples") {
   std::string h = kHelp;
-  CHECK(h.find("USAGE: naptime [-h] [-s] [-p PID[,PID]] [-t TID[,TID]] [--comm NAME] [-m MIN] "
+  CHECK(h.find("USAGE: naptime [-h] [-s] [-p PID[,PID]] [-t TID] [--comm NAME] [-m MIN] "
                "[-j] [--ebpf] [duration]\n") != std::string::npos);
   CHECK(h.find("EXAMPLES:\n  naptime  ") != std::string::npos);
   auto c = parse({"-h"});

@@ -25,16 +25,16 @@ namespace naptime {
 using namespace bpfdiag;
 
 const char kHelp[] =
-    R"(naptime - trace sleeps: who asked to sleep, for how long, and how long they slept.
+    R"(naptime - trace sleeps: requested and actual length, parent, interruptions.
 
-USAGE: naptime [-h] [-s] [-p PID[,PID]] [-t TID[,TID]] [--comm NAME] [-m MIN] [-j] [--ebpf] [duration]
+USAGE: naptime [-h] [-s] [-p PID[,PID]] [-t TID] [--comm NAME] [-m MIN] [-j] [--ebpf] [duration]
 
-Traces nanosleep(2) and clock_nanosleep(2), where glibc's nanosleep, usleep, sleep
-and std::this_thread::sleep_for end up. SECONDS is the length requested (a
-TIMER_ABSTIME target is converted into the length from the call), SLEPT the time
-until the call returned. NOTE shows the clock of an absolute request ("MONO abs"),
-a clock other than REALTIME/MONOTONIC, and errors (EINTR: a signal interrupted it).
-PPID/PCOMM are the parent at the time of the call.
+Traces nanosleep(2) and clock_nanosleep(2), where glibc's nanosleep, usleep,
+sleep and std::this_thread::sleep_for end up. SECONDS is the length requested
+(a TIMER_ABSTIME target is converted into the length from the call), SLEPT the
+time until the call returned. NOTE shows the clock of an absolute request
+("MONO abs"), a clock other than REALTIME/MONOTONIC, and errors (EINTR: a
+signal interrupted the sleep). PPID/PCOMM: the parent at the time of the call.
 
 OPTIONS:
  Filters:
