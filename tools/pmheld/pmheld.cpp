@@ -36,7 +36,7 @@ using namespace bpfdiag;
 
 const char kHelp[] = R"(pmheld - summarize pthread mutex hold times per lock and acquiring stack.
 
-USAGE: pmheld [-h] [-p PID[,PID]] [-i INTERVAL] [-T] [-s N] [-n N] [--sort KEY] [--fields LIST] [--no-hist] [--probe-at-symbol] [-v] [-j] [--ebpf] [duration]
+USAGE: pmheld [-hTvj] [-p PID[,PID]] [-i SECS] [-s N] [-n N] [--sort KEY] [--fields LIST] [duration]
 
 A hold lasts from the successful return of pthread_mutex_lock, _trylock,
 _timedlock or _clocklock to pthread_mutex_unlock. pthread_cond_wait and
