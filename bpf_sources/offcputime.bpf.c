@@ -1,0 +1,145 @@
+/* offcputime: off-CPU time by thread and by (user, kernel) stack, from the
+ * sched_switch raw tracepoint (no kprobes, no fentry).
+ *
+ * args: [0] bool preempt, [1] struct task_struct *prev, [2] struct task_struct *next.
+ * At sched_switch the current task is still prev, so bpf_get_stackid() captures the
+ * stacks prev blocked in; they are kept in `start` until prev is switched in again,
+ * where the off-CPU time is added to `counts` (aggregated in the kernel).
+ *
+ * Injected by the front-end (-D):
+ *   OFF_TASK_PID, OFF_TASK_TGID, OFF_TASK_FLAGS, OFF_TASK_STATE  (BTF offsets)
+ *   TGID_OK(t), TID_OK(t)     process/thread filters (default: 1)
+ *   USER_THREADS_ONLY / KERNEL_THREADS_ONLY
+ *   STATE_EQ=v (state == v) or STATE_MASK=m (state & m): task state filter; a
+ *                             preempted task counts as state 0 (TASK_RUNNING)
+ *   MIN_NS, MAX_NS            block time bounds
+ *   CAPTURE_USER, CAPTURE_KERNEL
+ *   STACK_STORAGE_SIZE, START_SIZE, COUNTS_SIZE, SEEN_SIZE
+ */
+#include "offcputime_shared.h"
+
+#define PF_KTHREAD 0x00200000
+#define TASK_DEAD 0x00000080
+
+BPF_HASH(start, u32, struct offcpu_start, START_SIZE);
+BPF_HASH(counts, struct offcpu_key, struct offcpu_val, COUNTS_SIZE);
+BPF_STACK_TRACE(stack_traces, STACK_STORAGE_SIZE);
+BPF_PERCPU_ARRAY(stats, u64, OFFCPU_STAT_MAX);
+BPF_HASH(seen, u32, u8, SEEN_SIZE);    /* processes already announced */
+BPF_PERF_OUTPUT(new_procs);            /* tgid of each newly seen process */
+
+static inline __attribute__((always_inline)) void stat_inc(int idx) {
+  u64 *v = stats.lookup(&idx);
+  if (v)
+    (*v)++;
+}
+
+static inline __attribute__((always_inline)) int thread_kind_ok(void *task) {
+#if defined(USER_THREADS_ONLY) || defined(KERNEL_THREADS_ONLY)
+  unsigned int flags = 0;
+  bpf_probe_read_kernel(&flags, sizeof(flags), task + OFF_TASK_FLAGS);
+#ifdef USER_THREADS_ONLY
+  return !(flags & PF_KTHREAD);
+#else
+  return (flags & PF_KTHREAD) != 0;
+#endif
+#else
+  return 1;
+#endif
+}
+
+RAW_TRACEPOINT_PROBE(sched_switch) {
+  void *prev = (void *)ctx->args[1];
+  void *next = (void *)ctx->args[2];
+  u64 now = bpf_ktime_get_ns();
+  u64 id = bpf_get_current_pid_tgid(); /* prev */
+  u32 tid = (u32)id, tgid = id >> 32;
+
+  /* ---- switch-out: prev leaves the CPU ---- */
+  if (tid != 0 && TGID_OK(tgid) && TID_OK(tid) && thread_kind_ok(prev)) {
+    struct offcpu_start s = {};
+    s.ts = now;
+    s.tgid = tgid;
+    unsigned int state = 0;
+    bpf_probe_read_kernel(&state, sizeof(state), prev + OFF_TASK_STATE);
+    if (state & TASK_DEAD) /* exiting: it will never be switched in again */
+      goto switch_in;
+    if (ctx->args[0]) /* preempted: still runnable, whatever __state says */
+      state = 0;
+#if defined(STATE_EQ)
+    s.skip = state != STATE_EQ;
+#elif defined(STATE_MASK)
+    s.skip = (state & STATE_MASK) == 0;
+#endif
+    if (!s.skip) {
+#ifdef CAPTURE_USER
+      s.user_stack_id = stack_traces.get_stackid(ctx, BPF_F_USER_STACK);
+      if (s.user_stack_id < 0 && s.user_stack_id != -14 /* EFAULT: no user stack */)
+        stat_inc(OFFCPU_STAT_STACK_LOST);
+#else
+      s.user_stack_id = -1;
+#endif
+#ifdef CAPTURE_KERNEL
+      s.kernel_stack_id = stack_traces.get_stackid(ctx, 0);
+      if (s.kernel_stack_id < 0 && s.kernel_stack_id != -14)
+        stat_inc(OFFCPU_STAT_STACK_LOST);
+#else
+      s.kernel_stack_id = -1;
+#endif
+      bpf_get_current_comm(&s.comm, sizeof(s.comm));
+      if (!seen.lookup(&tgid)) {
+        u8 one = 1;
+        int err = seen.insert(&tgid, &one);
+        if (err == 0)
+          new_procs.perf_submit(ctx, &tgid, sizeof(tgid));
+        else if (err != -17 /* EEXIST: another CPU was first */)
+          stat_inc(OFFCPU_STAT_SEEN_FULL);
+      }
+    }
+    if (start.update(&tid, &s) != 0)
+      stat_inc(OFFCPU_STAT_START_FULL);
+    else
+      stat_inc(OFFCPU_STAT_SWITCHES);
+  }
+
+  /* ---- switch-in: next gets the CPU ---- */
+switch_in:;
+  u32 ntid = 0;
+  bpf_probe_read_kernel(&ntid, sizeof(ntid), next + OFF_TASK_PID);
+  if (ntid == 0)
+    return 0;
+  struct offcpu_start *sp = start.lookup(&ntid);
+  if (!sp) {
+    /* Count only threads we would have tracked: off-CPU since before tracing
+     * started, or whose switch-out was dropped. */
+    u32 ntgid = 0;
+    bpf_probe_read_kernel(&ntgid, sizeof(ntgid), next + OFF_TASK_TGID);
+    if (TGID_OK(ntgid) && TID_OK(ntid) && thread_kind_ok(next))
+      stat_inc(OFFCPU_STAT_UNMATCHED_IN);
+    return 0;
+  }
+  struct offcpu_start s = *sp;
+  start.delete(&ntid);
+  if (s.skip || now < s.ts)
+    return 0;
+  u64 delta = now - s.ts;
+  if (delta < MIN_NS || delta > MAX_NS)
+    return 0;
+  struct offcpu_key key = {};
+  key.tgid = s.tgid;
+  key.tid = ntid;
+  key.user_stack_id = s.user_stack_id;
+  key.kernel_stack_id = s.kernel_stack_id;
+  __builtin_memcpy(&key.comm, &s.comm, sizeof(key.comm));
+  struct offcpu_val zero = {};
+  struct offcpu_val *v = counts.lookup_or_try_init(&key, &zero);
+  if (!v) {
+    stat_inc(OFFCPU_STAT_COUNTS_FULL);
+    return 0;
+  }
+  __sync_fetch_and_add(&v->total_ns, delta);
+  __sync_fetch_and_add(&v->count, 1);
+  if (delta > v->max_ns)
+    v->max_ns = delta; /* racy max: two CPUs rarely update one thread's key at once */
+  return 0;
+}
