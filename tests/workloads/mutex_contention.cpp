@@ -9,8 +9,10 @@
 //   --hold-us US       time the lock is held per acquisition (0-1000000, default 200)
 //   --gap-us US        work outside the lock between acquisitions (0-1000000, default 50)
 //   --duration-ms MS   how long the workers run (1-3600000, default 2000)
-//   --hold-mode M      spin: busy-wait on the clock while holding (default);
-//                      sleep: clock_nanosleep while holding (timer slack set to 1 ns)
+//   --hold-mode M      spin: busy-wait on the clock while holding, and for the gap
+//                      (default); sleep: clock_nanosleep for both (timer slack 1 ns),
+//                      so threads rarely compete for CPUs and a thread's measured
+//                      wait is almost all blocked time (what futex tracing sees)
 //   --private          each thread locks its own mutex (uncontended; for benchmarks)
 //   --go-file PATH     create the threads, print "ready <pid>" on stderr, then wait
 //                      until PATH exists before starting (lets a tracer attach first)
@@ -118,7 +120,10 @@ __attribute__((noinline)) void* worker(void* arg) {
   pthread_mutex_t* m = g_opts.private_locks ? &st.own : &cache_lock;
   while (!g_stop.load(std::memory_order_relaxed)) {
     update_cache(st, m);
-    if (g_opts.gap_us) spin_until(now_ns() + g_opts.gap_us * 1000ULL);
+    if (g_opts.gap_us) {
+      if (g_opts.sleep_hold) hold_for(g_opts.gap_us * 1000ULL);
+      else spin_until(now_ns() + g_opts.gap_us * 1000ULL);
+    }
   }
   return nullptr;
 }

@@ -1,0 +1,348 @@
+/* lockstat: lock waits in user space (futex syscalls or pthread uprobes) and in the
+ * kernel (lock:contention_begin/end), aggregated in kernel maps.
+ *
+ * Selected with -D flags from the front-end:
+ *   USER_FUTEX       futex waits: sys_enter/exit_futex (+ HAVE_FUTEX_WAIT, HAVE_FUTEX_WAITV)
+ *   USER_PTHREAD     pthread_mutex_*lock uprobes (on_lock/on_lock_ret); futex entries
+ *                    only mark the in-flight call as blocked
+ *   KERNEL_LOCKS     lock:contention_begin/end
+ *   FILTER_PIDS, FILTER_TIDS, FILTER_ADDRS   use the pid_filter/tid_filter/addr_filter maps
+ *   MIN_WAIT_NS      waits shorter than this are counted in counters[LS_CNT_BELOW_MIN] only
+ *   OFF_TASK_MM, OFF_MM_MMAP_LOCK, OFF_TASK_SIGHAND, OFF_SIGHAND_SIGLOCK  (BTF offsets,
+ *                    optional) name mmap_lock and siglock for kernel locks
+ *   STATS_ENTRIES, HIST_ENTRIES, STACK_ENTRIES, START_ENTRIES  map sizes
+ */
+#include <linux/sched.h>
+#include "hist.h"
+#include "lockstat_shared.h"
+
+struct futex_start {
+  u64 ts;
+  u64 uaddr;
+  s32 stack_id;
+  u32 flags;
+};
+
+struct klock_key {
+  u64 addr;
+  u32 tid;
+  u32 pad;
+};
+
+struct klock_start {
+  u64 ts;
+  s32 stack_id;
+  u32 flags;
+};
+
+struct plock_start {
+  u64 ts;
+  u64 mutex;
+  u64 caller;
+  s32 stack_id;
+  u32 blocked;
+};
+
+BPF_HASH(stats, struct lockstat_key, struct lockstat_val, STATS_ENTRIES);
+BPF_HASH(hist, struct lockstat_hkey, u64, HIST_ENTRIES);
+BPF_HASH(comms, u32, struct lockstat_comm, 65536);
+BPF_STACK_TRACE(stacks, STACK_ENTRIES);
+BPF_ARRAY(counters, u64, LS_CNT_MAX);
+#ifdef FILTER_PIDS
+BPF_HASH(pid_filter, u32, u8, 1024);
+#endif
+#ifdef FILTER_TIDS
+BPF_HASH(tid_filter, u32, u8, 1024);
+#endif
+#ifdef FILTER_ADDRS
+BPF_HASH(addr_filter, u64, u8, 1024);
+#endif
+
+static inline void count(u32 slot) {
+  u64 *v = counters.lookup(&slot);
+  if (v)
+    __sync_fetch_and_add(v, 1);
+}
+
+static inline int filtered_out(u32 pid, u32 tid, u64 addr) {
+#ifdef FILTER_PIDS
+  if (!pid_filter.lookup(&pid))
+    return 1;
+#endif
+#ifdef FILTER_TIDS
+  if (!tid_filter.lookup(&tid))
+    return 1;
+#endif
+#ifdef FILTER_ADDRS
+  if (!addr_filter.lookup(&addr))
+    return 1;
+#endif
+  return 0;
+}
+
+static inline void remember_comm(u32 tid) {
+  if (comms.lookup(&tid))
+    return;
+  struct lockstat_comm c = {};
+  bpf_get_current_comm(&c.comm, sizeof(c.comm));
+  comms.update(&tid, &c);
+}
+
+/* Adds one wait of `delta` ns (blocked: did it wait in the kernel) to the maps. */
+static inline void record(struct lockstat_key *k, u64 delta, u32 blocked) {
+  if (delta < MIN_WAIT_NS) {
+    count(LS_CNT_BELOW_MIN);
+    return;
+  }
+  struct lockstat_val zero = {};
+  struct lockstat_val *v = stats.lookup_or_try_init(k, &zero);
+  if (!v) {
+    count(LS_CNT_MAP_FULL);
+    return;
+  }
+  /* the key holds the tid, so only this thread updates this value */
+  v->count += 1;
+  v->total_ns += delta;
+  if (delta > v->max_ns)
+    v->max_ns = delta;
+  v->blocked += blocked;
+
+  struct lockstat_hkey hk = {};
+  hk.addr = k->addr;
+  hk.pid = k->pid;
+  hk.tid = k->tid;
+  hk.kind = k->kind;
+  hk.bucket = hist_fine_index(delta);
+  u64 one = 0, *h = hist.lookup_or_try_init(&hk, &one);
+  if (h)
+    *h += 1;
+  else
+    count(LS_CNT_MAP_FULL);
+  remember_comm(k->tid);
+}
+
+/* ---- user space: futex waits ---------------------------------------------------- */
+#if defined(USER_FUTEX) || defined(USER_PTHREAD)
+BPF_HASH(futex_start, u32, struct futex_start, START_ENTRIES);
+#endif
+#ifdef USER_PTHREAD
+BPF_HASH(plock_start, u32, struct plock_start, START_ENTRIES);
+#endif
+
+#if defined(USER_FUTEX) || defined(USER_PTHREAD)
+static inline int futex_begin(void *ctx, u64 uaddr, u32 flags) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 pid = id >> 32, tid = (u32)id;
+#ifdef USER_PTHREAD
+  /* exact pthread mode: only note that the in-flight lock call blocked */
+  struct plock_start *p = plock_start.lookup(&tid);
+  if (p)
+    p->blocked = 1;
+  return 0;
+#else
+  if (filtered_out(pid, tid, uaddr))
+    return 0;
+  struct futex_start s = {};
+  s.ts = bpf_ktime_get_ns();
+  s.uaddr = uaddr;
+  s.flags = flags;
+  s.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+  if (s.stack_id < 0 && s.stack_id != -14 /* -EFAULT: no stack to take */)
+    count(LS_CNT_LOST_USTACK);
+  if (futex_start.update(&tid, &s))
+    count(LS_CNT_MAP_FULL);
+  return 0;
+#endif
+}
+
+static inline int futex_end(void) {
+#ifdef USER_FUTEX
+  u64 id = bpf_get_current_pid_tgid();
+  u32 tid = (u32)id;
+  struct futex_start *s = futex_start.lookup(&tid);
+  if (!s)
+    return 0; /* a wake, a non-waiting op, or a wait that began before tracing */
+  u64 delta = bpf_ktime_get_ns() - s->ts;
+  struct lockstat_key k = {};
+  k.addr = s->uaddr;
+  k.pid = id >> 32;
+  k.tid = tid;
+  k.stack_id = s->stack_id;
+  k.kind = LS_KIND_FUTEX;
+  k.flags = s->flags;
+  futex_start.delete(&tid);
+  record(&k, delta, 1);
+#endif
+  return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_futex) {
+  u32 flags;
+  switch (args->op & 127) { /* FUTEX_CMD_MASK */
+  case 0:                    /* FUTEX_WAIT */
+    flags = args->val == 2 ? LS_FUTEX_LOCKWORD : 0;
+    break;
+  case 9: /* FUTEX_WAIT_BITSET */
+    flags = LS_FUTEX_BITSET;
+    break;
+  case 6:  /* FUTEX_LOCK_PI */
+  case 13: /* FUTEX_LOCK_PI2 */
+    flags = LS_FUTEX_PI;
+    break;
+  case 11: /* FUTEX_WAIT_REQUEUE_PI */
+    flags = LS_FUTEX_REQUEUE;
+    break;
+  default: /* wakes, requeues, trylock_pi, unlock_pi: no wait */
+    return 0;
+  }
+  return futex_begin(args, (u64)args->uaddr, flags);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_futex) {
+  return futex_end();
+}
+
+#ifdef HAVE_FUTEX_WAIT
+TRACEPOINT_PROBE(syscalls, sys_enter_futex_wait) {
+  return futex_begin(args, (u64)args->uaddr, LS_FUTEX_WAIT2);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_futex_wait) {
+  return futex_end();
+}
+#endif
+
+#ifdef HAVE_FUTEX_WAITV
+TRACEPOINT_PROBE(syscalls, sys_enter_futex_waitv) {
+  u64 uaddr = 0; /* struct futex_waitv { u64 val; u64 uaddr; u32 flags; u32 rsvd; } */
+  bpf_probe_read_user(&uaddr, sizeof(uaddr), (void *)args->waiters + 8);
+  return futex_begin(args, uaddr, LS_FUTEX_WAITV);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv) {
+  return futex_end();
+}
+#endif
+#endif /* USER_FUTEX || USER_PTHREAD */
+
+/* ---- user space: exact pthread mode (uprobes) -------------------------------------- */
+#ifdef USER_PTHREAD
+/* At the probe point the stack pointer still points at the return address (the
+ * front-end only moves the probe past instructions that leave %rsp alone). */
+int on_lock(struct pt_regs *ctx) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 pid = id >> 32, tid = (u32)id;
+  u64 mutex = PT_REGS_PARM1(ctx);
+  if (filtered_out(pid, tid, mutex))
+    return 0;
+  struct plock_start s = {};
+  s.mutex = mutex;
+  bpf_probe_read_user(&s.caller, sizeof(s.caller), (void *)PT_REGS_SP(ctx));
+  s.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+  if (s.stack_id < 0 && s.stack_id != -14 /* -EFAULT: no stack to take */)
+    count(LS_CNT_LOST_USTACK);
+  s.ts = bpf_ktime_get_ns();
+  if (plock_start.update(&tid, &s))
+    count(LS_CNT_MAP_FULL);
+  return 0;
+}
+
+int on_lock_ret(struct pt_regs *ctx) {
+  u64 now = bpf_ktime_get_ns();
+  u64 id = bpf_get_current_pid_tgid();
+  u32 tid = (u32)id;
+  struct plock_start *s = plock_start.lookup(&tid);
+  if (!s)
+    return 0;
+  struct lockstat_key k = {};
+  k.addr = s->mutex;
+  k.caller = s->caller;
+  k.pid = id >> 32;
+  k.tid = tid;
+  k.stack_id = s->stack_id;
+  k.kind = LS_KIND_PTHREAD;
+  u32 blocked = s->blocked;
+  u64 delta = now - s->ts;
+  plock_start.delete(&tid);
+  record(&k, delta, blocked);
+  return 0;
+}
+#endif
+
+/* ---- kernel locks ------------------------------------------------------------------ */
+#ifdef KERNEL_LOCKS
+BPF_HASH(klock_start, struct klock_key, struct klock_start, START_ENTRIES);
+
+static inline u32 thread_key(u32 tid) {
+  /* idle tasks all have tid 0: keep CPUs apart */
+  return tid ? tid : 0x80000000u | bpf_get_smp_processor_id();
+}
+
+TRACEPOINT_PROBE(lock, contention_begin) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 pid = id >> 32, tid = (u32)id;
+  u64 addr = (u64)args->lock_addr;
+  if (filtered_out(pid, tid, addr))
+    return 0;
+  struct klock_key kk = {};
+  kk.addr = addr;
+  kk.tid = thread_key(tid);
+  struct klock_start *old = klock_start.lookup(&kk);
+  if (old) { /* e.g. a mutex that spun, then sleeps: one wait, first timestamp */
+    old->flags |= args->flags;
+    return 0;
+  }
+  struct klock_start s = {};
+  s.flags = args->flags;
+#if defined(OFF_TASK_MM) && defined(OFF_MM_MMAP_LOCK)
+  {
+    void *task = (void *)bpf_get_current_task();
+    u64 mm = 0;
+    bpf_probe_read_kernel(&mm, sizeof(mm), task + OFF_TASK_MM);
+    if (mm && addr == mm + OFF_MM_MMAP_LOCK)
+      s.flags |= LS_KID_MMAP_LOCK;
+  }
+#endif
+#if defined(OFF_TASK_SIGHAND) && defined(OFF_SIGHAND_SIGLOCK)
+  {
+    void *task = (void *)bpf_get_current_task();
+    u64 sh = 0;
+    bpf_probe_read_kernel(&sh, sizeof(sh), task + OFF_TASK_SIGHAND);
+    if (sh && addr == sh + OFF_SIGHAND_SIGLOCK)
+      s.flags |= LS_KID_SIGLOCK;
+  }
+#endif
+  s.stack_id = stacks.get_stackid(args, 0);
+  if (s.stack_id < 0 && s.stack_id != -14 /* -EFAULT: no stack to take */)
+    count(LS_CNT_LOST_KSTACK);
+  s.ts = bpf_ktime_get_ns();
+  if (klock_start.update(&kk, &s))
+    count(LS_CNT_MAP_FULL);
+  return 0;
+}
+
+TRACEPOINT_PROBE(lock, contention_end) {
+  u64 now = bpf_ktime_get_ns();
+  u64 id = bpf_get_current_pid_tgid();
+  u32 pid = id >> 32, tid = (u32)id;
+  u64 addr = (u64)args->lock_addr;
+  struct klock_key kk = {};
+  kk.addr = addr;
+  kk.tid = thread_key(tid);
+  struct klock_start *s = klock_start.lookup(&kk);
+  if (!s) {
+    if (!filtered_out(pid, tid, addr))
+      count(LS_CNT_UNMATCHED_END);
+    return 0;
+  }
+  struct lockstat_key k = {};
+  k.addr = addr;
+  k.pid = pid;
+  k.tid = tid;
+  k.stack_id = s->stack_id;
+  k.kind = LS_KIND_KERNEL;
+  k.flags = s->flags;
+  u64 delta = now - s->ts;
+  klock_start.delete(&kk);
+  record(&k, delta, 1);
+  return 0;
+}
+#endif /* KERNEL_LOCKS */

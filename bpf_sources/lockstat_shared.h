@@ -1,0 +1,68 @@
+/* Shared between lockstat.bpf.c and the lockstat front-end (plain C). */
+#ifndef BPFDIAG_LOCKSTAT_SHARED_H
+#define BPFDIAG_LOCKSTAT_SHARED_H
+
+/* lockstat_key.kind */
+#define LS_KIND_FUTEX 1   /* user-space futex wait (sys_enter/exit_futex*) */
+#define LS_KIND_KERNEL 2  /* kernel lock (lock:contention_begin/end) */
+#define LS_KIND_PTHREAD 3 /* pthread_mutex_*lock call (uprobes) */
+
+/* lockstat_key.flags for LS_KIND_FUTEX: what kind of futex wait it was */
+#define LS_FUTEX_LOCKWORD 0x1 /* FUTEX_WAIT with val 2: glibc's lll_lock convention (mutex) */
+#define LS_FUTEX_BITSET 0x2   /* FUTEX_WAIT_BITSET (condvars, rwlocks, ...) */
+#define LS_FUTEX_PI 0x4       /* FUTEX_LOCK_PI / LOCK_PI2 (PI mutex) */
+#define LS_FUTEX_REQUEUE 0x8  /* FUTEX_WAIT_REQUEUE_PI */
+#define LS_FUTEX_WAIT2 0x10   /* futex_wait() (futex2) */
+#define LS_FUTEX_WAITV 0x20   /* futex_waitv(): keyed by the first futex */
+
+/* lockstat_key.flags for LS_KIND_KERNEL: contention_begin flags (kernel's LCB_F_*),
+ * OR-ed over the begins of one wait, plus identities found from the waiter's task */
+#define LS_LCB_SPIN 0x1
+#define LS_LCB_READ 0x2
+#define LS_LCB_WRITE 0x4
+#define LS_LCB_RT 0x8
+#define LS_LCB_PERCPU 0x10
+#define LS_LCB_MUTEX 0x20
+#define LS_KID_MMAP_LOCK 0x10000 /* lock_addr == &current->mm->mmap_lock */
+#define LS_KID_SIGLOCK 0x20000   /* lock_addr == &current->sighand->siglock */
+
+/* counters[] slots */
+#define LS_CNT_LOST_USTACK 0
+#define LS_CNT_LOST_KSTACK 1
+#define LS_CNT_MAP_FULL 2
+#define LS_CNT_UNMATCHED_END 3
+#define LS_CNT_BELOW_MIN 4
+#define LS_CNT_MAX 5
+
+struct lockstat_key {
+  __u64 addr;     /* futex uaddr, kernel lock address or pthread_mutex_t * */
+  __u64 caller;   /* return address of the lock call (uprobes), else 0 */
+  __u32 pid;      /* tgid of the waiter */
+  __u32 tid;      /* waiting thread */
+  __s32 stack_id; /* user (futex/pthread) or kernel stack; < 0: none (see counters) */
+  __u32 kind;     /* LS_KIND_* */
+  __u32 flags;    /* LS_FUTEX_* or LS_LCB_* | LS_KID_* */
+  __u32 pad;
+};
+
+struct lockstat_val {
+  __u64 count;     /* waits (futex/kernel) or lock calls (pthread) */
+  __u64 total_ns;
+  __u64 max_ns;
+  __u64 blocked;   /* pthread: calls that waited in the kernel; else == count */
+};
+
+/* Per-lock, per-thread fine histogram of wait times (bucket: hist_fine_index()). */
+struct lockstat_hkey {
+  __u64 addr;
+  __u32 pid;
+  __u32 tid;
+  __u32 kind;
+  __u32 bucket;
+};
+
+struct lockstat_comm {
+  char comm[16];
+};
+
+#endif
