@@ -180,6 +180,7 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
            std::to_string(nthreads) + " threads parked there)";
   }
   for (const auto& e : events) desc += (desc.empty() ? "" : ", ") + e;
+  w.found = !desc.empty();
   w.description = desc.empty() ? "none seen (no thread waited for work)" : desc;
   return w;
 }
@@ -277,7 +278,8 @@ void decide_verdict(GroupReport& g) {
     growing = g.req.depth.avg >= 1.0 ||
               g.req.queue_wait.mean() * 2 >= std::max<uint64_t>(g.req.service.mean(), 1);
   } else if (!g.req.have_depth) {
-    growing = util >= 0.95;  // no request data: saturation alone
+    // no request data: saturation alone, if these threads are known to wait for work
+    growing = util >= 0.95 && g.work.found;
   }
   const bool saturated = util >= 0.9 && growing;
   if (f_rq >= 0.3 && f_rq >= f_blk) {
@@ -295,7 +297,7 @@ void decide_verdict(GroupReport& g) {
     std::snprintf(why, sizeof why, "busy workers are blocked on %s %.0f%% of their busy time",
                   blk_name, 100 * f_blk);
     g.verdict = f_blk == f_lock ? "blocked-on-locks" : f_blk == f_io ? "blocked-on-io"
-                                                                     : "blocked-on-sleep";
+                                                                     : "blocked-other";
   } else {
     std::snprintf(why, sizeof why, "busy %.0f%%, mostly on CPU (%.0f%% of busy time)", 100 * util,
                   100 * f_on);

@@ -251,6 +251,13 @@ class Tracer {
     last_rescan_ = now;
   }
 
+  nlohmann::json start_record() const {
+    nlohmann::json threads = nlohmann::json::array();
+    for (auto& [tid, m] : members_) threads.push_back({{"tid", tid}, {"name", m.comm}, {"group", m.group}});
+    return {{"type", "threadpool_start"}, {"time_ns", realtime_ns()}, {"pid", c_.pid},
+            {"comm", comm_},   {"pattern", c_.pattern ? *c_.pattern : ""}, {"threads", threads}};
+  }
+
   void on_request(const tp_req_event& e) { events_.push_back(e); }
   void on_lost(uint64_t n) { lost_ += n; }
 
@@ -568,7 +575,9 @@ Status run(const Config& c) {
   Tracer tracer(c, session);
   if (auto st = session.open_perf_buffer("reqs", on_event, on_lost, &tracer, 256)) return st;
   if (auto st = tracer.init()) return st;
-  if (!c.json)
+  if (c.json)
+    emit_json(std::cout, tracer.start_record());
+  else
     std::cout << "Tracing thread pool of PID " << c.pid << " (" << proc_comm(c.pid)
               << ")... Hit Ctrl-C to end." << std::endl;
 

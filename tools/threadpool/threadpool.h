@@ -79,6 +79,7 @@ ThreadTimes delta(const ThreadTimes& cur, const ThreadTimes* prev);
 struct WorkWaits {
   std::set<WaitKey> futexes;  // condition-variable words the workers park on
   bool guessed = false;       // chosen without a condition-variable wait (plain futex)
+  bool found = false;         // some work wait (futex or event wait) was seen
   std::string description;    // for the report
   bool is_idle(const WaitKey& k) const { return is_event_wait(k.nr) || futexes.count(k); }
 };
@@ -133,7 +134,7 @@ void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
                const std::map<uint32_t, std::string>& names);
 
 // Sets g.verdict ("cpu-starved", "blocked-on-locks", "blocked-on-io",
-// "blocked-on-sleep", "pool-too-small", "idle", "ok") and g.why.
+// "blocked-other", "pool-too-small", "idle", "ok") and g.why.
 void decide_verdict(GroupReport& g);
 
 struct ReportMeta {
