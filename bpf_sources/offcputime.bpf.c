@@ -143,3 +143,11 @@ switch_in:;
     v->max_ns = delta; /* racy max: two CPUs rarely update one thread's key at once */
   return 0;
 }
+
+/* After exec the process's mappings are new: forget that we announced it, so its
+ * next switch-out announces it again and the front-end re-reads its mappings. */
+RAW_TRACEPOINT_PROBE(sched_process_exec) {
+  u32 tgid = bpf_get_current_pid_tgid() >> 32;
+  seen.delete(&tgid);
+  return 0;
+}

@@ -5,6 +5,7 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -248,7 +249,14 @@ struct Symbolizer::Process {
   std::vector<Mapping> maps;      // every mapping (for [unknown] (module+off) names)
   std::vector<PerfMapSym> perfmap;  // sorted by addr
   bool perfmap_tried = false;
+  uint64_t loaded_ns = 0;  // when the snapshot was taken (CLOCK_MONOTONIC)
 };
+
+static uint64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 Symbolizer::Symbolizer() : Symbolizer(Options{}) {}
 Symbolizer::Symbolizer(Options o) : opt_(o) {}
@@ -270,7 +278,11 @@ bool Symbolizer::remember(uint32_t pid) {
 
 bool Symbolizer::refresh(uint32_t pid) {
   auto p = std::make_unique<Process>();
-  if (!load_process(pid, *p)) return false;
+  if (!load_process(pid, *p)) {
+    auto it = procs_.find(pid);
+    if (it != procs_.end()) it->second->loaded_ns = mono_ns();  // rate-limit retries
+    return false;
+  }
   procs_[pid] = std::move(p);
   return true;
 }
@@ -358,12 +370,21 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
   std::sort(p.modules.begin(), p.modules.end(), [](auto& a, auto& b) { return a.lo < b.lo; });
   load_perfmap(pid, p.perfmap);
   p.perfmap_tried = true;
+  p.loaded_ns = mono_ns();
   return true;
 }
 
 SymbolInfo Symbolizer::lookup_in_process(uint32_t pid, uint64_t addr, bool want_data) {
   SymbolInfo out;
   remember(pid);
+  // An address outside every known module of a live process: it may have mapped
+  // more since the snapshot (late ld.so work, dlopen, JIT). Re-read, rate-limited.
+  {
+    Process& p = *procs_[pid];
+    bool covered = false;
+    for (auto& m : p.modules) covered = covered || (addr >= m.lo && addr < m.hi);
+    if (!covered && mono_ns() - p.loaded_ns > 100000000ULL) refresh(pid);
+  }
   Process& p = *procs_[pid];
   for (auto& m : p.modules) {
     if (addr < m.lo || addr >= m.hi) continue;

@@ -313,7 +313,11 @@ void on_new_proc(void* cookie, void* data, int size) {
   if (size < static_cast<int>(sizeof(uint32_t))) return;
   uint32_t tgid;
   std::memcpy(&tgid, data, sizeof tgid);
-  static_cast<Live*>(cookie)->sym.remember(tgid);
+  auto& sym = static_cast<Live*>(cookie)->sym;
+  if (sym.remembered(tgid))
+    sym.refresh(tgid);  // announced again after exec: new mappings
+  else
+    sym.remember(tgid);
 }
 
 void on_lost(void* cookie, uint64_t n) { static_cast<Live*>(cookie)->lost_events += n; }
@@ -361,6 +365,8 @@ Status run(const Config& c) {
   Live live;
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
   for (auto p : c.pids) live.sym.remember(p);
+  if (auto st = session.attach_raw_tracepoint("sched_process_exec", "raw_tracepoint__sched_process_exec"))
+    return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
   if (auto st = session.attach_raw_tracepoint("sched_switch", "raw_tracepoint__sched_switch"))
     return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
   uint64_t t0 = monotonic_ns();
@@ -373,6 +379,7 @@ Status run(const Config& c) {
     {
       StderrNoiseFilter quiet;
       session.bpf().detach_raw_tracepoint("sched_switch");
+      session.bpf().detach_raw_tracepoint("sched_process_exec");
     }
     uint64_t duration = monotonic_ns() - t0;
     session.poll_perf_buffer("new_procs", 0);  // announcements still queued
