@@ -10,9 +10,13 @@
 // "clocks" lists the clock names a correct tracer may report: libc wrappers are
 // allowed to use either clock_nanosleep(CLOCK_REALTIME) (glibc) or nanosleep(2).
 // Options: --no-sleep1 skips sleep(1) (the only one-second sleep).
+// --storm N: instead, at once, N zero-length clock_nanosleep(CLOCK_MONOTONIC) calls
+// with 1 ns timer slack, then {"pid":N,"storm":N,"elapsed_ns":..} (tracer overhead
+// per sleep, for bench/naptime.sh).
 // Waiting for "go" is a read(2), and no other sleep is issued by the process.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -130,13 +135,27 @@ std::string json_str(const std::string& s) {
 
 }  // namespace
 
+int storm(long n) {
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  struct timespec zero = {0, 0};
+  int64_t t0 = now_ns(CLOCK_MONOTONIC);
+  for (long i = 0; i < n; ++i) clock_nanosleep(CLOCK_MONOTONIC, 0, &zero, nullptr);
+  int64_t t1 = now_ns(CLOCK_MONOTONIC);
+  std::printf("{\"pid\":%d,\"storm\":%ld,\"elapsed_ns\":%lld}\n", getpid(), n,
+              static_cast<long long>(t1 - t0));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   bool sleep1 = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-sleep1") == 0) {
       sleep1 = false;
+    } else if (std::strcmp(argv[i], "--storm") == 0 && i + 1 < argc && std::atol(argv[i + 1]) > 0) {
+      return storm(std::atol(argv[i + 1]));
     } else {
-      std::fprintf(stderr, "sleepers: unknown argument '%s' (usage: sleepers [--no-sleep1])\n",
+      std::fprintf(stderr,
+                   "sleepers: bad argument '%s' (usage: sleepers [--no-sleep1 | --storm N])\n",
                    argv[i]);
       return 2;
     }

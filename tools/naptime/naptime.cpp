@@ -277,7 +277,7 @@ void render_sleep(std::ostream& os, const Config& c, const Sleep& s) {
                         {"error", nullptr}};
     if (s.requested_ns) j["requested_ns"] = *s.requested_ns;
     if (s.ret) j["error"] = errno_name(s.ret);
-    emit_json(os, j);
+    os << j.dump() << '\n';  // flushed by the caller once per batch of events
     return;
   }
   std::string note;
@@ -297,7 +297,6 @@ void render_sleep(std::ostream& os, const Config& c, const Sleep& s) {
   std::string l = line;
   while (!l.empty() && l.back() == ' ') l.pop_back();
   os << l << "\n";
-  os.flush();
 }
 
 void render_summary(std::ostream& os, const Config& c, const Summary& sum, const DataQuality& dq,
@@ -336,6 +335,7 @@ void render_summary(std::ostream& os, const Config& c, const Summary& sum, const
       os << "\n";
       print_log2_hist(os, sum.all_us().log2_slots(), "usecs");
     }
+    os << "\n";
   }
   os << dq.to_text() << "\n";
   os.flush();
@@ -428,6 +428,7 @@ Status run(const Config& c) {
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
     session.poll_perf_buffer("events", timeout_ms);
+    std::cout.flush();
     uint64_t now = monotonic_ns();
     if (now - last_offsets > 1000000000ULL) {  // follow clock adjustments (NTP, settime)
       t.off = measure_clock_offsets();

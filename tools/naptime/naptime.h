@@ -94,7 +94,8 @@ class Summary {
 
 // Column header of the per-sleep text output.
 void render_header(std::ostream& os);
-// One sleep: a text line or a "sleep" NDJSON record.
+// One sleep: a text line or a "sleep" NDJSON record (not flushed: the run loop
+// flushes once per batch of events).
 void render_sleep(std::ostream& os, const Config& c, const Sleep& s);
 // The final report: text summary (-s) or the data quality line; a "summary" record in
 // JSON.
