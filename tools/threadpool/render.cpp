@@ -81,11 +81,11 @@ void text_group(std::ostream& os, const Config& c, const ReportMeta& m, const Gr
   }
   os << "  work waits (inferred): " << g.work.description << "\n";
   if (c.per_thread) {
-    os << "     TID COMM             ON-CPU%  RUNQ%  IDLE%  LOCK%    IO%  POLL% SLEEP%  OTH%\n";
+    os << "     TID COMM            ON-CPU%  RUNQ%  IDLE%  LOCK%    IO%  POLL% SLEEP%  OTH%\n";
     for (const auto& r : g.rows) {
       uint64_t rt = r.on_ns + r.rq_ns + r.idle_ns;
       for (auto v : r.blocked_ns) rt += v;
-      std::snprintf(b, sizeof b, "%8u %-16.16s %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %5.1f\n",
+      std::snprintf(b, sizeof b, "%8u %-15.15s %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %5.1f\n",
                     r.tid, r.name.c_str(), pct(r.on_ns, rt), pct(r.rq_ns, rt), pct(r.idle_ns, rt),
                     pct(r.blocked_ns[kLock], rt), pct(r.blocked_ns[kIo], rt),
                     pct(r.blocked_ns[kPoll], rt), pct(r.blocked_ns[kSleep], rt),
@@ -143,6 +143,24 @@ nlohmann::json json_group(const ReportMeta& m, const GroupReport& g,
   return j;
 }
 
+// DataQuality::to_text() is one long line; wrap it at its commas to stay under 80 columns.
+std::string wrap(const std::string& text, size_t width = 79) {
+  std::string out, line;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t next = text.find(", ", pos);
+    std::string piece = text.substr(pos, next == std::string::npos ? std::string::npos : next + 1 - pos);
+    pos = next == std::string::npos ? text.size() : next + 2;
+    if (!line.empty() && line.size() + 1 + piece.size() > width) {
+      out += line + "\n";
+      line = "  " + piece;
+    } else {
+      line += (line.empty() ? "" : " ") + piece;
+    }
+  }
+  return out + line;
+}
+
 }  // namespace
 
 void render(std::ostream& os, const Config& c, const ReportMeta& m,
@@ -157,7 +175,7 @@ void render(std::ostream& os, const Config& c, const ReportMeta& m,
      << (m.target_exited ? ": process exited, report covers until it did" : "") << "\n";
   if (groups.empty()) os << "no threads of the pool were seen\n";
   for (const auto& g : groups) text_group(os, c, m, g);
-  os << dq.to_text() << "\n";
+  os << wrap(dq.to_text()) << "\n";
   os.flush();
 }
 

@@ -1,0 +1,322 @@
+#include <doctest/doctest.h>
+
+#include <sstream>
+#include <vector>
+
+#include "tools/threadpool/threadpool.h"
+
+extern "C" {
+#include "hist.h"
+}
+
+using namespace threadpool;
+
+namespace {
+
+bpfdiag::Result<Config> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "threadpool");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_args(static_cast<int>(argv.size()), argv.data());
+}
+
+constexpr int kFutex = 202;
+
+ThreadTimes thread_with(std::vector<std::pair<WaitKey, WaitTimes>> waits, uint64_t on = 0,
+                        uint64_t rq = 0) {
+  ThreadTimes t;
+  t.on_ns = on;
+  t.rq_ns = rq;
+  for (auto& [k, w] : waits) {
+    t.waits[k] = w;
+    t.blk_ns += w.blk_ns;
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("parse_args: pid, pattern, interval and duration") {
+  auto c = parse({"-p", "123", "--threads", "^worker", "-P", "-j", "2", "10"});
+  REQUIRE(c.ok());
+  CHECK(c->pid == 123);
+  CHECK(*c->pattern == "^worker");
+  CHECK(c->per_thread);
+  CHECK(c->json);
+  CHECK(*c->schedule.interval_ns == 2000000000ULL);
+  CHECK(*c->schedule.duration_ns == 10000000000ULL);
+  auto d = parse({"-p", "1", "500ms"});
+  REQUIRE(d.ok());
+  CHECK(*d->schedule.interval_ns == 500000000ULL);
+  CHECK(!d->schedule.duration_ns);
+}
+
+TEST_CASE("parse_args: errors are values") {
+  CHECK(parse({}).error() == "-p PID is required");
+  CHECK(!parse({"-p", "0"}).ok());
+  CHECK(!parse({"-p", "12x"}).ok());
+  CHECK(!parse({"-p", "5000000"}).ok());
+  CHECK(parse({"-p", "1", "--threads", "("}).error().find("invalid --threads pattern") == 0);
+  CHECK(!parse({"-p", "1", "--threads", ""}).ok());
+  CHECK(!parse({"-p", "1", "1", "2", "3"}).ok());
+  CHECK(!parse({"-p", "1", "1x"}).ok());
+  CHECK(!parse({"-p", "1", "1ms"}).ok());  // interval below 100 ms
+  CHECK(!parse({"-p", "1", "--bogus"}).ok());
+  CHECK(parse({"-h"})->help);
+}
+
+TEST_CASE("help has usage, options and examples") {
+  std::string h = kHelp;
+  CHECK(h.find("USAGE: threadpool [-h] -p PID") != std::string::npos);
+  CHECK(h.find("OPTIONS:") != std::string::npos);
+  CHECK(h.find("EXAMPLES:") != std::string::npos);
+  CHECK(h.find("  threadpool -p 1234 1 ") != std::string::npos);
+}
+
+TEST_CASE("wait classification") {
+  CHECK(classify_wait(kFutex, 0) == kLock);
+  CHECK(classify_wait(kFutex, 9) == kLock);
+  CHECK(classify_wait(0, 0) == kIo);        // read
+  CHECK(classify_wait(45, 0) == kIo);       // recvfrom
+  CHECK(classify_wait(232, 0) == kPoll);    // epoll_wait
+  CHECK(classify_wait(7, 0) == kPoll);      // poll
+  CHECK(classify_wait(35, 0) == kSleep);    // nanosleep
+  CHECK(classify_wait(230, 0) == kSleep);   // clock_nanosleep
+  CHECK(classify_wait(-1, 0) == kOther);    // outside a syscall (page fault...)
+  CHECK(classify_wait(9999, 0) == kOther);
+  CHECK(is_event_wait(288));  // accept4
+  CHECK(is_event_wait(43));   // accept
+  CHECK(is_event_wait(281));  // epoll_pwait
+  CHECK(!is_event_wait(0));
+  CHECK(!is_event_wait(kFutex));
+  CHECK(syscall_name(230) == "clock_nanosleep");
+  CHECK(syscall_name(-1) == "(no syscall)");
+  CHECK(std::string(reason_name(kIo)) == "io");
+}
+
+TEST_CASE("thread names group without their numbers") {
+  CHECK(group_of_name("worker-12") == "worker");
+  CHECK(group_of_name("pool_7") == "pool");
+  CHECK(group_of_name("httpd") == "httpd");
+  CHECK(group_of_name("42") == "42");
+  CHECK(group_of_name("w#3:1") == "w");
+}
+
+TEST_CASE("work-wait inference picks the condition variable most workers park on") {
+  WaitKey cond{kFutex, 9, 0x1000}, lock{kFutex, 0, 0x2000}, other_cond{kFutex, 9, 0x3000};
+  std::map<uint32_t, ThreadTimes> g;
+  for (uint32_t tid = 1; tid <= 4; ++tid)
+    g[tid] = thread_with({{cond, {1000, 10, 5}}, {lock, {900000, 0, 50}}});
+  g[5] = thread_with({{other_cond, {9000000, 0, 1}}});  // more time, but one thread
+  auto w = infer_work_waits(g, 5);
+  CHECK(w.found);
+  CHECK(!w.guessed);
+  CHECK(w.futexes.size() == 1);
+  CHECK(w.is_idle(cond));
+  CHECK(!w.is_idle(lock));
+  CHECK(!w.is_idle(other_cond));
+  CHECK(w.description.find("condition wait on 0x1000 (4/5 threads") == 0);
+  CHECK(w.is_idle(WaitKey{288, 0, 0}));  // accept4 is always a work wait
+}
+
+TEST_CASE("work-wait inference: plain futex only as a marked guess, events listed") {
+  WaitKey lock{kFutex, 0, 0x2000};
+  std::map<uint32_t, ThreadTimes> g;
+  g[1] = thread_with({{lock, {100, 0, 1}}});
+  g[2] = thread_with({{lock, {100, 0, 1}}, {WaitKey{232, 0, 0}, {50, 0, 1}}});
+  auto w = infer_work_waits(g, 3);
+  CHECK(w.guessed);
+  CHECK(w.is_idle(lock));
+  CHECK(w.description.find("guessed") != std::string::npos);
+  CHECK(w.description.find("epoll_wait") != std::string::npos);
+  // one thread on a plain futex out of 4: not enough to call it the work queue
+  std::map<uint32_t, ThreadTimes> h;
+  h[1] = thread_with({{lock, {100, 0, 1}}});
+  auto none = infer_work_waits(h, 4);
+  CHECK(!none.found);
+  CHECK(none.futexes.empty());
+  CHECK(none.description.find("none seen") == 0);
+}
+
+TEST_CASE("queue depth from accept/read spans") {
+  // [0,10) [5,15) [20, still queued) over [0, 30)
+  std::vector<std::pair<uint64_t, uint64_t>> spans = {{0, 10}, {5, 15}, {20, 0}};
+  auto d = queue_depth(spans, 0, 30);
+  CHECK(d.max == 2);
+  CHECK(d.avg == doctest::Approx((10 + 10 + 10) / 30.0));
+  // clipped to the interval; a span ending where another starts never overlaps
+  auto e = queue_depth({{0, 10}, {10, 20}}, 5, 15);
+  CHECK(e.max == 1);
+  CHECK(e.avg == doctest::Approx(1.0));
+  CHECK(queue_depth({}, 0, 10).avg == 0);
+  CHECK(queue_depth({{1, 2}}, 10, 10).max == 0);
+}
+
+TEST_CASE("delta subtracts per field and per wait") {
+  WaitKey k{kFutex, 9, 0x10};
+  ThreadTimes a = thread_with({{k, {100, 10, 2}}}, 50, 20);
+  a.rq_hist[3] = 4;
+  ThreadTimes b = thread_with({{k, {300, 30, 5}}, {WaitKey{0, 0, 0}, {7, 0, 1}}}, 80, 25);
+  b.rq_hist[3] = 6;
+  b.rq_hist[5] = 1;
+  auto d = delta(b, &a);
+  CHECK(d.on_ns == 30);
+  CHECK(d.rq_ns == 5);
+  CHECK(d.waits[k].blk_ns == 200);
+  CHECK(d.waits[k].wake_rq_ns == 20);
+  CHECK(d.waits[k].count == 3);
+  CHECK(d.waits[(WaitKey{0, 0, 0})].blk_ns == 7);
+  CHECK(d.rq_hist[3] == 2);
+  CHECK(d.rq_hist[5] == 1);
+  CHECK(delta(a, &b).on_ns == 0);  // counters reset (tid reuse): clamp, never wrap
+}
+
+namespace {
+
+GroupReport pool(uint64_t on, uint64_t rq, uint64_t idle, uint64_t lock, uint64_t io,
+                 uint64_t sleep) {
+  // 4 threads over 1 s; idle is a condition wait, the rest by reason
+  WaitKey cond{kFutex, 9, 0x1000}, mutex{kFutex, 0, 0x2000}, rd{0, 0, 0}, nap{230, 0, 0};
+  GroupReport g;
+  g.name = "worker";
+  g.threads = 4;
+  g.interval_ns = 1000000000ULL;
+  g.work.futexes.insert(cond);
+  g.work.found = true;
+  std::map<uint32_t, ThreadTimes> d;
+  std::map<uint32_t, std::string> names;
+  for (uint32_t tid = 1; tid <= 4; ++tid) {
+    d[tid] = thread_with({{cond, {idle / 4, 0, 1}}, {mutex, {lock / 4, 0, 1}}, {rd, {io / 4, 0, 1}},
+                          {nap, {sleep / 4, 0, 1}}},
+                         on / 4, rq / 4);
+    d[tid].rq_hist[hist_fine_index(1000)] = 10;
+    names[tid] = "worker-" + std::to_string(tid);
+  }
+  aggregate(g, d, names);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("aggregate: utilisation and busy workers") {
+  auto g = pool(1000000000, 1000000000, 2000000000, 0, 0, 0);
+  CHECK(g.accounted_ns == 4000000000ULL);
+  CHECK(g.utilization == doctest::Approx(0.5));
+  CHECK(g.busy_avg == doctest::Approx(2.0));
+  CHECK(g.idle_ns == 2000000000ULL);
+  CHECK(g.rows.size() == 4);
+  CHECK(g.dispatch.count() == 40);
+}
+
+TEST_CASE("aggregate: wake-up latency after a work wait counts as idle, not runnable") {
+  WaitKey cond{kFutex, 9, 0x1000};
+  GroupReport g;
+  g.threads = 1;
+  g.interval_ns = 100;
+  g.work.futexes.insert(cond);
+  std::map<uint32_t, ThreadTimes> d;
+  d[1] = thread_with({{cond, {50, 10, 1}}}, 30, 20);  // 20 runnable, 10 of it after the wait
+  aggregate(g, d, {});
+  CHECK(g.idle_ns == 60);
+  CHECK(g.rq_ns == 10);
+  CHECK(g.on_ns == 30);
+  CHECK(g.accounted_ns == 100);
+  CHECK(g.utilization == doctest::Approx(0.4));
+}
+
+TEST_CASE("verdicts") {
+  auto starved = pool(1800000000, 2000000000, 200000000, 0, 0, 0);
+  decide_verdict(starved);
+  CHECK(starved.verdict == "cpu-starved");
+
+  auto io = pool(200000000, 50000000, 2000000000, 0, 1750000000, 0);
+  decide_verdict(io);
+  CHECK(io.verdict == "blocked-on-io");
+
+  auto locks = pool(500000000, 50000000, 1500000000, 1950000000, 0, 0);
+  decide_verdict(locks);
+  CHECK(locks.verdict == "blocked-on-locks");
+
+  auto sleepy = pool(200000000, 0, 2000000000, 0, 0, 1800000000);
+  decide_verdict(sleepy);
+  CHECK(sleepy.verdict == "blocked-other");
+
+  auto idle = pool(400000000, 0, 3600000000, 0, 0, 0);
+  decide_verdict(idle);
+  CHECK(idle.verdict == "idle");
+
+  auto small = pool(3900000000, 50000000, 50000000, 0, 0, 0);
+  small.req.have_depth = true;
+  small.req.requests = 100;
+  small.req.depth.avg = 3.0;
+  decide_verdict(small);
+  CHECK(small.verdict == "pool-too-small");
+
+  auto fine = pool(2000000000, 100000000, 1900000000, 0, 0, 0);
+  decide_verdict(fine);
+  CHECK(fine.verdict == "ok");
+
+  GroupReport none;
+  decide_verdict(none);
+  CHECK(none.verdict == "no-data");
+}
+
+TEST_CASE("render: JSON record fields and text block") {
+  auto g = pool(1000000000, 1000000000, 2000000000, 0, 0, 0);
+  g.req.requests = 3;
+  g.req.have_depth = true;
+  for (uint64_t v : {1000, 2000, 3000}) {
+    g.req.queue_wait.record(v);
+    g.req.service.record(v * 10);
+    g.req.response.record(v * 11);
+  }
+  decide_verdict(g);
+  Config c;
+  c.json = true;
+  ReportMeta m;
+  m.pid = 42;
+  m.comm = "srv";
+  m.interval_ns = 1000000000ULL;
+  bpfdiag::DataQuality dq;
+  dq.lost_events = 7;
+  std::ostringstream os;
+  render(os, c, m, {g}, dq);
+  auto j = nlohmann::json::parse(os.str());
+  CHECK(j["type"] == "threadpool_interval");
+  CHECK(j["threads"] == 4);
+  CHECK(j["utilization"].get<double>() == doctest::Approx(0.5));
+  CHECK(j["requests"] == 3);
+  CHECK(j["queue_wait_ns"]["p50"].is_number_unsigned());
+  CHECK(j["queue_wait_ns"]["avg"] == 2000);
+  CHECK(j["service_ns"].contains("p99"));
+  CHECK(j["response_ns"].contains("p95"));
+  CHECK(j["runnable_ns"].contains("p50"));
+  CHECK(j["runnable_hist"]["buckets"].is_array());
+  CHECK(j["blocked_ns"].contains("lock"));
+  CHECK(j["blocked_ns"].contains("io"));
+  CHECK(j["data_quality"]["lost_events"] == 7);
+  CHECK(j["verdict"] == g.verdict);
+  CHECK(j["per_thread"].size() == 4);
+
+  c.json = false;
+  c.per_thread = true;
+  c.hist = true;
+  std::ostringstream txt;
+  render(txt, c, m, {g}, dq);
+  std::string t = txt.str();
+  CHECK(t.find("\"worker\": 4 threads, 1.00s  verdict: " + g.verdict) != std::string::npos);
+  CHECK(t.find("busy: avg 2.00") != std::string::npos);
+  CHECK(t.find("queue wait  avg 2.0us") != std::string::npos);
+  CHECK(t.find("data quality: lost events 7") != std::string::npos);
+  for (size_t pos = 0, nl; (nl = t.find('\n', pos)) != std::string::npos; pos = nl + 1)
+    CHECK_MESSAGE(nl - pos < 80, t.substr(pos, nl - pos));
+}
+
+TEST_CASE("BPF text uses raw tracepoints and no kernel headers") {
+  std::string t = bpf_text();
+  for (const char* p : {"RAW_TRACEPOINT_PROBE(sched_switch)", "RAW_TRACEPOINT_PROBE(sched_wakeup)",
+                        "RAW_TRACEPOINT_PROBE(sys_enter)", "RAW_TRACEPOINT_PROBE(sys_exit)",
+                        "BPF_PERF_OUTPUT(reqs)"})
+    CHECK(t.find(p) != std::string::npos);
+  CHECK(t.find("linux/sched.h") == std::string::npos);
+}
