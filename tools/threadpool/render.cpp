@@ -81,7 +81,7 @@ void text_group(std::ostream& os, const Config& c, const ReportMeta& m, const Gr
   }
   os << "  work waits (inferred): " << g.work.description << "\n";
   if (c.per_thread) {
-    os << "     TID COMM            ON-CPU%  RUNQ%  IDLE%  LOCK%    IO%  POLL% SLEEP%  OTH%\n";
+    os << "     TID COMM            ONCPU%  RUNQ%  IDLE%  LOCK%    IO%  POLL% SLEEP%  OTH%\n";
     for (const auto& r : g.rows) {
       uint64_t rt = r.on_ns + r.rq_ns + r.idle_ns;
       for (auto v : r.blocked_ns) rt += v;
