@@ -3,6 +3,8 @@
 #include <bcc/BPF.h>
 #include <linux/types.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -241,8 +243,8 @@ void render(std::ostream& os, const Config& c, std::vector<LockHold> locks, cons
     t.print_text(os, locks);
     for (size_t i = 0; i < shown && (!c.no_hist || c.stacks); ++i) {
       const LockHold& l = locks[i];
-      os << "\n" << lock_name(l) << " (" << hex_addr(l.addr) << ") in " << l.comm << " (" << l.pid
-         << "): " << l.count << " holds, total " << fmt_ns(l.total_ns) << ", p50 "
+      os << "\n" << lock_name(l) << (l.symbol.empty() ? "" : " (" + hex_addr(l.addr) + ")") << " in "
+         << (l.comm.empty() ? "[exited]" : l.comm) << " (" << l.pid << "): " << l.count << " holds, total " << fmt_ns(l.total_ns) << ", p50 "
          << fmt_ns(l.hist.percentile(50)) << ", p99 " << fmt_ns(l.hist.percentile(99)) << ", max "
          << fmt_ns(l.max_ns) << "\n";
       if (!c.no_hist) print_log2_hist(os, l.hist.log2_slots(), "nsecs");
@@ -296,6 +298,13 @@ class Collector {
     if (comms_.count(pid)) return;
     comms_[pid] = proc_comm(pid);
     sym_.remember(pid);
+  }
+
+  // System-wide mode: snapshot the names and symbols of processes as soon as they hold
+  // a lock, so short-lived ones are still named after they exit.
+  void remember_new_pids() {
+    auto stats = s_.bpf().get_hash_table<pmheld_stat_key, pmheld_stat>("stats");
+    for (const auto& [k, v] : stats.get_table_offline()) remember(k.tgid);
   }
 
   // Reads and clears the interval's maps into per-lock reports.
@@ -436,6 +445,15 @@ Status run(const Config& c) {
     if (!c.json) std::cout << "\n";
     render(std::cout, c, std::move(locks), dq, now - last, final);
     last = now;
+  };
+  uint64_t last_scan = 0;
+  hooks.poll = [&](int timeout_ms) {
+    if (c.pids.empty() && monotonic_ns() - last_scan > 200000000ULL) {
+      col.remember_new_pids();
+      last_scan = monotonic_ns();
+    }
+    struct timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+    nanosleep(&ts, nullptr);
   };
   hooks.should_stop = [&]() {
     if (c.pids.empty()) return false;
