@@ -8,10 +8,12 @@
  *   KERNEL_LOCKS     lock:contention_begin/end
  *   FILTER_PIDS, FILTER_TIDS, FILTER_ADDRS   use the pid_filter/tid_filter/addr_filter maps
  *   MIN_WAIT_NS      waits shorter than this are counted in counters[LS_CNT_BELOW_MIN] only
- *   OFF_TASK_MM, OFF_MM_MMAP_LOCK, OFF_TASK_SIGHAND, OFF_SIGHAND_SIGLOCK  (BTF offsets,
+ *   OFF_TASK_MM, OFF_MM_MMAP_LOCK, MMAP_LOCK_SIZE, OFF_TASK_SIGHAND, OFF_SIGHAND_SIGLOCK
+ *                    (BTF offsets,
  *                    optional) name mmap_lock and siglock for kernel locks
  *   STATS_ENTRIES, HIST_ENTRIES, STACK_ENTRIES, START_ENTRIES  map sizes
  */
+#include <uapi/linux/ptrace.h>
 #include <linux/sched.h>
 #include "hist.h"
 #include "lockstat_shared.h"
@@ -297,8 +299,9 @@ TRACEPOINT_PROBE(lock, contention_begin) {
     void *task = (void *)bpf_get_current_task();
     u64 mm = 0;
     bpf_probe_read_kernel(&mm, sizeof(mm), task + OFF_TASK_MM);
-    if (mm && addr == mm + OFF_MM_MMAP_LOCK)
-      s.flags |= LS_KID_MMAP_LOCK;
+    u64 lo = mm + OFF_MM_MMAP_LOCK;
+    if (mm && addr >= lo && addr - lo < MMAP_LOCK_SIZE) /* the rwsem or a lock inside it */
+      s.flags |= LS_KID_MMAP_LOCK | ((u32)(addr - lo) << LS_KID_OFFSET_SHIFT);
   }
 #endif
 #if defined(OFF_TASK_SIGHAND) && defined(OFF_SIGHAND_SIGLOCK)

@@ -23,8 +23,9 @@
 #define LS_LCB_RT 0x8
 #define LS_LCB_PERCPU 0x10
 #define LS_LCB_MUTEX 0x20
-#define LS_KID_MMAP_LOCK 0x10000 /* lock_addr == &current->mm->mmap_lock */
+#define LS_KID_MMAP_LOCK 0x10000 /* lock_addr inside current->mm->mmap_lock (offset below) */
 #define LS_KID_SIGLOCK 0x20000   /* lock_addr == &current->sighand->siglock */
+#define LS_KID_OFFSET_SHIFT 20   /* bits 20-31: byte offset inside mmap_lock (its wait_lock) */
 
 /* counters[] slots */
 #define LS_CNT_LOST_USTACK 0

@@ -284,9 +284,11 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
       // optional: without them kernel locks are still reported, just not named
       auto mm = (*k)->field_offset("task_struct", {"mm"});
       auto ml = (*k)->field_offset("mm_struct", {"mmap_lock", "mmap_sem"});
-      if (mm && ml) {
+      uint32_t msz = (*k)->field_size("mm_struct", "mmap_lock");
+      if (mm && ml && msz) {
         f.push_back("-DOFF_TASK_MM=" + std::to_string(*mm));
         f.push_back("-DOFF_MM_MMAP_LOCK=" + std::to_string(*ml));
+        f.push_back("-DMMAP_LOCK_SIZE=" + std::to_string(std::min<uint32_t>(msz, 4095)));
       }
       auto sh = (*k)->field_offset("task_struct", {"sighand"});
       auto sl = (*k)->field_offset("sighand_struct", {"siglock"});
@@ -326,8 +328,8 @@ bool is_kernel_lock_frame(const std::string& frame) {
                                     "__mutex_lock", "mutex_spin",  "down_",       "__down",
                                     "rwsem_",     "__rwsem",     "rt_mutex",     "__rt_mutex",
                                     "rt_spin",    "rt_read",     "rt_write",     "percpu_down",
-                                    "__percpu_down", "osq_lock",  "schedule",     "__schedule",
-                                    "preempt_schedule", "io_schedule", "rwbase_"};
+                                    "__percpu_down", "osq_lock",
+                                    "rwbase_"};
   for (const char* p : kPrefixes)
     if (frame.rfind(p, 0) == 0) return true;
   return false;
@@ -433,7 +435,10 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
     uint32_t f = flags[g];
     if (g.kernel) {
       r.kind = kernel_lock_kind(f);
-      if (f & LS_KID_MMAP_LOCK) r.symbol = "mmap_lock";
+      if (f & LS_KID_MMAP_LOCK) {
+        uint32_t off = f >> LS_KID_OFFSET_SHIFT;
+        r.symbol = off ? "mmap_lock+" + std::to_string(off) : "mmap_lock";
+      }
       else if (f & LS_KID_SIGLOCK) r.symbol = "siglock";
       else if (n.lock_symbol) r.symbol = n.lock_symbol(0, r.addr);
       if (pids[g].size() == 1) r.pid = *pids[g].begin();
