@@ -10,6 +10,9 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <cstring>
+
+#include "common/symbolize.h"
 
 namespace bpfdiag {
 
@@ -60,7 +63,11 @@ std::vector<uint64_t> find_data_symbol_in_file(const std::string& path, const st
       GElf_Sym s;
       if (!gelf_getsym(d, static_cast<int>(i), &s) || GELF_ST_TYPE(s.st_info) != STT_OBJECT) continue;
       const char* nm = elf_strptr(e, sh.sh_link, s.st_name);
-      if (nm && name == nm) out.push_back(bias + s.st_value);
+      if (!nm) continue;
+      // C++ statics are mangled (_ZL10cache_lock): compare the demangled name too
+      if (name == nm || (nm[0] == '_' && nm[1] == 'Z' && std::strstr(nm, name.c_str()) &&
+                         demangle(nm) == name))
+        out.push_back(bias + s.st_value);
     }
   }
   elf_end(e);

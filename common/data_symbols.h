@@ -11,7 +11,9 @@
 namespace bpfdiag {
 
 // Runtime addresses of ELF OBJECT symbols named `name` in every file `pid` maps
-// (.symtab and .dynsym, load bias applied). Empty when there is none.
+// (.symtab and .dynsym, load bias applied; C++ names match demangled, so
+// `static pthread_mutex_t cache_lock` (_ZL10cache_lock) is found as cache_lock).
+// Empty when there is none.
 std::vector<uint64_t> find_user_data_symbol(uint32_t pid, const std::string& name);
 // Same for one ELF file given its mapping (exposed for tests): `map_start`,
 // `map_offset` of one file-backed mapping of the file.
