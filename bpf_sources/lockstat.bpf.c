@@ -40,9 +40,9 @@ struct klock_start {
 struct plock_start {
   u64 ts;
   u64 mutex;
-  u64 caller;
-  s32 stack_id;
+  u64 caller; /* return address of the lock call */
   u32 blocked;
+  u32 pad;
 };
 
 BPF_HASH(stats, struct lockstat_key, struct lockstat_val, STATS_ENTRIES);
@@ -238,9 +238,6 @@ int on_lock(struct pt_regs *ctx) {
   struct plock_start s = {};
   s.mutex = mutex;
   bpf_probe_read_user(&s.caller, sizeof(s.caller), (void *)PT_REGS_SP(ctx));
-  s.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
-  if (s.stack_id < 0 && s.stack_id != -14 /* -EFAULT: no stack to take */)
-    count(LS_CNT_LOST_USTACK);
   s.ts = bpf_ktime_get_ns();
   if (plock_start.update(&tid, &s))
     count(LS_CNT_MAP_FULL);
@@ -259,11 +256,20 @@ int on_lock_ret(struct pt_regs *ctx) {
   k.caller = s->caller;
   k.pid = id >> 32;
   k.tid = tid;
-  k.stack_id = s->stack_id;
   k.kind = LS_KIND_PTHREAD;
   u32 blocked = s->blocked;
   u64 delta = now - s->ts;
   plock_start.delete(&tid);
+  /* The stack is taken here, on return, and only for calls that blocked: walking it
+   * costs ~1.6 us, more than the rest of the probe, and uncontended calls are already
+   * placed by their caller. On return %rip is in the caller and %rbp its frame, so
+   * the frame-pointer walk starts at the exact call site. */
+  k.stack_id = -1;
+  if (blocked) {
+    k.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    if (k.stack_id < 0 && k.stack_id != -14)
+      count(LS_CNT_LOST_USTACK);
+  }
   record(&k, delta, blocked);
   return 0;
 }

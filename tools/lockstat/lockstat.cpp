@@ -26,7 +26,7 @@ using namespace bpfdiag;
 
 const char kHelp[] = R"(lockstat - lock contention in user space and the kernel, ranked per lock.
 
-USAGE: lockstat [-h] [-p PID] [--tid TID] [-L LOCK] [-m MIN] [-K] [-U] [--uprobes] [-t] [-k KEY] [-F FIELDS] [-E N] [-s N] [-H] [--csv] [-T] [-v] [-j] [-d DURATION] [--ebpf] [interval [count]]
+USAGE: lockstat [options] [-p PID] [-L LOCK] [-K|-U] [--uprobes] [-t] [-j] [interval [count]]
 
 Measures how long threads wait for locks, per lock: futex waits in user space (only
 contended acquisitions reach the kernel, so uncontended locks cost nothing; works

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Slowdown of a lock-heavy workload under lockstat's futex mode, lockstat --uprobes,
+# and a bpftrace pmlock.bt-style script (uprobe + uretprobe on pthread_mutex_lock,
+# latency histogram keyed by lock address and user stack), side by side, measured in
+# the same run. The workload is tests/workloads/mutex_contention in a tight loop
+# (--hold-us 0 --gap-us 0), in two shapes:
+#   uncontended: --private, each thread locks its own mutex (no futex syscalls)
+#   contended:   all threads on one mutex (many futex waits/wakes)
+# For each arm it prints lock acquisitions per second, the slowdown vs untraced
+# (untraced ops/s / traced ops/s, 1.00 = no cost) and, for the uncontended shape, the
+# added cost per lock call (threads run on their own CPUs).
+#
+#   bench/lockstat.sh [BUILD_DIR]    (default: build; needs root; installs bpftrace
+#                                     with apt-get if missing)
+# Env: THREADS (default 2), DURATION_MS (per run, default 2000), REPS (default 3;
+# the median ops/s of the repetitions is used).
+set -u
+BUILD=${1:-build}
+LOCKSTAT=$BUILD/bin/lockstat
+WL=$BUILD/workloads/mutex_contention
+THREADS=${THREADS:-2}
+DURATION_MS=${DURATION_MS:-2000}
+REPS=${REPS:-3}
+[ "$(id -u)" = 0 ] || { echo "bench/lockstat.sh: must run as root" >&2; exit 1; }
+[ -x "$LOCKSTAT" ] && [ -x "$WL" ] || { echo "bench/lockstat.sh: build lockstat and mutex_contention in $BUILD first" >&2; exit 1; }
+if ! command -v bpftrace >/dev/null; then
+  apt-get install -y bpftrace >/dev/null 2>&1 || echo "note: could not install bpftrace; its column is skipped"
+fi
+TMP=$(mktemp -d /tmp/lockstat-bench.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+LIBC=$(awk '$6 ~ /\/libc\.so/ {print $6; exit}' /proc/self/maps)
+
+# pmlock.bt-style script, written for this benchmark. $1 = PID.
+cat > "$TMP/pmlock.bt" <<BT
+uprobe:$LIBC:pthread_mutex_lock /pid == \$1/ { @start[tid] = nsecs; @lock[tid] = arg0; }
+uretprobe:$LIBC:pthread_mutex_lock /pid == \$1 && @start[tid]/ {
+  @lock_latency_ns[@lock[tid], ustack(5), comm] = hist(nsecs - @start[tid]);
+  delete(@start[tid]); delete(@lock[tid]);
+}
+BT
+
+ops() { sed -n 's/.*"ops_per_sec":\([0-9.]*\).*/\1/p' "$1"; }
+
+# one_run SHAPE_ARGS TRACER: prints ops/s. TRACER: none | futex | uprobes | bpftrace
+one_run() {
+  local shape=$1 tracer=$2 go="$TMP/go"
+  rm -f "$go"
+  "$WL" --go-file "$go" --threads "$THREADS" --hold-us 0 --gap-us 0 --duration-ms "$DURATION_MS" \
+    $shape > "$TMP/wl.out" 2> "$TMP/wl.err" &
+  local wpid=$!
+  local pid=""
+  for _ in $(seq 1 200); do
+    pid=$(sed -n 's/^ready \([0-9]*\)$/\1/p' "$TMP/wl.err")
+    [ -n "$pid" ] && break
+    sleep 0.01
+  done
+  local tpid="" ready=""
+  : > "$TMP/tool.out"; : > "$TMP/tool.err"
+  case $tracer in
+    futex) "$LOCKSTAT" -U -p "$pid" > "$TMP/tool.out" 2> "$TMP/tool.err" & tpid=$!; ready="Tracing" ;;
+    uprobes) "$LOCKSTAT" --uprobes -U -p "$pid" > "$TMP/tool.out" 2> "$TMP/tool.err" & tpid=$!; ready="Tracing" ;;
+    bpftrace)
+      if [ -d /sys/kernel/tracing/events ]; then
+        bpftrace "$TMP/pmlock.bt" "$pid" > "$TMP/tool.out" 2> "$TMP/tool.err" & tpid=$!
+      else  # bpftrace needs tracefs; mount it in a private mount namespace
+        unshare -m --propagation private sh -c 'mount -t tracefs nodev /sys/kernel/tracing && exec "$@"' \
+          sh bpftrace "$TMP/pmlock.bt" "$pid" > "$TMP/tool.out" 2> "$TMP/tool.err" & tpid=$!
+      fi
+      ready="Attaching" ;;
+  esac
+  if [ -n "$tpid" ]; then
+    local ok=0
+    for _ in $(seq 1 300); do
+      if grep -q "$ready" "$TMP/tool.out" "$TMP/tool.err" 2>/dev/null; then ok=1; break; fi
+      kill -0 "$tpid" 2>/dev/null || break
+      sleep 0.05
+    done
+    if [ $ok = 0 ]; then
+      echo "bench/lockstat.sh: $tracer did not attach: $(head -c 300 "$TMP/tool.err")" >&2
+      kill "$wpid" 2>/dev/null; touch "$go"; wait "$wpid" 2>/dev/null
+      kill -INT "$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null
+      echo 0; return
+    fi
+    [ "$tracer" = bpftrace ] && sleep 0.5  # "Attaching" is printed before the last probe
+  fi
+  touch "$go"
+  wait "$wpid"
+  if [ -n "$tpid" ]; then kill -INT "$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null; fi
+  ops "$TMP/wl.out"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}'; }
+
+measure() {  # SHAPE TRACER -> median ops/s
+  for _ in $(seq 1 "$REPS"); do one_run "$1" "$2"; done | median
+}
+
+TRACERS="none futex uprobes"
+command -v bpftrace >/dev/null && TRACERS="$TRACERS bpftrace"
+printf "lockstat benchmark: %s threads, %d ms per run, median of %d; libc %s\n" "$THREADS" "$DURATION_MS" "$REPS" "$LIBC"
+printf "%-12s %-10s %14s %9s %14s\n" shape tracer "locks/s" slowdown "ns/lock added"
+for shape in uncontended contended; do
+  args=""; [ $shape = uncontended ] && args="--private"
+  base=""
+  for t in $TRACERS; do
+    o=$(measure "$args" "$t")
+    [ -z "$base" ] && base=$o
+    awk -v s=$shape -v t=$t -v o="$o" -v b="$base" -v n="$THREADS" 'BEGIN {
+      if (o <= 0) { printf "%-12s %-10s %14s %9s %14s\n", s, t, "failed", "-", "-"; exit }
+      added = (s == "uncontended") ? sprintf("%.0f", n * (1e9 / o - 1e9 / b)) : "-"
+      printf "%-12s %-10s %14.0f %8.2fx %14s\n", s, t, o, b / o, added }'
+    eval "ops_${shape}_${t}=$o"
+  done
+done
+echo
+awk -v b="${ops_uncontended_none:-0}" -v f="${ops_uncontended_futex:-0}" 'BEGIN {
+  if (b > 0 && f > 0) printf "goal: futex mode within 2%% of untraced on uncontended locks: %.2f%% -> %s\n",
+    (b / f - 1) * 100, (b / f - 1 <= 0.02 ? "met" : "NOT met") }'
+if [ -n "${ops_uncontended_bpftrace:-}" ]; then
+  awk -v b="$ops_uncontended_none" -v u="$ops_uncontended_uprobes" -v t="$ops_uncontended_bpftrace" -v n="$THREADS" 'BEGIN {
+    if (u <= 0 || t <= 0) exit
+    cu = n * (1e9 / u - 1e9 / b); ct = n * (1e9 / t - 1e9 / b)
+    printf "goal: uprobe mode cheaper per lock call than bpftrace: %.0f ns vs %.0f ns (%.2fx) -> %s\n",
+      cu, ct, ct / cu, (cu < ct ? "met" : "NOT met") }'
+fi
