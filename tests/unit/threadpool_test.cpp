@@ -97,8 +97,11 @@ TEST_CASE("wait classification") {
 TEST_CASE("thread names group without their numbers") {
   CHECK(group_of_name("worker-12") == "worker");
   CHECK(group_of_name("pool_7") == "pool");
+  CHECK(group_of_name("pool-1-thread-3") == "pool-1-thread");
   CHECK(group_of_name("httpd") == "httpd");
+  CHECK(group_of_name("apache2") == "apache2");
   CHECK(group_of_name("42") == "42");
+  CHECK(group_of_name("-7") == "-7");
   CHECK(group_of_name("w#3:1") == "w");
 }
 
@@ -112,11 +115,13 @@ TEST_CASE("work-wait inference picks the condition variable most workers park on
   CHECK(w.found);
   CHECK(!w.guessed);
   CHECK(w.futexes.size() == 1);
-  CHECK(w.is_idle(cond));
-  CHECK(!w.is_idle(lock));
-  CHECK(!w.is_idle(other_cond));
+  CHECK(w.is_idle(1, cond));
+  CHECK(!w.is_idle(1, lock));
+  CHECK(!w.is_idle(5, other_cond));
   CHECK(w.description.find("condition wait on 0x1000 (4/5 threads") == 0);
-  CHECK(w.is_idle(WaitKey{288, 0, 0}));  // accept4 is always a work wait
+  CHECK(w.is_idle(1, WaitKey{288, 0, 0}));  // accept4 is always a work wait
+  CHECK(w.queue_users == std::set<uint32_t>{1, 2, 3, 4});
+  CHECK(w.excluded == 0);
 }
 
 TEST_CASE("work-wait inference: plain futex only as a marked guess, events listed") {
@@ -126,7 +131,7 @@ TEST_CASE("work-wait inference: plain futex only as a marked guess, events liste
   g[2] = thread_with({{lock, {100, 0, 1}}, {WaitKey{232, 0, 0}, {50, 0, 1}}});
   auto w = infer_work_waits(g, 3);
   CHECK(w.guessed);
-  CHECK(w.is_idle(lock));
+  CHECK(w.is_idle(1, lock));
   CHECK(w.description.find("guessed") != std::string::npos);
   CHECK(w.description.find("epoll_wait") != std::string::npos);
   // one thread on a plain futex out of 4: not enough to call it the work queue
@@ -136,6 +141,31 @@ TEST_CASE("work-wait inference: plain futex only as a marked guess, events liste
   CHECK(!none.found);
   CHECK(none.futexes.empty());
   CHECK(none.description.find("none seen") == 0);
+}
+
+TEST_CASE("poll is a work wait for a listener, I/O for queue workers; main thread left out") {
+  // Apache worker MPM: workers park on the fd-queue condvar and poll() on the CGI
+  // pipe while serving; the listener waits in epoll; the main thread reads a pipe.
+  WaitKey cond{kFutex, 9, 0x1000}, poll{7, 0, 0}, epoll{232, 0, 0}, rd{0, 0, 0};
+  std::map<uint32_t, ThreadTimes> g;
+  g[100] = thread_with({{rd, {5000, 0, 1}}});  // main thread, tid == pid
+  g[101] = thread_with({{epoll, {4000, 0, 9}}});
+  for (uint32_t tid = 102; tid < 106; ++tid) g[tid] = thread_with({{cond, {10, 0, 3}}, {poll, {900, 0, 3}}});
+  auto w = infer_work_waits(g, 6, 100);
+  CHECK(w.is_idle(101, epoll));
+  CHECK(!w.is_idle(102, poll));
+  CHECK(w.is_idle(102, cond));
+  CHECK(w.excluded == 100);
+  CHECK(w.description.find("main thread 100 left out") != std::string::npos);
+  CHECK(w.description.find("epoll_wait (outside queue workers)") != std::string::npos);
+  // a main thread that waits for work itself stays in
+  g[100] = thread_with({{cond, {10, 0, 1}}});
+  CHECK(infer_work_waits(g, 6, 100).excluded == 0);
+  // nobody waits for work: nothing to compare with, nobody left out
+  std::map<uint32_t, ThreadTimes> h;
+  h[100] = thread_with({{rd, {5000, 0, 1}}});
+  h[101] = thread_with({{rd, {5000, 0, 1}}});
+  CHECK(infer_work_waits(h, 2, 100).excluded == 0);
 }
 
 TEST_CASE("queue depth from accept/read spans") {

@@ -94,10 +94,14 @@ std::string syscall_name(int nr) {
 }
 
 std::string group_of_name(const std::string& comm) {
+  static const std::string kSep = "-_:/.# ";
   std::string g = comm;
-  while (!g.empty() && (std::isdigit(static_cast<unsigned char>(g.back())) ||
-                        std::string("-_:/.# ").find(g.back()) != std::string::npos))
-    g.pop_back();
+  while (true) {
+    size_t i = g.size();
+    while (i > 0 && std::isdigit(static_cast<unsigned char>(g[i - 1]))) --i;
+    if (i == g.size() || i == 0 || kSep.find(g[i - 1]) == std::string::npos) break;
+    g.erase(i - 1);  // the separator and the number
+  }
   return g.empty() ? comm : g;
 }
 
@@ -136,7 +140,8 @@ ThreadTimes delta(const ThreadTimes& cur, const ThreadTimes* prev) {
   return d;
 }
 
-WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads) {
+WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads,
+                           uint32_t pid) {
   struct Site {
     std::set<uint32_t> tids;
     uint64_t blk = 0;
@@ -179,7 +184,24 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
            hex(pick->obj) + " (" + std::to_string(futexes[*pick].tids.size()) + "/" +
            std::to_string(nthreads) + " threads parked there)";
   }
-  for (const auto& e : events) desc += (desc.empty() ? "" : ", ") + e;
+  for (const auto& [tid, t] : group)
+    for (const auto& [k, wt] : t.waits)
+      if ((wt.count || wt.blk_ns) && w.futexes.count(k)) w.queue_users.insert(tid);
+  std::set<uint32_t> waiters;  // threads seen waiting for work
+  bool io_polls = false;       // queue workers' epoll/poll waits, counted as I/O
+  for (const auto& [tid, t] : group)
+    for (const auto& [k, wt] : t.waits) {
+      if (!wt.count && !wt.blk_ns) continue;
+      if (w.is_idle(tid, k)) waiters.insert(tid);
+      else if (is_event_wait(k.nr)) io_polls = true;
+    }
+  for (const auto& e : events)
+    desc += (desc.empty() ? "" : ", ") + e +
+            (io_polls && e.find("accept") == std::string::npos ? " (outside queue workers)" : "");
+  if (pid && group.count(pid) && !waiters.empty() && !waiters.count(pid)) {
+    w.excluded = pid;
+    desc += "; main thread " + std::to_string(pid) + " left out (never waited for work)";
+  }
   w.found = !desc.empty();
   w.description = desc.empty() ? "none seen (no thread waited for work)" : desc;
   return w;
@@ -224,7 +246,7 @@ void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
     uint64_t idle_wake = 0, blk = 0;
     for (const auto& [k, w] : d.waits) {
       blk += w.blk_ns;
-      if (g.work.is_idle(k)) {
+      if (g.work.is_idle(tid, k)) {
         r.idle_ns += w.blk_ns + w.wake_rq_ns;
         idle_wake += w.wake_rq_ns;
       } else {

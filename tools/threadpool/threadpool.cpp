@@ -265,7 +265,7 @@ class Tracer {
   void sample() {
     std::map<std::string, std::pair<uint64_t, uint64_t>> cnt;  // group -> {members, idle}
     for (auto& [tid, m] : members_) {
-      if (m.gone) continue;
+      if (m.gone || work_[m.group].excluded == tid) continue;
       tp_thread t;
       if (!threads_.get_value(tid, t).ok() || t.state == TP_ST_UNKNOWN || t.state == TP_ST_DEAD)
         continue;
@@ -273,7 +273,7 @@ class Tracer {
       c.first++;
       WaitKey k{t.w_nr, t.w_op, t.w_obj};
       bool idle = (t.state == TP_ST_BLOCKED || (t.state == TP_ST_RUNNABLE && t.w_pending)) &&
-                  work_[m.group].is_idle(k);
+                  work_[m.group].is_idle(tid, k);
       if (idle) c.second++;
     }
     for (auto& [g, c] : cnt) {
@@ -381,7 +381,7 @@ class Tracer {
       auto it = snap->find(tid);
       if (it != snap->end()) by_group[m.group][tid] = it->second;
     }
-    for (auto& [g, n] : sizes) work_[g] = infer_work_waits(by_group[g], n);
+    for (auto& [g, n] : sizes) work_[g] = infer_work_waits(by_group[g], n, c_.pid);
     last_rescan_ = monotonic_ns();
   }
 
@@ -449,6 +449,7 @@ class Tracer {
       ThreadTimes d = delta(it->second, p == prev.end() ? nullptr : &p->second);
       bool active = d.on_ns + d.rq_ns + d.blk_ns > 0;
       if (!active && m.gone) continue;
+      if (work_.count(m.group) && work_[m.group].excluded == tid) continue;
       sizes[m.group]++;
       deltas[m.group][tid] = std::move(d);
     }

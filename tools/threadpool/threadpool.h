@@ -47,8 +47,9 @@ Reason classify_wait(int nr, uint32_t futex_cmd);
 bool is_event_wait(int nr);
 std::string syscall_name(int nr);
 
-// Thread name -> group name: trailing digits and separators removed ("worker-12" ->
-// "worker"), so numbered workers form one group.
+// Thread name -> group name: trailing separator+number parts removed ("worker-12" ->
+// "worker", "pool-1-thread-3" -> "pool-1-thread", "apache2" stays), so numbered
+// workers form one group.
 std::string group_of_name(const std::string& comm);
 
 struct WaitKey {
@@ -81,13 +82,25 @@ struct WorkWaits {
   bool guessed = false;       // chosen without a condition-variable wait (plain futex)
   bool found = false;         // some work wait (futex or event wait) was seen
   std::string description;    // for the report
-  bool is_idle(const WaitKey& k) const { return is_event_wait(k.nr) || futexes.count(k); }
+  std::set<uint32_t> queue_users;  // threads seen parked on `futexes`
+  uint32_t excluded = 0;           // main thread left out of the pool (0: none)
+  // Is thread `tid` blocked in `k` waiting for work? The work-queue futex and accept
+  // always are; epoll/poll/select only for threads that do not take work from the
+  // queue (a listener), since for queue workers they are I/O done while serving.
+  bool is_idle(uint32_t tid, const WaitKey& k) const {
+    if (futexes.count(k) || k.nr == 43 || k.nr == 288) return true;
+    return is_event_wait(k.nr) && !queue_users.count(tid);
+  }
 };
-// From the group's cumulative waits: event waits are always work waits; among futex
-// waits, the condition-variable (FUTEX_WAIT_BITSET) word the most distinct threads
-// blocked on (ties: most time); without one, the plain FUTEX_WAIT word at least half
-// of the threads and >= 2 parked on, marked as a guess.
-WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads);
+// From the group's cumulative waits: among futex waits, the condition-variable
+// (FUTEX_WAIT_BITSET) word the most distinct threads blocked on (ties: most time);
+// without one, the plain FUTEX_WAIT word at least half of the threads and >= 2 parked
+// on, marked as a guess. accept always counts; epoll/poll/select count for threads
+// that never parked on that word (see is_idle). The process's main thread (tid ==
+// pid) is left out of the pool when it never waited for work but others in its group
+// did (it supervises: pthread_join, a signal or pipe-of-death wait).
+WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads,
+                           uint32_t pid = 0);
 
 // Queue depth (accepted, not yet read) over [t0, t1] from each request's
 // [accept, first read] span (read = 0: still queued).
