@@ -11,13 +11,21 @@ windows are aligned with signals: SIGUSR1 to the server when threadpool starts
 tracing, SIGTERM when its summary arrives.
 Then bad input: single-threaded PID, PATTERN matching nothing, invalid pattern,
 missing -p, and a process exiting mid-run.
+If Debian's apache2 and ab are installed: Apache httpd (worker MPM, one child with 16
+worker threads, a CGI that sleeps 20 ms) under ab -c 8; threadpool's busy_avg and
+utilisation against mod_status BusyWorkers sampled every 100 ms over the same
+window (minus the worker serving the status request itself), within 10%.
 """
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 
 BIN = os.environ.get("BIN", "build/bin")
 WL = os.environ.get("WORKLOADS", "build/workloads")
@@ -160,6 +168,114 @@ def bad_input():
     check(rc == 1 and "no process" in err, "PID gone before start: " + err.strip())
 
 
+APACHE_CONF = """ServerRoot {d}
+Listen 127.0.0.1:{port}
+PidFile {d}/httpd.pid
+ErrorLog {d}/error.log
+LoadModule mpm_worker_module /usr/lib/apache2/modules/mod_mpm_worker.so
+LoadModule authz_core_module /usr/lib/apache2/modules/mod_authz_core.so
+LoadModule status_module /usr/lib/apache2/modules/mod_status.so
+LoadModule cgid_module /usr/lib/apache2/modules/mod_cgid.so
+LoadModule alias_module /usr/lib/apache2/modules/mod_alias.so
+User www-data
+Group www-data
+ServerName localhost
+DocumentRoot {d}
+ScriptSock {d}/cgid.sock
+ServerLimit 1
+StartServers 1
+ThreadLimit 16
+ThreadsPerChild 16
+MaxRequestWorkers 16
+MinSpareThreads 1
+MaxSpareThreads 16
+KeepAlive Off
+ExtendedStatus On
+ScriptAlias /cgi/ {d}/cgi/
+<Location /server-status>
+  SetHandler server-status
+  Require all granted
+</Location>
+<Directory {d}>
+  Require all granted
+</Directory>
+"""
+
+
+def apache_test():
+    apache, ab = "/usr/sbin/apache2", shutil.which("ab")
+    if not os.path.exists(apache) or not ab or not os.path.exists(
+            "/usr/lib/apache2/modules/mod_mpm_worker.so"):
+        print("note: apache2/ab not installed (apt-get install apache2 apache2-utils); "
+              "Apache comparison not run")
+        return
+    d = tempfile.mkdtemp(prefix="tp-apache-")
+    os.chmod(d, 0o755)
+    os.mkdir(os.path.join(d, "cgi"), 0o755)
+    with open(os.path.join(d, "cgi", "slow"), "w") as f:
+        f.write("#!/bin/sh\nsleep 0.02\nprintf 'Content-Type: text/plain\\r\\n\\r\\nok\\n'\n")
+    os.chmod(os.path.join(d, "cgi", "slow"), 0o755)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = os.path.join(d, "httpd.conf")
+    with open(conf, "w") as f:
+        f.write(APACHE_CONF.format(d=d, port=port))
+    base = "http://127.0.0.1:%d" % port
+    try:
+        subprocess.run([apache, "-f", conf, "-k", "start"], check=True, capture_output=True)
+        child = None
+        for _ in range(50):  # the worker child: the httpd process with many threads
+            out = subprocess.run(["pgrep", "-f", conf], capture_output=True, text=True).stdout
+            for pid in map(int, out.split()):
+                try:
+                    if len(os.listdir("/proc/%d/task" % pid)) > 10:
+                        child = pid
+                except OSError:
+                    pass
+            if child:
+                break
+            time.sleep(0.1)
+        if not check(child is not None, "apache: worker child found"):
+            return
+        load = subprocess.Popen([ab, "-q", "-c", "8", "-t", "14", "-n", "10000000",
+                                 base + "/cgi/slow"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(2)
+        tool = subprocess.Popen([TOOL, "-p", str(child), "-j", "2", "6"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = json.loads(tool.stdout.readline())
+        samples = []
+        t_end = time.monotonic() + 5.8
+        while time.monotonic() < t_end:
+            text = urllib.request.urlopen(base + "/server-status?auto", timeout=5).read().decode()
+            for line in text.splitlines():
+                if line.startswith("BusyWorkers:"):
+                    samples.append(int(line.split()[1]) - 1)  # minus the status request's worker
+            time.sleep(0.1)
+        summ = [json.loads(l) for l in tool.stdout if '"threadpool_summary"' in l]
+        tool.wait()
+        load.terminate()
+        load.wait()
+        check(first["type"] == "threadpool_start" and len(summ) >= 1,
+              "apache: threadpool ran (%d summaries)" % len(summ))
+        if not summ or not samples:
+            return
+        pool = max(summ, key=lambda r: r["threads"])
+        busy = sum(samples) / len(samples)
+        ok, msg = close_to("apache busy workers (mod_status BusyWorkers)", pool["busy_avg"], busy)
+        check(ok, msg + " over %d samples; work waits: %s" % (len(samples), pool["work_waits"]["description"]))
+        # mod_status counts the 16 workers; threadpool's pool also holds the listener
+        ok, msg = close_to("apache utilisation (BusyWorkers/16)", pool["busy_avg"] / 16, busy / 16)
+        check(ok, msg)
+        check(pool["verdict"] == "blocked-on-io",
+              "apache: verdict %s (%s)" % (pool["verdict"], pool["verdict_reason"]))
+    finally:
+        subprocess.run([apache, "-f", conf, "-k", "stop"], capture_output=True)
+        time.sleep(1)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     if os.geteuid() != 0:
         print("skipped: threadpool needs root (BPF)")
@@ -172,6 +288,7 @@ def main():
     config_test("blocking", ["--workers", "4", "--cpu-us", "100", "--block-us", "3000"], 2,
                 "blocked-on-io")
     bad_input()
+    apache_test()
     if failures:
         print("%d failure(s)" % len(failures))
         return 1

@@ -6,7 +6,7 @@
 // Per connection: the acceptor accepts it (timestamp A) and queues the fd; a worker
 // dequeues it and reads the request (timestamp R, just before read()), burns --cpu-us
 // of its own CPU time, then blocks --block-us in read() on a timerfd (I/O wait),
-// writes the response (timestamp W, right after write() returns) and closes.
+// writes the response (timestamp W, just before write()) and closes.
 // A worker is idle while it waits in the queue (condition variable) and busy otherwise.
 //
 // Prints {"type":"ready","pid":..,"port":..} at start. SIGUSR1 starts the measurement
@@ -114,8 +114,11 @@ void worker(int id) {
     burn_cpu(g_cpu_ns);
     block_io(tfd, g_block_ns);
     static const char resp[] = "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok";
-    ssize_t wn = write(it.fd, resp, sizeof resp - 1);
+    // W is taken just before write(): once write() returns, the worker may be
+    // preempted by the client it just woke, and a timestamp taken after that
+    // would include a run-queue wait that is not part of serving the request.
     int64_t w = now_ns();
+    ssize_t wn = write(it.fd, resp, sizeof resp - 1);
     close(it.fd);
     if (wn > 0 && w >= window_start.load()) {
       std::lock_guard<std::mutex> lk(stats_mu);
