@@ -218,6 +218,17 @@ def test_comm_and_min():
     print(f"--comm -m 16ms: {len(mine)} sleeps traced, {len(want)} expected")
 
 
+def test_tid():
+    truth, recs = run_workload_traced(["-j", "-t", "{pid}"], ["--no-sleep1"])
+    pid = truth["pid"]
+    sleeps = [r for r in recs if r["type"] == "sleep"]
+    check(all(r["tid"] == pid for r in sleeps), "-t: a record from another thread")
+    want = [t for t in truth["sleeps"] if t["tid"] == pid]
+    check(len(want) == 7, f"-t: expected 7 sleeps on the main thread, workload has {len(want)}")
+    match_sleeps(want, sleeps, "-t")
+    print(f"-t: {len(sleeps)} sleeps traced, {len(want)} expected")
+
+
 def test_unmatched_and_text():
     """A sleep already running at attach is an unmatched end; one still running at the
     end is an unmatched begin. Uses a private copy of sleep(1) for a unique comm."""
@@ -271,6 +282,7 @@ def main():
     test_bad_input()
     test_every_sleep_by_pid()
     test_comm_and_min()
+    test_tid()
     test_unmatched_and_text()
     if failures:
         print(f"{len(failures)} failure(s)")
