@@ -1,11 +1,13 @@
 // pool_server: a loopback TCP server with an acceptor thread, a work queue and a fixed
 // pool of workers, for threadpool's integration test. It measures its own ground truth.
 //
-//   pool_server [--workers N] [--cpu-us US] [--block-us US] [--port P] [--exit-after S]
+//   pool_server [--workers N] [--cpu-us US] [--block-us US] [--lock-us US] [--port P]
+//               [--exit-after S]
 //
 // Per connection: the acceptor accepts it (timestamp A) and queues the fd; a worker
 // dequeues it and reads the request (timestamp R, just before read()), burns --cpu-us
-// of its own CPU time, then blocks --block-us in read() on a timerfd (I/O wait),
+// of its own CPU time, then burns --lock-us of CPU time holding one global mutex
+// (lock contention), then blocks --block-us in read() on a timerfd (I/O wait),
 // writes the response (timestamp W, just before write()) and closes.
 // A worker is idle while it waits in the queue (condition variable) and busy otherwise.
 //
@@ -13,7 +15,8 @@
 // window (resets counters); SIGTERM/SIGINT (or --exit-after) prints the ground truth of
 // the window and exits:
 //   {"type":"truth","workers":N,"window_ns":..,"requests":..,"utilization":..,
-//    "busy_avg":..,"queue_wait_avg_ns":..,"service_avg_ns":..,"response_avg_ns":..}
+//    "busy_avg":..,"queue_wait_avg_ns":..,"service_avg_ns":..,"response_avg_ns":..,
+//    "lock_wait_ns":..}   (lock_wait_ns: total time spent acquiring the global mutex)
 // queue wait = R - A, service = W - R, response = W - A, over requests whose response
 // was written inside the window; utilization = busy worker-time / (workers * window).
 #include <arpa/inet.h>
@@ -54,13 +57,14 @@ std::condition_variable cv;
 std::deque<Item> queue_;
 
 int g_workers = 4;
-int64_t g_cpu_ns = 0, g_block_ns = 0;
+int64_t g_cpu_ns = 0, g_block_ns = 0, g_lock_ns = 0;
+std::mutex g_lock;
 
 // ground truth of the current window
 std::atomic<int64_t> window_start{0};
 std::mutex stats_mu;
 uint64_t n_req = 0;
-long double sum_q = 0, sum_s = 0, sum_r = 0;
+long double sum_q = 0, sum_s = 0, sum_r = 0, sum_lock = 0;
 struct WorkerState {
   std::atomic<int64_t> idle_ns{0};
   std::atomic<int64_t> wait_start{0};  // 0: busy
@@ -112,6 +116,13 @@ void worker(int id) {
       continue;
     }
     burn_cpu(g_cpu_ns);
+    int64_t lock_wait = 0;
+    if (g_lock_ns > 0) {
+      int64_t l0 = now_ns();
+      std::lock_guard<std::mutex> lk(g_lock);
+      lock_wait = now_ns() - l0;
+      burn_cpu(g_lock_ns);
+    }
     block_io(tfd, g_block_ns);
     static const char resp[] = "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok";
     // W is taken just before write(): once write() returns, the worker may be
@@ -126,6 +137,7 @@ void worker(int id) {
       sum_q += r - it.accept_ns;
       sum_s += w - r;
       sum_r += w - it.accept_ns;
+      sum_lock += lock_wait;
     }
   }
 }
@@ -149,7 +161,7 @@ void reset_window() {
   int64_t t = now_ns();
   window_start.store(t);
   n_req = 0;
-  sum_q = sum_s = sum_r = 0;
+  sum_q = sum_s = sum_r = sum_lock = 0;
   for (auto& s : *states) s.idle_ns.store(0);
 }
 
@@ -169,9 +181,9 @@ void print_truth() {
   std::printf(
       "{\"type\":\"truth\",\"workers\":%d,\"window_ns\":%lld,\"requests\":%llu,"
       "\"utilization\":%.4f,\"busy_avg\":%.4f,\"queue_wait_avg_ns\":%lld,"
-      "\"service_avg_ns\":%lld,\"response_avg_ns\":%lld}\n",
+      "\"service_avg_ns\":%lld,\"response_avg_ns\":%lld,\"lock_wait_ns\":%lld}\n",
       g_workers, static_cast<long long>(win), static_cast<unsigned long long>(n_req), util,
-      busy / win, avg(sum_q), avg(sum_s), avg(sum_r));
+      busy / win, avg(sum_q), avg(sum_s), avg(sum_r), static_cast<long long>(sum_lock));
   std::fflush(stdout);
 }
 
@@ -186,6 +198,7 @@ int main(int argc, char** argv) {
     if (a == "--workers") g_workers = static_cast<int>(v);
     else if (a == "--cpu-us") g_cpu_ns = static_cast<int64_t>(v * 1000);
     else if (a == "--block-us") g_block_ns = static_cast<int64_t>(v * 1000);
+    else if (a == "--lock-us") g_lock_ns = static_cast<int64_t>(v * 1000);
     else if (a == "--port") port = static_cast<int>(v);
     else if (a == "--exit-after") exit_after = v;
     else {
