@@ -409,7 +409,7 @@ Status run(const Config& c) {
   // exits first: a sleep that starts before its exit probe exists cannot be matched
   for (auto it = probes.rbegin(); it != probes.rend(); ++it)
     if (auto st = session.attach_tracepoint(it->first, it->second))
-      return Error{st->message + "; is another tracer holding it?"};
+      return Error{st->message + "; are syscall tracepoints enabled (CONFIG_FTRACE_SYSCALLS)?"};
   // optional: only counts interrupted sleeps the kernel resumed after a signal
   bool restart_traced = tracepoint_exists("syscalls:sys_enter_restart_syscall") &&
                         !session.attach_tracepoint("syscalls:sys_enter_restart_syscall",
