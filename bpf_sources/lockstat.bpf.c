@@ -7,6 +7,7 @@
  *                    only mark the in-flight call as blocked
  *   KERNEL_LOCKS     lock:contention_begin/end
  *   FILTER_PIDS, FILTER_TIDS, FILTER_ADDRS   use the pid_filter/tid_filter/addr_filter maps
+ *   SELF_PID         lockstat's own PID, never traced
  *   MIN_WAIT_NS      waits shorter than this are counted in counters[LS_CNT_BELOW_MIN] only
  *   OFF_TASK_MM, OFF_MM_MMAP_LOCK, MMAP_LOCK_SIZE, OFF_TASK_SIGHAND, OFF_SIGHAND_SIGLOCK
  *                    (BTF offsets,
@@ -67,6 +68,8 @@ static inline void count(u32 slot) {
 }
 
 static inline int filtered_out(u32 pid, u32 tid, u64 addr) {
+  if (pid == SELF_PID)
+    return 1;
 #ifdef FILTER_PIDS
   if (!pid_filter.lookup(&pid))
     return 1;

@@ -25,11 +25,14 @@
 //   {"type":"mutex_contention","pid":P,"mutex_addr":"0x...","mutex_addr_int":A,
 //    "symbol":"cache_lock","threads":N,"hold_ns_target":H,"duration_ns":D,
 //    "acquisitions":n,"total_wait_ns":W,"max_wait_ns":M,"slow_acquisitions":s,
-//    "hold_ns":total held,"ops_per_sec":r,"private":false,
+//    "hold_ns":total held,"ops_per_sec":r,"cpu_ns":c,"cpu_ns_per_op":x,"private":false,
 //    "per_thread":[{"tid":t,"acquisitions":n,"wait_ns":w,"max_wait_ns":m},...]}
 // total_wait_ns is the sum over every acquisition of the time spent inside
 // pthread_mutex_lock (fast path, spinning and blocking included); slow_acquisitions
 // counts those that took 10 us or more (i.e. almost certainly blocked in the kernel).
+// cpu_ns is the workers' own CPU time (CLOCK_THREAD_CPUTIME_ID, user + system, so it
+// includes probe costs charged to them but not time spent preempted by other load);
+// cpu_ns_per_op = cpu_ns / acquisitions, a load-independent cost per lock call.
 // With --private, the per-thread mutexes are reported instead of cache_lock
 // (mutex_addr is the first one's).
 #include <pthread.h>
@@ -59,7 +62,7 @@ struct Opts {
 struct alignas(64) ThreadStats {
   pthread_mutex_t own = PTHREAD_MUTEX_INITIALIZER;  // --private
   long tid = 0;
-  unsigned long long acquisitions = 0, wait_ns = 0, max_wait_ns = 0, slow = 0, hold_ns = 0;
+  unsigned long long acquisitions = 0, wait_ns = 0, max_wait_ns = 0, slow = 0, hold_ns = 0, cpu_ns = 0;
 };
 
 Opts g_opts;
@@ -118,6 +121,8 @@ __attribute__((noinline)) void* worker(void* arg) {
   st.tid = syscall(SYS_gettid);
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   pthread_mutex_t* m = g_opts.private_locks ? &st.own : &cache_lock;
+  struct timespec c0, c1;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
   while (!g_stop.load(std::memory_order_relaxed)) {
     update_cache(st, m);
     if (g_opts.gap_us) {
@@ -125,6 +130,8 @@ __attribute__((noinline)) void* worker(void* arg) {
       else spin_until(now_ns() + g_opts.gap_us * 1000ULL);
     }
   }
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+  st.cpu_ns = (c1.tv_sec - c0.tv_sec) * 1000000000ULL + c1.tv_nsec - c0.tv_nsec;
   return nullptr;
 }
 
@@ -163,10 +170,10 @@ int main(int argc, char** argv) {
   for (auto& t : th) pthread_join(t, nullptr);
   unsigned long long dur = now_ns() - start;
 
-  unsigned long long acq = 0, wait = 0, maxw = 0, slow = 0, hold = 0;
+  unsigned long long acq = 0, wait = 0, maxw = 0, slow = 0, hold = 0, cpu = 0;
   std::string per;
   for (auto& s : g_stats) {
-    acq += s.acquisitions, wait += s.wait_ns, slow += s.slow, hold += s.hold_ns;
+    acq += s.acquisitions, wait += s.wait_ns, slow += s.slow, hold += s.hold_ns, cpu += s.cpu_ns;
     if (s.max_wait_ns > maxw) maxw = s.max_wait_ns;
     char buf[200];
     std::snprintf(buf, sizeof buf, "%s{\"tid\":%ld,\"acquisitions\":%llu,\"wait_ns\":%llu,\"max_wait_ns\":%llu}",
@@ -179,10 +186,12 @@ int main(int argc, char** argv) {
       "{\"type\":\"mutex_contention\",\"pid\":%d,\"mutex_addr\":\"%p\",\"mutex_addr_int\":%llu,"
       "\"symbol\":\"%s\",\"threads\":%ld,\"hold_ns_target\":%llu,\"duration_ns\":%llu,"
       "\"acquisitions\":%llu,\"total_wait_ns\":%llu,\"max_wait_ns\":%llu,\"slow_acquisitions\":%llu,"
-      "\"hold_ns\":%llu,\"ops_per_sec\":%.1f,\"private\":%s,\"per_thread\":[%s]}\n",
+      "\"hold_ns\":%llu,\"ops_per_sec\":%.1f,\"cpu_ns\":%llu,\"cpu_ns_per_op\":%.2f,\"private\":%s,"
+      "\"per_thread\":[%s]}\n",
       getpid(), addr, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(addr)),
       g_opts.private_locks ? "" : "cache_lock", g_opts.threads, g_opts.hold_us * 1000ULL, dur, acq,
-      wait, maxw, slow, hold, acq * 1e9 / static_cast<double>(dur), g_opts.private_locks ? "true" : "false",
+      wait, maxw, slow, hold, acq * 1e9 / static_cast<double>(dur), cpu, acq ? cpu / static_cast<double>(acq) : 0.0,
+      g_opts.private_locks ? "true" : "false",
       per.c_str());
   return 0;
 }

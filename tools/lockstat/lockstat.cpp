@@ -1,5 +1,7 @@
 #include "tools/lockstat/lockstat.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <set>
@@ -42,10 +44,11 @@ SOURCES:
       --uprobes        exact pthread mode: uprobes on pthread_mutex_lock, _timedlock
                        and _clocklock (in the target's libc.so.6, or libpthread.so.0
                        before glibc 2.34) time EVERY lock call, contended or not.
-                       Overhead: ~0.6 us per lock call when the probe can sit on an
-                       emulated instruction (-v says where), ~11 us when it must be
-                       single-stepped; a lock-heavy program can slow down 100x or
-                       more. Use with -p.
+                       Overhead: ~1.5 us of CPU per lock call measured here
+                       (bench/lockstat.sh; bpftrace's equivalent: ~9 us) when
+                       the probe sits on an emulated instruction (-v says where),
+                       ~11 us more when single-stepped; a tight lock loop ran
+                       11-13x slower. Use briefly, with -p.
 FILTERS:
   -p, --pid PID[,PID]  only these processes
       --tid TID[,TID]  only these threads
@@ -274,6 +277,7 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
   // symbolic names that are not addresses (mmap_lock, ...) are filtered after the fact
   if (!c.lock_addrs.empty() && c.lock_names.empty()) f.push_back("-DFILTER_ADDRS");
   f.push_back("-DMIN_WAIT_NS=" + std::to_string(c.min_wait_ns) + "ULL");
+  f.push_back("-DSELF_PID=" + std::to_string(getpid()));  // never trace ourselves
   f.push_back("-DSTATS_ENTRIES=16384");
   f.push_back("-DHIST_ENTRIES=65536");
   f.push_back("-DSTACK_ENTRIES=16384");
@@ -612,12 +616,13 @@ void render(std::ostream& os, const Config& c, const Snapshot& s, const Names& n
     for (size_t i = 0; i < t.shown_rows(rows); ++i) {
       const auto& r = rows[i];
       nlohmann::json threads = nlohmann::json::array(), sites = nlohmann::json::array();
-      for (size_t k = 0; k < r.waiters.size() && k < std::max<size_t>(c.top, 1) * 8; ++k) {
+      const size_t list_max = std::max<size_t>(c.top, 10);  // JSON lists: at least 10
+      for (size_t k = 0; k < r.waiters.size() && k < list_max; ++k) {
         const auto& w = r.waiters[k];
         threads.push_back({{"tid", w.tid}, {"comm", w.comm}, {"contended", w.contended},
                            {"total_wait_ns", w.total_ns}, {"max_wait_ns", w.max_ns}});
       }
-      for (size_t k = 0; k < r.sites.size() && k < std::max<size_t>(c.top, 1) * 8; ++k) {
+      for (size_t k = 0; k < r.sites.size() && k < list_max; ++k) {
         const auto& st = r.sites[k];
         sites.push_back({{"site", st.site}, {"stack", st.stack}, {"contended", st.contended},
                          {"total_wait_ns", st.total_ns}});
