@@ -4,7 +4,7 @@
 Two configurations (4 workers on this 2-CPU machine):
   cpu-starved: 2 ms of CPU per request, 6 closed-loop clients -> workers wait for CPUs
   blocking:    0.1 ms CPU + 3 ms blocked in read() per request, 2 clients -> I/O bound
-  locks:       0.1 ms CPU + 1 ms CPU holding one global mutex, 3 clients -> lock-bound
+  locks:       0.1 ms CPU + 1 ms of I/O holding one global mutex, 4 clients -> lock-bound
 For each: utilisation, average queue wait, service and response times must be within
 10% of pool_server's ground truth (queue wait: or within 25 us, as it is tiny when the
 pool is not saturated), and the verdict must be the expected one. The measurement
@@ -293,7 +293,7 @@ def main():
     config_test("cpu-starved", ["--workers", "4", "--cpu-us", "2000"], 6, "cpu-starved")
     config_test("blocking", ["--workers", "4", "--cpu-us", "100", "--block-us", "3000"], 2,
                 "blocked-on-io")
-    config_test("locks", ["--workers", "4", "--cpu-us", "100", "--lock-us", "1000"], 3,
+    config_test("locks", ["--workers", "4", "--cpu-us", "100", "--lock-us", "1000"], 4,
                 "blocked-on-locks")
     bad_input()
     apache_test()

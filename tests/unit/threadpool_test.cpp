@@ -141,6 +141,16 @@ TEST_CASE("work-wait inference: plain futex only as a marked guess, events liste
   CHECK(!none.found);
   CHECK(none.futexes.empty());
   CHECK(none.description.find("none seen") == 0);
+  // one thread of three on a condition variable: its own wait, not the pool's queue
+  std::map<uint32_t, ThreadTimes> k;
+  k[1] = thread_with({{WaitKey{kFutex, 9, 0x5000}, {100, 0, 1}}});
+  k[2] = thread_with({{WaitKey{35, 0, 0}, {100, 0, 1}}});
+  k[3] = thread_with({{WaitKey{35, 0, 0}, {100, 0, 1}}});
+  CHECK(!infer_work_waits(k, 3).found);
+  // a group of one thread may park alone
+  std::map<uint32_t, ThreadTimes> one;
+  one[1] = k[1];
+  CHECK(infer_work_waits(one, 1).futexes.size() == 1);
 }
 
 TEST_CASE("poll is a work wait for a listener, I/O for queue workers; main thread left out") {

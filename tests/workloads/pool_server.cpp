@@ -6,8 +6,9 @@
 //
 // Per connection: the acceptor accepts it (timestamp A) and queues the fd; a worker
 // dequeues it and reads the request (timestamp R, just before read()), burns --cpu-us
-// of its own CPU time, then burns --lock-us of CPU time holding one global mutex
-// (lock contention), then blocks --block-us in read() on a timerfd (I/O wait),
+// of its own CPU time, then holds one global mutex for --lock-us while blocked in
+// read() on a timerfd (I/O under a lock: the other workers queue on the mutex),
+// then blocks --block-us in read() on a timerfd (I/O wait),
 // writes the response (timestamp W, just before write()) and closes.
 // A worker is idle while it waits in the queue (condition variable) and busy otherwise.
 //
@@ -121,7 +122,7 @@ void worker(int id) {
       int64_t l0 = now_ns();
       std::lock_guard<std::mutex> lk(g_lock);
       lock_wait = now_ns() - l0;
-      burn_cpu(g_lock_ns);
+      block_io(tfd, g_lock_ns);
     }
     block_io(tfd, g_block_ns);
     static const char resp[] = "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok";

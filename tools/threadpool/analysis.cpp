@@ -173,7 +173,7 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
   };
   WorkWaits w;
   std::string desc;
-  auto pick = best_of(kFutexWaitBitset, 1);
+  auto pick = best_of(kFutexWaitBitset, nthreads >= 2 ? 2 : 1);
   if (!pick) {
     pick = best_of(kFutexWait, std::max<size_t>(2, (nthreads + 1) / 2));
     w.guessed = pick.has_value();
@@ -295,14 +295,11 @@ void decide_verdict(GroupReport& g) {
   const double f_sleep = frac(g.blocked_ns[kSleep] + g.blocked_ns[kOther]);
   const double f_blk = std::max({f_lock, f_io, f_sleep});
   const char* blk_name = f_blk == f_lock ? "locks" : f_blk == f_io ? "I/O" : "sleep/other";
+  // "too small" needs evidence of queueing, which only request tracking gives
   bool growing = false;
-  if (g.req.have_depth && g.req.requests) {
+  if (g.req.have_depth && g.req.requests)
     growing = g.req.depth.avg >= 1.0 ||
               g.req.queue_wait.mean() * 2 >= std::max<uint64_t>(g.req.service.mean(), 1);
-  } else if (!g.req.have_depth) {
-    // no request data: saturation alone, if these threads are known to wait for work
-    growing = util >= 0.95 && g.work.found;
-  }
   const bool saturated = util >= 0.9 && growing;
   if (f_rq >= 0.3 && f_rq >= f_blk) {
     std::snprintf(why, sizeof why,

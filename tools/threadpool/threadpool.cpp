@@ -4,6 +4,7 @@
 #include <linux/types.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -289,7 +290,9 @@ class Tracer {
       rescan();
       refresh_inference();
     }
-    if (now - last_sample_ >= 10000000ULL) sample();
+    // every 10 ms; slower for big pools (one map lookup per thread per sample)
+    uint64_t period = std::clamp<uint64_t>(members_.size() * 200000ULL, 10000000ULL, 100000000ULL);
+    if (now - last_sample_ >= period) sample();
   }
 
   bool target_gone() {
@@ -331,7 +334,7 @@ class Tracer {
   }
 
  private:
-  std::map<uint32_t, ThreadTimes> snapshot(uint64_t now) {
+  std::map<uint32_t, ThreadTimes> snapshot(uint64_t now, bool with_hist = true) {
     std::map<uint32_t, ThreadTimes> out;
     for (auto& [tid, t] : threads_.get_table_offline()) {
       auto mi = members_.find(tid);
@@ -361,9 +364,11 @@ class Tracer {
       w.wake_rq_ns += v.wake_rq_ns;
       w.count += v.count;
     }
-    for (auto& [k, v] : hist_.get_table_offline()) {
-      auto it = out.find(k.tid);
-      if (it != out.end()) it->second.rq_hist[k.idx] += v;
+    if (with_hist) {
+      for (auto& [k, v] : hist_.get_table_offline()) {
+        auto it = out.find(k.tid);
+        if (it != out.end()) it->second.rq_hist[k.idx] += v;
+      }
     }
     return out;
   }
@@ -371,7 +376,7 @@ class Tracer {
   void refresh_inference(const std::map<uint32_t, ThreadTimes>* snap = nullptr) {
     std::map<uint32_t, ThreadTimes> local;
     if (!snap) {
-      local = snapshot(monotonic_ns());
+      local = snapshot(monotonic_ns(), /*with_hist=*/false);
       snap = &local;
     }
     std::map<std::string, std::map<uint32_t, ThreadTimes>> by_group;

@@ -93,7 +93,8 @@ struct WorkWaits {
   }
 };
 // From the group's cumulative waits: among futex waits, the condition-variable
-// (FUTEX_WAIT_BITSET) word the most distinct threads blocked on (ties: most time);
+// (FUTEX_WAIT_BITSET) word the most distinct threads (at least 2 in a group of 2 or
+// more) blocked on (ties: most time);
 // without one, the plain FUTEX_WAIT word at least half of the threads and >= 2 parked
 // on, marked as a guess. accept always counts; epoll/poll/select count for threads
 // that never parked on that word (see is_idle). The process's main thread (tid ==
