@@ -141,6 +141,7 @@ TEST_CASE("lockstat: kernel lock kinds from contention_begin flags") {
   CHECK(is_kernel_lock_frame("_raw_spin_lock_irqsave"));
   CHECK(is_kernel_lock_frame("rwsem_down_write_slowpath"));
   CHECK(is_kernel_lock_frame("down_write_killable"));
+  CHECK(is_kernel_lock_frame("raw_spin_rq_lock_nested"));
   CHECK(!is_kernel_lock_frame("__vm_munmap"));
   CHECK(!is_kernel_lock_frame("lock_mm_and_find_vma"));
 }

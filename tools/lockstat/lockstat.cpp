@@ -333,7 +333,7 @@ bool is_kernel_lock_frame(const std::string& frame) {
                                     "rwsem_",     "__rwsem",     "rt_mutex",     "__rt_mutex",
                                     "rt_spin",    "rt_read",     "rt_write",     "percpu_down",
                                     "__percpu_down", "osq_lock",
-                                    "rwbase_"};
+                                    "rwbase_", "raw_spin_rq_", "_raw_spin_rq_"};
   for (const char* p : kPrefixes)
     if (frame.rfind(p, 0) == 0) return true;
   return false;
