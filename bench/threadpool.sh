@@ -10,7 +10,8 @@
 #   - threadpool's own CPU use (utime+stime of the tool / wall time) while paced
 # Prints each round and the medians with ratios. Needs root.
 # Env: BIN (default build/bin), WORKLOADS (default build/workloads), ROUNDS (3),
-#      SECS (5 per run), RATE (10000), CLIENTS (4).
+#      SECS (5 per run), RATE (10000), CLIENTS (4), APACHE (1: also Apache httpd serving
+#      a static file under ab, untraced vs traced, installed if missing; 0: skip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin}
@@ -111,3 +112,69 @@ print("paced workload CPU per request: untraced %.1f us, traced %.1f us, ratio %
 print("threadpool's own CPU at %d req/s: %.1f%% of one CPU (median)" % (
     rate, med("pace_traced", lambda r: r["tool_cpu_pct"])))
 PYEOF
+
+# A real server: Debian's Apache httpd (worker MPM, one child of 16 threads) serving a
+# static file to ab -c 8, untraced vs traced, alternating rounds. Installed if missing.
+if [[ ${APACHE:-1} == 1 ]]; then
+  if ! [[ -x /usr/sbin/apache2 ]] || ! command -v ab >/dev/null; then
+    echo "installing apache2 and apache2-utils (peer server)..." >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends apache2 apache2-utils >/dev/null 2>&1 ||
+      { echo "bench/threadpool.sh: could not install apache2; Apache part skipped" >&2; exit 0; }
+  fi
+  D=$(mktemp -d /tmp/tp-bench-apache-XXXXXX)
+  chmod 755 "$D"
+  trap '/usr/sbin/apache2 -f "$D/httpd.conf" -k stop >/dev/null 2>&1; sleep 1; rm -rf "$D"' EXIT
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  head -c 1024 /dev/zero | tr '\0' x >"$D/index.html"
+  cat >"$D/httpd.conf" <<CONF
+ServerRoot $D
+Listen 127.0.0.1:$PORT
+PidFile $D/httpd.pid
+ErrorLog $D/error.log
+LoadModule mpm_worker_module /usr/lib/apache2/modules/mod_mpm_worker.so
+LoadModule authz_core_module /usr/lib/apache2/modules/mod_authz_core.so
+User www-data
+Group www-data
+ServerName localhost
+DocumentRoot $D
+ServerLimit 1
+StartServers 1
+ThreadLimit 16
+ThreadsPerChild 16
+MaxRequestWorkers 16
+MinSpareThreads 1
+MaxSpareThreads 16
+KeepAlive Off
+<Directory $D>
+  Require all granted
+</Directory>
+CONF
+  /usr/sbin/apache2 -f "$D/httpd.conf" -k start
+  sleep 1
+  CHILD=""
+  for p in $(pgrep -f "$D/httpd.conf"); do
+    if [[ $(ls /proc/$p/task | wc -l) -gt 10 ]]; then CHILD=$p; fi
+  done
+  [[ -n $CHILD ]] || { echo "bench/threadpool.sh: apache worker child not found" >&2; exit 1; }
+  python3 - "$BIN/threadpool" "$CHILD" "http://127.0.0.1:$PORT/index.html" "$ROUNDS" "$SECS" <<'PYEOF'
+import re, signal, statistics, subprocess, sys
+tool, child, url, rounds, secs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+def ab():
+    out = subprocess.run(["ab", "-q", "-c", "8", "-t", secs, "-n", "10000000", url],
+                         capture_output=True, text=True).stdout
+    return float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
+base, traced = [], []
+ab()  # warm-up
+for r in range(rounds):
+    base.append(ab())
+    t = subprocess.Popen([tool, "-p", child, "-j"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t.stdout.readline()
+    traced.append(ab())
+    t.send_signal(signal.SIGINT)
+    t.communicate(timeout=30)
+    print("apache round %d: untraced %.0f req/s, traced %.0f req/s" % (r + 1, base[-1], traced[-1]), flush=True)
+b, t = statistics.median(base), statistics.median(traced)
+print("apache static file, ab -c 8: untraced %.0f req/s, traced %.0f req/s, ratio %.3f (loss %.1f%%)" % (
+    b, t, t / b, 100 * (1 - t / b)))
+PYEOF
+fi

@@ -193,24 +193,22 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
   u32 tid = (u32)id;
   struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
   long nr = (long)ctx->args[1];
-  u64 arg0 = 0;
-  int have_arg0 = 0;
 
   struct tp_thread *t = threads.lookup(&tid);
   if (t) {
-    u64 arg1 = 0;
-    arg0 = reg_arg0(regs);
-    have_arg0 = 1;
-    bpf_probe_read_kernel(&arg1, sizeof(arg1), &regs->si);
     t->sys_nr = (s32)nr;
-    t->sys_arg0 = arg0;
-    t->sys_arg1 = (u32)arg1;
+    if (nr == TP_NR_FUTEX) { /* the wait object: futex word and op (si, di adjacent) */
+      u64 si_di[2] = {};
+      bpf_probe_read_kernel(si_di, sizeof(si_di), &regs->si);
+      t->sys_arg0 = si_di[1];
+      t->sys_arg1 = (u32)si_di[0];
+      return 0;
+    }
   }
 
   if (nr != TP_NR_CLOSE && !is_read_nr(nr))
     return 0;
-  if (!have_arg0)
-    arg0 = reg_arg0(regs);
+  u64 arg0 = reg_arg0(regs);
   struct tp_conn_key ck = {};
   ck.tgid = TARGET_TGID;
   ck.fd = (u32)arg0;
