@@ -12,6 +12,8 @@
  *   OFF_TASK_MM, OFF_MM_MMAP_LOCK, MMAP_LOCK_SIZE, OFF_TASK_SIGHAND, OFF_SIGHAND_SIGLOCK
  *                    (BTF offsets,
  *                    optional) name mmap_lock and siglock for kernel locks
+ *   OFF_TASK_STACK, THREAD_SIZE  where the user registers are (top of the task's kernel
+ *                    stack), to scan the user stack at futex waits (optional)
  *   STATS_ENTRIES, HIST_ENTRIES, STACK_ENTRIES, START_ENTRIES  map sizes
  */
 #include <uapi/linux/ptrace.h>
@@ -134,8 +136,39 @@ BPF_HASH(futex_start, u32, struct futex_start, START_ENTRIES);
 BPF_HASH(plock_start, u32, struct plock_start, START_ENTRIES);
 #endif
 
+#if defined(USER_FUTEX) && defined(OFF_TASK_STACK) && defined(THREAD_SIZE)
+BPF_HASH(scans, s32, struct lockstat_scan, STACK_ENTRIES);
+
+/* Saves the top of the user stack the first time a stack id is seen. The user
+ * registers sit at the top of the task's kernel stack (x86-64: no padding); the
+ * syscall number in orig_ax confirms the location before anything is trusted. */
+static inline void scan_user_stack(s32 stack_id, long nr) {
+  if (stack_id < 0 || scans.lookup(&stack_id))
+    return;
+  void *task = (void *)bpf_get_current_task();
+  void *stack = NULL;
+  bpf_probe_read_kernel(&stack, sizeof(stack), task + OFF_TASK_STACK);
+  if (!stack)
+    return;
+  struct pt_regs *regs = (struct pt_regs *)(stack + THREAD_SIZE) - 1;
+  unsigned long orig_ax = 0, sp = 0;
+  bpf_probe_read_kernel(&orig_ax, sizeof(orig_ax), &regs->orig_ax);
+  bpf_probe_read_kernel(&sp, sizeof(sp), &regs->sp);
+  if (orig_ax != nr || !sp) {
+    count(LS_CNT_SCAN_FAILED);
+    return;
+  }
+  struct lockstat_scan sc = {};
+  if (bpf_probe_read_user(&sc.words, sizeof(sc.words), (void *)sp) == 0)
+    scans.update(&stack_id, &sc);
+}
+#define SCAN_USER_STACK(id, nr) scan_user_stack(id, nr)
+#else
+#define SCAN_USER_STACK(id, nr)
+#endif
+
 #if defined(USER_FUTEX) || defined(USER_PTHREAD)
-static inline int futex_begin(void *ctx, u64 uaddr, u32 flags) {
+static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
   u64 id = bpf_get_current_pid_tgid();
   u32 pid = id >> 32, tid = (u32)id;
 #ifdef USER_PTHREAD
@@ -154,6 +187,7 @@ static inline int futex_begin(void *ctx, u64 uaddr, u32 flags) {
   s.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
   if (s.stack_id < 0 && s.stack_id != -14 /* -EFAULT: no stack to take */)
     count(LS_CNT_LOST_USTACK);
+  SCAN_USER_STACK(s.stack_id, nr);
   if (futex_start.update(&tid, &s))
     count(LS_CNT_MAP_FULL);
   return 0;
@@ -200,7 +234,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_futex) {
   default: /* wakes, requeues, trylock_pi, unlock_pi: no wait */
     return 0;
   }
-  return futex_begin(args, (u64)args->uaddr, flags);
+  return futex_begin(args, (u64)args->uaddr, flags, args->__syscall_nr);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_futex) {
@@ -209,7 +243,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_futex) {
 
 #ifdef HAVE_FUTEX_WAIT
 TRACEPOINT_PROBE(syscalls, sys_enter_futex_wait) {
-  return futex_begin(args, (u64)args->uaddr, LS_FUTEX_WAIT2);
+  return futex_begin(args, (u64)args->uaddr, LS_FUTEX_WAIT2, args->__syscall_nr);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_futex_wait) {
   return futex_end();
@@ -220,7 +254,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_futex_wait) {
 TRACEPOINT_PROBE(syscalls, sys_enter_futex_waitv) {
   u64 uaddr = 0; /* struct futex_waitv { u64 val; u64 uaddr; u32 flags; u32 rsvd; } */
   bpf_probe_read_user(&uaddr, sizeof(uaddr), (void *)args->waiters + 8);
-  return futex_begin(args, uaddr, LS_FUTEX_WAITV);
+  return futex_begin(args, uaddr, LS_FUTEX_WAITV, args->__syscall_nr);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv) {
   return futex_end();

@@ -33,7 +33,8 @@
 #define LS_CNT_MAP_FULL 2
 #define LS_CNT_UNMATCHED_END 3
 #define LS_CNT_BELOW_MIN 4
-#define LS_CNT_MAX 5
+#define LS_CNT_SCAN_FAILED 5 /* user registers not found where expected */
+#define LS_CNT_MAX 6
 
 struct lockstat_key {
   __u64 addr;     /* futex uaddr, kernel lock address or pthread_mutex_t * */
@@ -60,6 +61,15 @@ struct lockstat_hkey {
   __u32 tid;
   __u32 kind;
   __u32 bucket;
+};
+
+/* Futex mode: the first words of the user stack at the first wait seen with a given
+ * stack id. Frame-pointer walks skip the frame that called the lock function when
+ * the C library has no frame pointers; the front-end finds that caller's return
+ * address among these words (the first one that is code outside the C library). */
+#define LS_SCAN_WORDS 24
+struct lockstat_scan {
+  __u64 words[LS_SCAN_WORDS];
 };
 
 struct lockstat_comm {

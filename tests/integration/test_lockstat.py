@@ -125,8 +125,13 @@ if r:
           "futex mode: 0 < p50 <= p95 <= p99 <= max (%d %d %d %d)"
           % (r["p50_ns"], r["p95_ns"], r["p99_ns"], r["max_wait_ns"]))
     check(r["avg_wait_ns"] == r["total_wait_ns"] // max(r["calls"], 1), "futex mode: avg = total / waits")
-    check(any("worker" in c["site"] or "update_cache" in c["site"] for c in r["callsites"]),
-          "futex mode: call site in the workload (%s)" % [c["site"] for c in r["callsites"]])
+    # libc has no frame pointers: the site comes from the user-stack scan at the wait
+    check(r["callsites"] and "update_cache" in r["callsites"][0]["site"],
+          "futex mode: call site is update_cache, the function that called pthread_mutex_lock (%s)"
+          % [c["site"] for c in r["callsites"]])
+    check(r["callsites"] and r["callsites"][0]["stack"][1:3] and "update_cache" in r["callsites"][0]["stack"][1]
+          and "worker" in r["callsites"][0]["stack"][2],
+          "futex mode: stack lock wait <- update_cache <- worker (%s)" % (r["callsites"] and r["callsites"][0]["stack"]))
     check("data_quality" in r and r["data_quality"]["map_full"] == 0 and r["data_quality"]["lost_stacks"] == 0,
           "futex mode: data quality present and clean (%s)" % r.get("data_quality"))
     check(r["reading"].startswith("convoy"), "futex mode: 4 waiters read as a convoy (%s)" % r["reading"])

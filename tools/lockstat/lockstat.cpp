@@ -282,6 +282,17 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
   f.push_back("-DHIST_ENTRIES=65536");
   f.push_back("-DSTACK_ENTRIES=16384");
   f.push_back("-DSTART_ENTRIES=65536");
+  if (btf && !c.kernel_only && !c.uprobes) {
+    // futex mode's user-stack scan: the user registers at the top of the kernel stack
+    auto k = KernelBtf::load();
+    if (k) {
+      auto st = (*k)->field_offset("task_struct", {"stack"});
+      if (st) {
+        f.push_back("-DOFF_TASK_STACK=" + std::to_string(*st));
+        f.push_back("-DTHREAD_SIZE=16384");  // x86-64 default; checked in BPF via orig_ax
+      }
+    }
+  }
   if (btf && !c.user_only) {
     auto k = KernelBtf::load();
     if (k) {

@@ -28,6 +28,9 @@ class Resolver {
   explicit Resolver(ebpf::BPFStackTable table) : table_(std::move(table)) {}
   Symbolizer& sym() { return sym_; }
 
+  // Futex mode's user-stack scans (stack id -> words at the user sp), per report.
+  void set_scans(std::map<int32_t, std::vector<uint64_t>> scans) { scans_ = std::move(scans); }
+
   Names names() {
     Names n;
     n.lock_symbol = [this](uint32_t pid, uint64_t addr) -> std::string {
@@ -37,8 +40,23 @@ class Resolver {
     };
     n.frames = [this](const lockstat_key& k) {
       std::vector<std::string> out;
-      for (uint64_t a : addrs(k))
-        out.push_back(k.kind == LS_KIND_KERNEL ? sym_.kernel(a) : sym_.user(k.pid, a));
+      if (k.kind == LS_KIND_KERNEL) {
+        for (uint64_t a : addrs(k)) out.push_back(sym_.kernel(a));
+        return out;
+      }
+      // user: the frame-pointer walk, with the lock call's caller found by the stack
+      // scan put back in front of the first frame outside the C library
+      SymbolInfo caller = k.kind == LS_KIND_FUTEX ? scanned_caller(k) : SymbolInfo{};
+      bool inserted = !caller.found;
+      for (uint64_t a : addrs(k)) {
+        SymbolInfo s = sym_.lookup_user(k.pid, a);
+        if (!inserted && !in_libc(s)) {
+          if (s.name != caller.name) out.push_back(format_symbol(caller, false));
+          inserted = true;
+        }
+        out.push_back(format_symbol(s, false));
+      }
+      if (!inserted) out.push_back(format_symbol(caller, false));
       return out;
     };
     n.site = [this](const lockstat_key& k, const std::vector<std::string>& frames) -> std::string {
@@ -48,13 +66,12 @@ class Resolver {
           if (!is_kernel_lock_frame(f)) return f;
         return frames.empty() ? "" : frames.front();
       }
-      // futex: the first frame outside the C library's lock code
+      // futex: the caller of the lock function, else the first frame outside libc
+      SymbolInfo caller = scanned_caller(k);
+      if (caller.found) return format_symbol(caller, true);
       for (uint64_t a : addrs(k)) {
         SymbolInfo s = sym_.lookup_user(k.pid, a);
-        const std::string& m = s.module;
-        if (m.find("libc.so") != std::string::npos || m.find("libpthread") != std::string::npos)
-          continue;
-        return format_symbol(s, false);
+        if (!in_libc(s)) return format_symbol(s, false);
       }
       return frames.empty() ? "" : frames.front();
     };
@@ -62,6 +79,28 @@ class Resolver {
   }
 
  private:
+  static bool in_libc(const SymbolInfo& s) {
+    const std::string& m = s.module;
+    return m.find("libc.so") != std::string::npos || m.find("libpthread") != std::string::npos ||
+           m.find("ld-linux") != std::string::npos;
+  }
+  // The innermost word of the scanned user stack that looks like a return address
+  // into code outside the C library: inside a known function but not at its first
+  // byte, and not a pointer to a global (the mutex's own address is usually saved on
+  // the stack too; the code lookup alone would attribute it to the sizeless _fini
+  // that precedes the data segments).
+  SymbolInfo scanned_caller(const lockstat_key& k) {
+    auto it = scans_.find(k.stack_id);
+    if (k.stack_id < 0 || it == scans_.end()) return {};
+    for (uint64_t w : it->second) {
+      if (w < 4096) continue;
+      SymbolInfo s = sym_.lookup_user(k.pid, w);
+      if (!s.found || s.offset == 0 || in_libc(s) || s.name == "_fini" || s.name == "_init") continue;
+      if (sym_.lookup_data(k.pid, w).found) continue;
+      return s;
+    }
+    return {};
+  }
   const std::vector<uint64_t>& addrs(const lockstat_key& k) {
     auto key = std::make_tuple(k.kind == LS_KIND_KERNEL ? 0u : k.pid, k.stack_id);
     auto it = cache_.find(key);
@@ -71,6 +110,7 @@ class Resolver {
   Symbolizer sym_;
   ebpf::BPFStackTable table_;
   std::map<std::tuple<uint32_t, int32_t>, std::vector<uint64_t>> cache_;
+  std::map<int32_t, std::vector<uint64_t>> scans_;
 };
 
 bool is_kernel_identity(const std::string& name) { return name == "mmap_lock" || name == "siglock"; }
@@ -211,6 +251,9 @@ Status run(const Config& c0) {
   if (!c.kernel_only) start_maps.push_back(c.uprobes ? "plock_start" : "futex_start");
   if (!c.user_only) start_maps.push_back("klock_start");
 
+  bool has_scans = false;
+  for (const auto& f : *flags)
+    if (f.rfind("-DOFF_TASK_STACK=", 0) == 0) has_scans = true;
   std::set<uint32_t> seen_pids;
   auto remember_new = [&]() {
     for (auto& [k, v] : stats.get_table_offline())
@@ -252,6 +295,13 @@ Status run(const Config& c0) {
     // waits still in progress (or whose end was never seen)
     for (const auto& m : start_maps) s.dq.unmatched_begin += count_entries(bpf.get_table(m).get_fd());
     if (c.min_wait_ns) s.dq.extra["below_min_wait"] = delta(LS_CNT_BELOW_MIN);
+    if (delta(LS_CNT_SCAN_FAILED)) s.dq.extra["stack_scans_failed"] = delta(LS_CNT_SCAN_FAILED);
+    if (has_scans) {
+      std::map<int32_t, std::vector<uint64_t>> sc;
+      for (auto& [id, words] : bpf.get_hash_table<int32_t, lockstat_scan>("scans").get_table_offline())
+        sc[id] = std::vector<uint64_t>(words.words, words.words + LS_SCAN_WORDS);
+      res.set_scans(std::move(sc));
+    }
     prev = cnt;
     uint64_t now = monotonic_ns();
     render(std::cout, c, s, names, now - last, final);
