@@ -224,6 +224,19 @@ out, err, rc = stop(l)
 check(rc == 0 and "KIND" in out and "cache_lock" in out and "convoy" in out and "data quality:" in out
       and "nsecs" in out, "text report: table, reading, histogram and data quality (rc %d)" % rc)
 
+# interval mode with a minimum wait: two 1-second reports (the second final), and
+# only waits of 1 ms or more recorded; the shorter ones are counted as such
+gt, recs, err, rc = traced_run("mutex_contention", MC_ARGS[:-1] + ["3000"], ["-U", "-m", "1ms", "-L", "cache_lock", "1", "2"])
+locks = [x for x in recs if x.get("type") == "lock"]
+check(rc == 0 and [x["final"] for x in locks] == [False, True] and all(x["symbol"] == "cache_lock" for x in locks),
+      "interval mode: two cache_lock records, the last final (%s)" % [(x["final"], x["symbol"]) for x in locks])
+check(all(within(x["interval_ns"], 1e9, rel=0.2) for x in locks), "interval mode: ~1 s intervals")
+check(all(x["p50_ns"] >= 1000000 * 15 // 16 and x["total_wait_ns"] >= 1000000 * x["calls"] for x in locks),
+      "-m 1ms: every recorded wait >= 1 ms")
+check(all(x["data_quality"].get("below_min_wait", 0) > 0 for x in locks),
+      "-m 1ms: shorter waits counted as below_min_wait (%s)" % [x["data_quality"] for x in locks])
+check(all(x["total_wait_ns"] <= 1.2e9 * gt["threads"] for x in locks), "interval mode: each report covers its interval only")
+
 # --- 5. bad input ----------------------------------------------------------------------
 usage_error([LOCKSTAT, "-K", "-U"])
 usage_error([LOCKSTAT, "-k", "bogus"])
