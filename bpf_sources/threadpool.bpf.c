@@ -237,16 +237,18 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
   if ((id >> 32) != TARGET_TGID)
     return 0;
   u32 tid = (u32)id;
-  struct tp_thread *t = threads.lookup(&tid);
-  if (t)
-    t->sys_nr = TP_NO_SYSCALL;
-
   long ret = (long)ctx->args[1];
+  long nr = -1;
+  struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+  struct tp_thread *t = threads.lookup(&tid);
+  if (t) {
+    nr = t->sys_nr; /* recorded at sys_enter */
+    t->sys_nr = TP_NO_SYSCALL;
+  }
   if (ret < 0)
     return 0;
-  struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
-  long nr = -1;
-  bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
+  if (nr < 0)
+    bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
   int accept = nr == TP_NR_ACCEPT || nr == TP_NR_ACCEPT4;
   int rd = is_read_nr(nr), wr = is_write_nr(nr);
   if (!accept && !rd && !wr)
