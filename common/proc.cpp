@@ -14,6 +14,16 @@ bool pid_exists(uint32_t pid) {
   return pid > 0 && stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0;
 }
 
+bool proc_running(uint32_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return false;
+  auto paren = stat.rfind(')');  // comm may contain spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  char state = stat[paren + 2];
+  return state != 'Z' && state != 'X' && state != 'x';
+}
+
 bool is_thread_of(uint32_t tid, uint32_t pid) {
   struct stat st;
   return stat(("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid)).c_str(), &st) == 0;

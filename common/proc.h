@@ -7,6 +7,9 @@
 namespace bpfdiag {
 
 bool pid_exists(uint32_t pid);
+// True while the process exists and is not a zombie (state Z/X in /proc/PID/stat):
+// what "the target is still running" means for tools that stop when it exits.
+bool proc_running(uint32_t pid);
 // True if `tid` is a thread of process `pid`.
 bool is_thread_of(uint32_t tid, uint32_t pid);
 std::string proc_comm(uint32_t pid);   // "" if gone

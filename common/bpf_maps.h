@@ -1,0 +1,56 @@
+// Reading BPF maps for interval reports without losing what arrives meanwhile.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace bpfdiag {
+
+// Moves every entry out of a BPF hash map: keys are listed first, then each entry is
+// taken with one atomic lookup-and-delete, so an update that lands while the report
+// is being built either is in this drain or stays in the map for the next one —
+// never lost between a read and a clear. `Table` is an ebpf::BPFHashTable<K, V>
+// (anything with get_fd()). Falls back to lookup + delete on kernels without
+// lookup-and-delete for hash maps (< 5.14), where a concurrent update can be lost.
+template <typename K, typename V, typename Table>
+std::vector<std::pair<K, V>> drain_hash(Table& table);
+
+// Per-interval deltas of counters that the BPF side only ever increments (array
+// slots, global stats). Resetting such counters from user space races with the
+// BPF side; taking deltas of cumulative values does not.
+class CounterDeltas {
+ public:
+  // Delta of counter `slot` since the previous call for that slot.
+  uint64_t delta(size_t slot, uint64_t cumulative);
+
+ private:
+  std::vector<uint64_t> prev_;
+};
+
+namespace detail {
+int map_next_key(int fd, void* key, void* next);
+bool map_take(int fd, void* key, void* value);
+}  // namespace detail
+
+template <typename K, typename V, typename Table>
+std::vector<std::pair<K, V>> drain_hash(Table& table) {
+  int fd = table.get_fd();
+  std::vector<K> keys;
+  K cur{}, next{};
+  bool first = true;
+  while (detail::map_next_key(fd, first ? nullptr : &cur, &next) == 0) {
+    keys.push_back(next);
+    cur = next;
+    first = false;
+  }
+  std::vector<std::pair<K, V>> out;
+  out.reserve(keys.size());
+  for (auto& k : keys) {
+    V v{};
+    if (detail::map_take(fd, &k, &v)) out.emplace_back(k, v);
+  }
+  return out;
+}
+
+}  // namespace bpfdiag
