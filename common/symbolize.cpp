@@ -98,6 +98,24 @@ class ElfSymbols {
     return m;
   }
 
+  // ELF vaddrs of the OBJECT symbols named `name`, matched as written or demangled
+  // (`static pthread_mutex_t cache_lock` is _ZL10cache_lock). Sorted, unique.
+  std::vector<uint64_t> find_objects(const std::string& name) const {
+    std::vector<uint64_t> out;
+    for (auto& s : objs)
+      if (s.name == name || (s.name.compare(0, 2, "_Z") == 0 && demangle(s.name) == name))
+        out.push_back(s.addr);
+    return out;
+  }
+
+  // Load bias of a mapping at `map_start` of file offset `map_offset`; nullopt when
+  // the offset is in no PT_LOAD segment. runtime address = bias + ELF vaddr.
+  std::optional<uint64_t> bias_for_mapping(uint64_t map_start, uint64_t map_offset) const {
+    const LoadSeg* seg = seg_for_offset(map_offset);
+    if (!seg) return std::nullopt;
+    return exec ? 0 : map_start - (seg->vaddr + map_offset - seg->offset);
+  }
+
   static const ElfSym* find(const std::vector<ElfSym>& v, uint64_t vaddr, bool allow_sizeless) {
     auto it = std::upper_bound(v.begin(), v.end(), vaddr,
                                [](uint64_t a, const ElfSym& s) { return a < s.addr; });
@@ -354,14 +372,14 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
     std::snprintf(mf, sizeof mf, "/proc/%u/map_files/%" PRIx64 "-%" PRIx64, pid, r.start, r.end);
     auto elf = elf_for(pid, r.path, r.dev, r.inode, mf);
     if (!elf->ok) continue;
-    const LoadSeg* seg = elf->seg_for_offset(r.off);
-    if (!seg) continue;
+    // runtime = bias + vaddr; this mapping starts at file offset r.off, which is
+    // vaddr seg->vaddr + (r.off - seg->offset).
+    auto bias = elf->bias_for_mapping(r.start, r.off);
+    if (!bias) continue;
     Module m;
     m.path = r.path;
     m.elf = elf;
-    // runtime = bias + vaddr; this mapping starts at file offset r.off, which is
-    // vaddr seg->vaddr + (r.off - seg->offset).
-    m.bias = elf->exec ? 0 : r.start - (seg->vaddr + r.off - seg->offset);
+    m.bias = *bias;
     m.lo = m.bias + elf->min_vaddr();
     m.hi = m.bias + elf->max_vaddr();
     index[r.path] = p.modules.size();
@@ -443,17 +461,23 @@ std::string Symbolizer::data(uint32_t pid, uint64_t addr) {
 
 // --- kernel ----------------------------------------------------------------------------
 
-void Symbolizer::load_kallsyms() {
-  kallsyms_loaded_ = true;
-  FILE* f = std::fopen("/proc/kallsyms", "re");
-  if (!f) return;
+static bool is_text_type(char t) { return t == 't' || t == 'T' || t == 'w' || t == 'W'; }
+static bool is_data_type(char t) {
+  return t == 'd' || t == 'D' || t == 'b' || t == 'B' || t == 'r' || t == 'R';
+}
+
+KernelSymbols read_kallsyms(const std::string& path) {
+  KernelSymbols out;
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (!f) return out;
   char line[512];
   while (std::fgets(line, sizeof line, f)) {
     char* end = nullptr;
     uint64_t a = std::strtoull(line, &end, 16);
     if (!end || end[0] != ' ' || !end[1] || end[2] != ' ') continue;
     char t = end[1];
-    if (t != 't' && t != 'T' && t != 'w' && t != 'W') continue;
+    bool text = is_text_type(t);
+    if (!text && !is_data_type(t)) continue;
     if (a == 0) continue;  // kptr_restrict hides addresses
     char* name = end + 3;
     size_t len = std::strcspn(name, "\t\n ");
@@ -463,10 +487,24 @@ void Symbolizer::load_kallsyms() {
       char* cl = std::strchr(br, ']');
       if (cl) mod.assign(br, static_cast<size_t>(cl - br + 1));
     }
-    ksyms_.push_back({a, std::string(name, len), mod});
+    (text ? out.text : out.data).push_back({a, std::string(name, len), mod, t});
   }
   std::fclose(f);
-  std::stable_sort(ksyms_.begin(), ksyms_.end(), [](auto& a, auto& b) { return a.addr < b.addr; });
+  // Aliases share an address (e.g. _stext/_text): the first one read wins lookups.
+  for (auto* v : {&out.text, &out.data})
+    std::stable_sort(v->begin(), v->end(), [](auto& a, auto& b) { return a.addr < b.addr; });
+  return out;
+}
+
+// Process-wide snapshot for the name -> address helpers (read on first use).
+static const KernelSymbols& shared_kallsyms() {
+  static const KernelSymbols k = read_kallsyms();
+  return k;
+}
+
+void Symbolizer::load_kallsyms() {
+  kallsyms_loaded_ = true;
+  ksyms_ = read_kallsyms().text;
 }
 
 bool Symbolizer::kernel_symbols_available() {
@@ -478,14 +516,14 @@ SymbolInfo Symbolizer::lookup_kernel(uint64_t addr) {
   if (!kallsyms_loaded_) load_kallsyms();
   SymbolInfo out;
   auto it = std::upper_bound(ksyms_.begin(), ksyms_.end(), addr,
-                             [](uint64_t a, const KernelSym& s) { return a < s.addr; });
+                             [](uint64_t a, const KernelSymbol& s) { return a < s.addr; });
   if (it == ksyms_.begin() || addr < 0xffff000000000000ULL) {
     stats_.kernel_unknown++;
     return out;
   }
   --it;
   // Aliases share an address (e.g. _stext/_text); the first one read wins after the
-  // stable sort. Skip the __pfx_ padding symbol when the function follows it directly.
+  // stable sort.
   out.found = true;
   out.name = it->name;
   out.offset = addr - it->addr;
@@ -496,6 +534,48 @@ SymbolInfo Symbolizer::lookup_kernel(uint64_t addr) {
 
 std::string Symbolizer::kernel(uint64_t addr, bool with_offset) {
   return format_symbol(lookup_kernel(addr), with_offset);
+}
+
+// --- data symbols by name (lock filters) ------------------------------------------
+
+std::vector<uint64_t> find_data_symbol_in_file(const std::string& path, const std::string& name,
+                                               uint64_t map_start, uint64_t map_offset) {
+  auto elf = ElfSymbols::load(path, /*debug_files=*/true);
+  std::vector<uint64_t> out;
+  if (!elf->ok) return out;
+  auto bias = elf->bias_for_mapping(map_start, map_offset);
+  if (!bias) return out;
+  for (uint64_t v : elf->find_objects(name)) out.push_back(*bias + v);
+  return out;
+}
+
+std::vector<uint64_t> Symbolizer::find_data(uint32_t pid, const std::string& name) {
+  std::vector<uint64_t> out;
+  if (!remember(pid)) return out;
+  for (auto& m : procs_[pid]->modules)
+    for (uint64_t v : m.elf->find_objects(name)) out.push_back(m.bias + v);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<uint64_t> find_user_data_symbol(uint32_t pid, const std::string& name) {
+  Symbolizer sym;
+  return sym.find_data(pid, name);
+}
+
+std::vector<uint64_t> find_kernel_data_symbol(const std::string& name) {
+  std::vector<uint64_t> out;
+  for (auto& k : shared_kallsyms().data)
+    if (k.name == name) out.push_back(k.addr);
+  return out;
+}
+
+std::string kernel_data_symbol_at(uint64_t addr) {
+  auto& d = shared_kallsyms().data;
+  auto it = std::lower_bound(d.begin(), d.end(), addr,
+                             [](const KernelSymbol& s, uint64_t a) { return s.addr < a; });
+  return it != d.end() && it->addr == addr ? it->name : "";
 }
 
 }  // namespace bpfdiag

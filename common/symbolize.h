@@ -15,6 +15,9 @@
 //   sym.data(pid, addr)       -> "cache_lock" / "cache_lock+8" or "[unknown] (prog+0x4040)"
 //   sym.lookup_*(...)         -> the same with structured fields (name, offset, module)
 //   sym.stats()               -> how many lookups failed (for DataQuality)
+//   find_user_data_symbol(pid, "cache_lock"), find_kernel_data_symbol(name),
+//   kernel_data_symbol_at(addr) -> name -> address for lock filters
+//   read_kallsyms()           -> the one /proc/kallsyms parser (text + data)
 //   demangle(name)            -> C++ names demangled ("ns::f(int)")
 //
 // Names are demangled by default (Symbolizer::Options::demangle).
@@ -47,6 +50,34 @@ std::string format_data_symbol(const SymbolInfo& s);
 std::string demangle(const std::string& name);
 
 class ElfSymbols;  // one file's symbol tables (implementation detail)
+
+// /proc/kallsyms, the one parser: text (t/T/w/W) and data (d/D/b/B/r/R) symbols, each
+// sorted by address; zero addresses (kptr_restrict) dropped. Data symbols are few
+// unless CONFIG_KALLSYMS_ALL is on.
+struct KernelSymbol {
+  uint64_t addr;
+  std::string name;
+  std::string module;  // "" for vmlinux, else "[module]"
+  char type;           // kallsyms type letter
+};
+struct KernelSymbols {
+  std::vector<KernelSymbol> text, data;
+};
+KernelSymbols read_kallsyms(const std::string& path = "/proc/kallsyms");
+
+// --- reverse data-symbol lookup (name -> addresses), e.g. lockstat -L cache_lock ---
+// Runtime addresses of ELF OBJECT symbols named `name` in every file `pid` maps
+// (.symtab, .dynsym and detached .build-id debug files, load bias applied; C++ names
+// match demangled, so `static pthread_mutex_t cache_lock` (_ZL10cache_lock) is found
+// as cache_lock). Empty when there is none or the process is gone.
+std::vector<uint64_t> find_user_data_symbol(uint32_t pid, const std::string& name);
+// Same for one ELF file given one file-backed mapping of it (`map_start`, `map_offset`).
+std::vector<uint64_t> find_data_symbol_in_file(const std::string& path, const std::string& name,
+                                               uint64_t map_start, uint64_t map_offset);
+// Kernel data symbols (kallsyms types d/D/b/B/r/R) named `name`.
+std::vector<uint64_t> find_kernel_data_symbol(const std::string& name);
+// Kernel data symbol starting exactly at `addr`: "" if none.
+std::string kernel_data_symbol_at(uint64_t addr);
 
 class Symbolizer {
  public:
@@ -89,16 +120,15 @@ class Symbolizer {
   SymbolInfo lookup_data(uint32_t pid, uint64_t addr);
   std::string data(uint32_t pid, uint64_t addr);
 
+  // Runtime addresses of data symbols named `name` (as find_user_data_symbol), from
+  // this Symbolizer's snapshot of pid and its shared ELF cache.
+  std::vector<uint64_t> find_data(uint32_t pid, const std::string& name);
+
   const Stats& stats() const { return stats_; }
 
  private:
   struct Module;   // one mapped file in one process
   struct Process;  // a snapshot of one process
-  struct KernelSym {
-    uint64_t addr;
-    std::string name;
-    std::string module;  // "" for vmlinux
-  };
   bool load_process(uint32_t pid, Process& p);
   std::shared_ptr<ElfSymbols> elf_for(uint32_t pid, const std::string& path, uint64_t dev,
                                       uint64_t inode, const std::string& map_files_path);
@@ -108,7 +138,7 @@ class Symbolizer {
   Options opt_;
   Stats stats_;
   bool kallsyms_loaded_ = false;
-  std::vector<KernelSym> ksyms_;
+  std::vector<KernelSymbol> ksyms_;
   std::map<uint32_t, std::unique_ptr<Process>> procs_;
   std::map<std::string, std::shared_ptr<ElfSymbols>> elf_cache_;  // key: dev:inode or path
 };
