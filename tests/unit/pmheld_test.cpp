@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,13 +47,17 @@ TEST_CASE("parse_args: defaults and options") {
   REQUIRE(c);
   CHECK(c->pids.empty());
   CHECK(c->stacks == 3);
+  CHECK(c->stack_storage_size == 16384);
   CHECK(c->entries == 10);
   CHECK(c->sort == "total");
   CHECK_FALSE(c->schedule.duration_ns.has_value());
 
-  c = parse({"-p", "12,34", "-s", "0", "-n", "5", "--sort", "p99", "-i", "500ms", "-j", "10"});
+  const uint32_t self = static_cast<uint32_t>(getpid()), parent = static_cast<uint32_t>(getppid());
+  c = parse({"-p", std::to_string(self) + "," + std::to_string(parent), "-s", "0", "-n", "5", "--sort",
+             "p99", "-i", "500ms", "-j", "10", "--stack-storage-size", "1024"});
   REQUIRE(c);
-  CHECK(c->pids == std::vector<uint32_t>{12, 34});
+  CHECK(c->pids == std::vector<uint32_t>{self, parent});
+  CHECK(c->stack_storage_size == 1024);
   CHECK(c->stacks == 0);
   CHECK(c->entries == 5);
   CHECK(c->sort == "p99");
@@ -64,6 +70,13 @@ TEST_CASE("parse_args: defaults and options") {
 TEST_CASE("parse_args: bad input is an error value naming the problem") {
   CHECK(parse({"-p", "abc"}).error().find("PID") != std::string::npos);
   CHECK_FALSE(parse({"-p", "0"}));
+  // a PID that does not exist is bad input (exit 2), found while parsing
+  auto gone = parse({"-p", "4194303"});
+  REQUIRE_FALSE(gone);
+  CHECK(gone.error() == "no process with PID 4194303");
+  CHECK(parse({"--stack-storage-size", "0"}).error().find("stack storage size") != std::string::npos);
+  CHECK_FALSE(parse({"--stack-storage-size", "262145"}));
+  CHECK(parse({"--stack-storage-size", "262144"}));
   CHECK(parse({"--sort", "bogus"}).error().find("valid keys") != std::string::npos);
   CHECK(parse({"--fields", "lock,nope"}).error().find("nope") != std::string::npos);
   CHECK_FALSE(parse({"-s", "1001"}));
@@ -77,6 +90,8 @@ TEST_CASE("--ebpf text and cflags") {
   CHECK(bpf_text().find("int cond_entry(struct pt_regs *ctx)") != std::string::npos);
   Config c;
   CHECK(bpf_cflags(c) == std::vector<std::string>{"-DSTACK_ENTRIES=16384"});
+  c.stack_storage_size = 1000;
+  CHECK(bpf_cflags(c) == std::vector<std::string>{"-DSTACK_ENTRIES=1000"});
   c.stacks = 0;
   CHECK(bpf_cflags(c) == std::vector<std::string>{"-DNO_STACKS"});
 }
@@ -100,8 +115,11 @@ TEST_CASE("render: text table, histogram, stacks and data quality") {
   CHECK(out.find("     nsecs               : count     distribution\n") != std::string::npos);
   CHECK(out.find("    131072 -> 262143     : 10       |****************************************|\n") !=
         std::string::npos);
-  CHECK(out.find("    update_cache\n    worker\n    start_thread\n    -                app (42)\n"
-                 "        holds 10, total 2.00ms, max 200us\n") != std::string::npos);
+  // BCC's multi-line stack (common print_stack_multiline), value = total hold in ns
+  CHECK(out.find("  stack 1: holds 10, total 2.00ms, max 200us; total hold in ns below\n"
+                 "    update_cache\n    worker\n    start_thread\n    -                app (42)\n"
+                 "        2000000\n\n") != std::string::npos);
+  CHECK(out.find("warning:") == std::string::npos);
   CHECK(out.find("data quality: lost events 0, lost stacks 0, unmatched begin 0, unmatched end 1") !=
         std::string::npos);
 
@@ -111,6 +129,25 @@ TEST_CASE("render: text table, histogram, stacks and data quality") {
   render(quiet, c, locks, dq, 1000000000ULL, true);
   CHECK(quiet.str().find("nsecs") == std::string::npos);
   CHECK(quiet.str().find("update_cache") == std::string::npos);
+}
+
+TEST_CASE("render: a lost stack shows a placeholder and the warning names the fix") {
+  Config c;
+  c.stack_storage_size = 1024;
+  LockHold l = make_lock(7, 0x4040, "cache_lock", 1000, 2);
+  l.stacks[0].frames.clear();
+  l.stacks[0].missing = true;
+  bpfdiag::DataQuality dq;
+  dq.lost_stacks = 5;
+  std::ostringstream os;
+  render(os, c, {l}, dq, 1, true);
+  CHECK(os.str().find("    [Missed User Stack]\n    -                app (7)\n        2000\n") !=
+        std::string::npos);
+  CHECK(os.str().find("warning: 5 acquiring stacks were lost (stack table full or hash collision); "
+                      "try --stack-storage-size 4096\n") != std::string::npos);
+  c.stack_storage_size = 200000;
+  CHECK(lost_stacks_warning(c, dq).find("--stack-storage-size 262144") != std::string::npos);
+  CHECK(lost_stacks_warning(c, bpfdiag::DataQuality{}).empty());
 }
 
 TEST_CASE("render: NDJSON records per lock and a summary") {
@@ -130,7 +167,9 @@ TEST_CASE("render: NDJSON records per lock and a summary") {
   auto& r = recs[0];
   CHECK(r["type"] == "pmheld_lock");
   CHECK(r["pid"] == 42);
-  CHECK(r["addr"] == "0x4040");
+  CHECK(r["addr"].is_number_unsigned());
+  CHECK(r["addr"] == 0x4040);
+  CHECK(r["addr_hex"] == "0x4040");
   CHECK(r["symbol"] == "cache_lock");
   CHECK(r["count"] == 10);
   CHECK(r["total_hold_ns"] == 2000000);

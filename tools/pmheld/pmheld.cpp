@@ -11,6 +11,7 @@
 #include <iostream>
 #include <map>
 
+#include "common/bpf_maps.h"
 #include "common/bpf_session.h"
 #include "common/cli.h"
 #include "common/embedded.h"
@@ -53,6 +54,8 @@ OPTIONS:
   -T, --timestamp       include a timestamp on each report
   -s, --stacks N        acquiring stacks shown per lock (default 3; 0: do not
                         record stacks, which is cheaper)
+      --stack-storage-size N  distinct acquiring stacks kept for the whole
+                        run (default 16384, 1-262144)
   -n, --entries N       locks shown (default 10; 0: all)
       --sort KEY        order locks by a column (default total): pid, comm,
                         lock, addr, count, total, avg, p50, p95, p99, max
@@ -127,7 +130,7 @@ Result<Config> parse_args(int argc, char** argv) {
       "i,interval", "", cxxopts::value<std::string>())("T,timestamp", "")(
       "s,stacks", "", cxxopts::value<std::string>())("n,entries", "", cxxopts::value<std::string>())(
       "sort", "", cxxopts::value<std::string>())("fields", "", cxxopts::value<std::string>())(
-      "no-hist", "")("probe-at-symbol", "")("v,verbose", "")("j,json", "")("ebpf", "");
+      "stack-storage-size", "", cxxopts::value<std::string>())("no-hist", "")("probe-at-symbol", "")("v,verbose", "")("j,json", "")("ebpf", "");
   add_positionals(opts);
   auto r = parse_cli(opts, argc, argv);
   if (!r) return Error{r.error()};
@@ -141,6 +144,7 @@ Result<Config> parse_args(int argc, char** argv) {
   c.ebpf = r->count("ebpf");
   if (auto p = opt_str(*r, "pid"))
     if (auto st = parse_pid_list(*p, c.pids)) return *st;
+  if (auto st = check_pids_exist(c.pids)) return *st;
   if (auto i = opt_str(*r, "interval")) {
     auto v = parse_duration_ns(*i, "interval", 1000000000ULL, 1000000ULL, 86400ULL * 1000000000ULL);
     if (!v) return Error{v.error()};
@@ -150,6 +154,11 @@ Result<Config> parse_args(int argc, char** argv) {
     auto v = parse_uint(*s, "stacks", 0, 1000);
     if (!v) return Error{v.error()};
     c.stacks = *v;
+  }
+  if (auto s = opt_str(*r, "stack-storage-size")) {
+    auto v = parse_uint(*s, "stack storage size", 1, 262144);
+    if (!v) return Error{v.error()};
+    c.stack_storage_size = *v;
   }
   if (auto n = opt_str(*r, "entries")) {
     auto v = parse_uint(*n, "entries", 0, 1000000);
@@ -174,7 +183,7 @@ std::string bpf_text() { return kBpf_pmheld[0].text; }
 std::vector<std::string> bpf_cflags(const Config& c) {
   std::vector<std::string> f;
   if (c.stacks == 0) f.push_back("-DNO_STACKS");
-  else f.push_back("-DSTACK_ENTRIES=16384");
+  else f.push_back("-DSTACK_ENTRIES=" + std::to_string(c.stack_storage_size));
   return f;
 }
 
@@ -192,7 +201,8 @@ nlohmann::json lock_json(const LockHold& l) {
                       {"max_hold_ns", s.max_ns}});
   return {{"pid", l.pid},
           {"comm", l.comm},
-          {"addr", hex_addr(l.addr)},
+          {"addr", l.addr},
+          {"addr_hex", hex_addr(l.addr)},
           {"symbol", l.symbol},
           {"count", l.count},
           {"total_hold_ns", l.total_ns},
@@ -250,11 +260,13 @@ void render(std::ostream& os, const Config& c, std::vector<LockHold> locks, cons
       if (!c.no_hist) print_log2_hist(os, l.hist.log2_slots(), "nsecs");
       for (size_t k = 0; k < l.stacks.size() && k < c.stacks; ++k) {
         const StackHold& s = l.stacks[k];
-        if (s.missing) os << "    [Missed User Stack]\n";
-        for (const auto& f : s.frames) os << "    " << f << "\n";
-        os << "    -                " << l.comm << " (" << l.pid << ")\n";
-        os << "        holds " << s.count << ", total " << fmt_ns(s.total_ns) << ", max "
-           << fmt_ns(s.max_ns) << "\n\n";
+        os << "  stack " << k + 1 << ": holds " << s.count << ", total " << fmt_ns(s.total_ns)
+           << ", max " << fmt_ns(s.max_ns) << "; total hold in ns below\n";
+        Stack st;
+        st.want_kernel = false;
+        st.user_missing = s.missing;
+        st.user = s.frames;
+        print_stack_multiline(os, st, l.comm, l.pid, s.total_ns);
       }
       if (l.stacks.size() > c.stacks && c.stacks)
         os << "    (" << l.stacks.size() - c.stacks << " more stacks)\n";
@@ -262,27 +274,23 @@ void render(std::ostream& os, const Config& c, std::vector<LockHold> locks, cons
     if (shown < locks.size()) os << "\n(" << locks.size() - shown << " more locks; see -n)\n";
   }
   if (!dq.clean() || final) os << dq.to_text() << "\n";
-  if (dq.lost_stacks)
-    os << "warning: " << dq.lost_stacks
-       << " stacks were lost (stack table full or unwinding failed); use -i to report more often\n";
+  os << lost_stacks_warning(c, dq);
   os.flush();
+}
+
+std::string lost_stacks_warning(const Config& c, const DataQuality& dq) {
+  if (!dq.lost_stacks) return "";
+  // The stack table keeps every distinct stack for the whole run (stat keys refer to
+  // them across intervals), so only a larger table helps, not reporting more often.
+  return "warning: " + std::to_string(dq.lost_stacks) +
+         " acquiring stacks were lost (stack table full or hash collision); try "
+         "--stack-storage-size " +
+         std::to_string(std::min<uint64_t>(c.stack_storage_size * 4, 262144)) + "\n";
 }
 
 // --- tracing ----------------------------------------------------------------------------
 
 namespace {
-
-// Running (not gone, not a zombie waiting for its parent).
-bool pid_alive(uint32_t pid) {
-  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return false;
-  char buf[512];
-  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  const char* rp = std::strrchr(buf, ')');
-  return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
-}
 
 std::string pid_list_text(const std::vector<uint32_t>& pids) {
   std::string s;
@@ -307,17 +315,34 @@ class Collector {
     for (const auto& [k, v] : stats.get_table_offline()) remember(k.tgid);
   }
 
-  // Reads and clears the interval's maps into per-lock reports.
+  // Moves the interval's holds out of the maps into per-lock reports. Each stats/hist
+  // entry is taken with an atomic lookup-and-delete, so a hold that ends while the
+  // report is built lands in this report or the next, never in neither. Counters are
+  // cumulative in BPF (never reset from here); a report shows their deltas.
   std::vector<LockHold> collect(DataQuality& dq) {
     auto& bpf = s_.bpf();
     auto stats = bpf.get_hash_table<pmheld_stat_key, pmheld_stat>("stats");
     auto hist = bpf.get_hash_table<pmheld_hist_key, uint64_t>("hist");
     auto held = bpf.get_hash_table<pmheld_held_key, pmheld_held>("held");
     auto counters = bpf.get_array_table<uint64_t>("counters");
-    auto st = stats.get_table_offline();
-    auto hs = hist.get_table_offline();
-    stats.clear_table_non_atomic();
-    hist.clear_table_non_atomic();
+    auto st = drain_hash<pmheld_stat_key, pmheld_stat>(stats);
+    auto hs = drain_hash<pmheld_hist_key, uint64_t>(hist);
+
+    uint64_t cnt[PMHELD_NCOUNTERS] = {};
+    for (int i = 0; i < PMHELD_NCOUNTERS; ++i) {
+      uint64_t v = 0;
+      counters.get_value(i, v);
+      cnt[i] = deltas_.delta(i, v);
+    }
+    dq.unmatched_end = cnt[PMHELD_C_UNMATCHED_END];
+    // Acquisitions whose stack id failed in BPF; stacks found missing from the table
+    // while resolving are added below by resolve_stack.
+    dq.lost_stacks = cnt[PMHELD_C_LOST_STACKS];
+    dq.map_full = cnt[PMHELD_C_MAP_FULL];
+    dq.unmatched_begin = held.get_table_offline().size();  // holds still in progress
+    dq.extra["reacquired_without_unlock"] = cnt[PMHELD_C_REACQUIRED];
+    dq.extra["cond_waits"] = cnt[PMHELD_C_COND_WAITS];
+    dq.extra["failed_locks"] = cnt[PMHELD_C_FAILED_LOCKS];
 
     std::map<std::pair<uint32_t, uint64_t>, LockHold> locks;
     for (const auto& [k, v] : hs) {
@@ -335,8 +360,11 @@ class Collector {
       remember(k.tgid);
       StackHold sh;
       sh.count = v.count, sh.total_ns = v.total_ns, sh.max_ns = v.max_ns;
-      DataQuality ignored;
-      Stack stk = resolve_stack(*stacks, sym_, k.tgid, k.stack_id, -1, StackParts{true, false}, &ignored);
+      const uint64_t lost_before = dq.lost_stacks;
+      Stack stk = resolve_stack(*stacks, sym_, k.tgid, k.stack_id, -1, StackParts{true, false}, &dq);
+      // A failed id was already counted by BPF, once per acquisition: count only
+      // ids that were valid but whose frames are gone from the table.
+      if (k.stack_id < 0) dq.lost_stacks = lost_before;
       sh.missing = k.stack_id < 0 || stk.user_missing;
       sh.frames = stk.user;
       l.stacks.push_back(std::move(sh));
@@ -356,18 +384,6 @@ class Collector {
       out.push_back(std::move(l));
     }
 
-    uint64_t cnt[PMHELD_NCOUNTERS] = {};
-    for (int i = 0; i < PMHELD_NCOUNTERS; ++i) {
-      counters.get_value(i, cnt[i]);
-      counters.update_value(i, 0);
-    }
-    dq.unmatched_end = cnt[PMHELD_C_UNMATCHED_END];
-    dq.lost_stacks = cnt[PMHELD_C_LOST_STACKS];
-    dq.map_full = cnt[PMHELD_C_MAP_FULL];
-    dq.unmatched_begin = held.get_table_offline().size();  // holds still in progress
-    dq.extra["reacquired_without_unlock"] = cnt[PMHELD_C_REACQUIRED];
-    dq.extra["cond_waits"] = cnt[PMHELD_C_COND_WAITS];
-    dq.extra["failed_locks"] = cnt[PMHELD_C_FAILED_LOCKS];
     return out;
   }
 
@@ -376,6 +392,7 @@ class Collector {
   const Config& c_;
   Symbolizer sym_;
   std::map<uint32_t, std::string> comms_;
+  CounterDeltas deltas_;
 };
 
 }  // namespace
@@ -387,7 +404,6 @@ Status run(const Config& c) {
     return std::nullopt;
   }
   if (auto st = preflight({})) return st;
-  if (auto st = check_pids_exist(c.pids)) return st;
 
   // Locate and resolve everything before loading BPF, so bad targets fail fast.
   const std::vector<PthreadFn> fns = {PthreadFn::MutexLock,     PthreadFn::MutexTrylock,
@@ -458,7 +474,7 @@ Status run(const Config& c) {
   hooks.should_stop = [&]() {
     if (c.pids.empty()) return false;
     for (auto p : c.pids)
-      if (pid_alive(p)) return false;
+      if (proc_running(p)) return false;
     exited = c.pids;
     return true;
   };

@@ -24,6 +24,7 @@ struct Config {
   bool no_hist = false;        // --no-hist
   uint64_t stacks = 3;         // -s: stacks shown per lock; 0: not collected
   uint64_t entries = 10;       // -n: locks shown
+  uint64_t stack_storage_size = 16384;  // --stack-storage-size: stack table entries
   std::string sort = "total";  // --sort
   std::string fields;          // --fields (summary table columns)
   bpfdiag::Schedule schedule;  // -i interval, [duration]
@@ -53,6 +54,9 @@ struct LockHold {
   bpfdiag::Histogram hist;
   std::vector<StackHold> stacks;  // by total hold, largest first
 };
+
+// The warning printed when stacks were lost, naming the option that helps ("" if none).
+std::string lost_stacks_warning(const Config& c, const bpfdiag::DataQuality& dq);
 
 // "0x55d0c0a4a040"
 std::string hex_addr(uint64_t a);
