@@ -12,15 +12,17 @@
 #include <uapi/linux/bpf_perf_event.h>
 #include "runqlen_shared.h"
 
-BPF_HASH(dist, struct runqlen_key, u64, 65536);
-BPF_ARRAY(errors, u64, 1);
+/* Per-CPU cumulative counts indexed by queue length: no atomics, cannot fill up;
+ * user space reports per-interval deltas, so nothing is lost between reports. */
+BPF_PERCPU_ARRAY(dist, u64, RUNQLEN_MAX_LEN + 1);
+BPF_PERCPU_ARRAY(errors, u64, 1);
 
 int do_perf_event(struct bpf_perf_event_data *ctx) {
   void *task = (void *)bpf_get_current_task();
   void *cfs_rq = NULL;
   unsigned int nr = 0;
-  u64 zero = 0, *v;
-  struct runqlen_key key = {};
+  u64 *v;
+  int zero = 0;
 
   if (bpf_probe_read_kernel(&cfs_rq, sizeof(cfs_rq), task + OFF_TASK_SE + OFF_SE_CFS_RQ) || !cfs_rq)
     goto fail;
@@ -39,15 +41,14 @@ int do_perf_event(struct bpf_perf_event_data *ctx) {
   if ((u32)bpf_get_current_pid_tgid() != 0 && nr > 0)
     nr--;
 #endif
-  key.cpu = bpf_get_smp_processor_id();
-  key.len = nr > RUNQLEN_MAX_LEN ? RUNQLEN_MAX_LEN : nr;
-  v = dist.lookup_or_try_init(&key, &zero);
+  int len = nr > RUNQLEN_MAX_LEN ? RUNQLEN_MAX_LEN : nr;
+  v = dist.lookup(&len);
   if (v)
-    __sync_fetch_and_add(v, 1);
+    (*v)++;
   return 0;
 fail:
-  v = errors.lookup(&key.cpu); /* key.cpu == 0: the single error slot */
+  v = errors.lookup(&zero);
   if (v)
-    __sync_fetch_and_add(v, 1);
+    (*v)++;
   return 0;
 }

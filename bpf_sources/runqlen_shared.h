@@ -2,11 +2,6 @@
 #ifndef BPFDIAG_RUNQLEN_H
 #define BPFDIAG_RUNQLEN_H
 
-#define RUNQLEN_MAX_LEN 4095 /* longer queues are counted in this bucket */
-
-struct runqlen_key {
-  __u32 cpu;
-  __u32 len;
-};
+#define RUNQLEN_MAX_LEN 1023 /* longer queues are counted in this bucket */
 
 #endif

@@ -152,6 +152,16 @@ StderrNoiseFilter::StderrNoiseFilter() {
   dup2(tmp_fd_, STDERR_FILENO);
 }
 
+std::string StderrNoiseFilter::captured() const {
+  std::string all;
+  if (tmp_fd_ < 0) return all;
+  std::fflush(stderr);
+  char buf[4096];
+  ssize_t n;
+  for (off_t off = 0; (n = pread(tmp_fd_, buf, sizeof buf, off)) > 0; off += n) all.append(buf, static_cast<size_t>(n));
+  return all;
+}
+
 StderrNoiseFilter::~StderrNoiseFilter() {
   if (tmp_fd_ < 0) return;
   std::fflush(stderr);
@@ -163,6 +173,7 @@ StderrNoiseFilter::~StderrNoiseFilter() {
   ssize_t n;
   while ((n = read(tmp_fd_, buf, sizeof buf)) > 0) all.append(buf, static_cast<size_t>(n));
   close(tmp_fd_);
+  if (discard_ && !std::getenv("BPFDIAG_DEBUG")) return;
   std::istringstream in(all);
   std::string line;
   while (std::getline(in, line))
@@ -200,14 +211,30 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
   flags.push_back("-I" + dir + "/include/bpfdiag");
   std::unique_ptr<BpfSession> s(new BpfSession());
   ebpf::StatusTuple st(0);
+  std::string diagnostics;
   {
     StderrNoiseFilter quiet;
     KallsymsStandIn fast_compile(dir, kernel_version_code(u.release));
     st = s->bpf_->init(text, flags);
+    if (!st.ok()) {
+      diagnostics = quiet.captured() + "\n" + st.msg();
+      quiet.discard();
+    }
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
-  if (!st.ok()) return Error{"cannot compile BPF program: " + st.msg()};
+  if (!st.ok()) {
+    // clang's diagnostics run to many lines; the first "error:" line says what broke
+    std::string msg = diagnostics, first;
+    std::istringstream in(msg);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("error:") != std::string::npos) {
+        first = line;
+        break;
+      }
+    if (first.empty()) first = first_line(st.msg());
+    return Error{"cannot compile BPF program: " + first + " (BPFDIAG_DEBUG=1 shows all diagnostics)"};
+  }
   return s;
 }
 

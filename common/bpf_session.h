@@ -68,12 +68,18 @@ class StderrNoiseFilter {
  public:
   StderrNoiseFilter();
   ~StderrNoiseFilter();
+  // Drop everything captured (e.g. clang's diagnostics when the error is reported
+  // as one line instead); BPFDIAG_DEBUG=1 in the environment keeps it all.
+  void discard() { discard_ = true; }
+  // What was written to stderr so far.
+  std::string captured() const;
   StderrNoiseFilter(const StderrNoiseFilter&) = delete;
   StderrNoiseFilter& operator=(const StderrNoiseFilter&) = delete;
 
  private:
   int saved_fd_ = -1;
   int tmp_fd_ = -1;
+  bool discard_ = false;
 };
 
 bool is_libbcc_noise(const std::string& line);

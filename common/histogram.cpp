@@ -37,12 +37,16 @@ void Histogram::add_bucket(unsigned idx, uint64_t count) {
 }
 
 void Histogram::merge(const Histogram& o) {
+  // The result is exact only if neither side contributes an estimate.
+  bool exact_sum = (exact_sum_ || empty()) && (o.exact_sum_ || o.empty());
+  bool exact_max = (exact_max_ || empty()) && (o.exact_max_ || o.empty());
+  uint64_t s = sum() + o.sum(), m = std::max(max(), o.max());
   for (size_t i = 0; i < fine_.size(); ++i) fine_[i] += o.fine_[i];
   count_ += o.count_;
-  sum_ += o.sum();
-  max_ = std::max(max_, o.max());
-  exact_sum_ = exact_sum_ || o.exact_sum_;
-  exact_max_ = exact_max_ || o.exact_max_;
+  sum_ = s;
+  max_ = m;
+  exact_sum_ = exact_sum;
+  exact_max_ = exact_max;
 }
 
 uint64_t Histogram::sum() const {
@@ -132,7 +136,7 @@ void print_log2_hist(std::ostream& os, const std::vector<uint64_t>& slots,
                 val_type.c_str());
   os << line;
   for (size_t i = 1; i <= idx_max; ++i) {
-    uint64_t low = (1ULL << i) >> 1, high = i >= 64 ? UINT64_MAX : (1ULL << i) - 1;
+    uint64_t low = 1ULL << (i - 1), high = i >= 64 ? UINT64_MAX : (1ULL << i) - 1;
     if (low == high) low -= 1;
     uint64_t val = slots[i];
     std::string stars = hist_stars(val, val_max, stars_max);

@@ -136,3 +136,30 @@ TEST_CASE("histogram JSON buckets are log2 ranges") {
   CHECK(j["buckets"][1]["max"] == 7);
   CHECK(j["buckets"][1]["count"] == 2);
 }
+
+TEST_CASE("merge keeps exact sums exact and estimates estimated") {
+  Histogram a, b, est;
+  a.record(10);
+  b.record(30);
+  a.merge(b);
+  CHECK(a.sum() == 40);
+  CHECK(a.max() == 30);
+  est.add_bucket(hist_fine_index(1000), 2);  // only bucket data: sum is an estimate
+  Histogram c;
+  c.record(10);
+  c.merge(est);
+  CHECK(c.count() == 3);
+  CHECK(c.sum() >= 10 + 2 * fine_bucket_range(hist_fine_index(1000)).lo);
+  Histogram empty;
+  empty.merge(b);
+  CHECK(empty.sum() == 30);
+  CHECK(empty.max() == 30);
+}
+
+TEST_CASE("log2 histogram reaching slot 64 prints the top range without overflow") {
+  std::vector<uint64_t> slots(65, 0);
+  slots[64] = 1;
+  std::ostringstream os;
+  print_log2_hist(os, slots, "ns");
+  CHECK(os.str().find("9223372036854775808 -> 18446744073709551615") != std::string::npos);
+}

@@ -79,3 +79,15 @@ TEST_CASE("header shim is written with the version and embedded headers") {
     CHECK(access((dir + "/" + f).c_str(), R_OK) == 0);
   std::system(("rm -rf " + dir).c_str());
 }
+
+TEST_CASE("a BPF compile error is one line") {
+  if (geteuid() != 0) {
+    MESSAGE("skipped: needs root");
+    return;
+  }
+  auto s = BpfSession::load("int broken(void *ctx) { return undeclared_thing; }\n", {});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().find("cannot compile BPF program") == 0);
+  CHECK(s.error().find("undeclared_thing") != std::string::npos);
+  CHECK(s.error().find('\n') == std::string::npos);
+}

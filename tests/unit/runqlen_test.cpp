@@ -64,7 +64,8 @@ TEST_CASE("runqlen text report matches BCC layout plus summary line") {
         "     runqlen       : count     distribution\n"
         "        0          : 10       |*************                           |\n"
         "        1          : 30       |****************************************|\n"
-        "     avg 0.75, p50 1, p99 1, max 1 (40 samples)\n");
+        "     avg 0.75, p50 1, p99 1, max 1 (40 samples)\n"
+        "data quality: lost events 0, lost stacks 0, unmatched begin 0, unmatched end 0, map full 0\n");
 }
 
 TEST_CASE("runqlen occupancy and per-CPU JSON") {
@@ -75,7 +76,7 @@ TEST_CASE("runqlen occupancy and per-CPU JSON") {
   s[0][2] = 1;
   std::ostringstream os;
   render(os, c, s, {}, 0, false);
-  CHECK(os.str() == "runqocc: 25.00%\n");
+  CHECK(os.str().rfind("runqocc: 25.00%\ndata quality: ", 0) == 0);
 
   Config j;
   j.json = true;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/bpf_maps.h"
 #include "common/bpf_session.h"
 #include "common/btf.h"
 #include "common/cli.h"
@@ -16,7 +17,6 @@
 extern "C" {
 #include "runqlen_shared.h"
 }
-static_assert(sizeof(runqlen_key) == 8, "runqlen_key layout shared with BPF");
 
 namespace bpfdiag {
 extern const EmbeddedFile kBpf_runqlen[];
@@ -176,7 +176,7 @@ void render(std::ostream& os, const Config& c, const PerCpu& samples, const Data
   } else {
     text_section(os, c, all);
   }
-  if (!dq.clean() || final) os << dq.to_text() << "\n";
+  os << dq.to_text() << "\n";
   os.flush();
 }
 
@@ -197,18 +197,26 @@ Status run(const Config& c) {
   if (!c.json)
     std::cout << "Sampling run queue length... Hit Ctrl-C to end." << std::endl;
 
-  auto dist = session.bpf().get_hash_table<runqlen_key, uint64_t>("dist");
-  auto errors = session.bpf().get_array_table<uint64_t>("errors");
+  auto dist = session.bpf().get_percpu_array_table<uint64_t>("dist");
+  auto errors = session.bpf().get_percpu_array_table<uint64_t>("errors");
+  // The BPF counters only grow; each report shows the increase since the last one.
+  CounterDeltas deltas, error_deltas;
   uint64_t last = monotonic_ns();
   RunHooks hooks;
   hooks.report = [&](bool final) {
     PerCpu samples;
-    for (auto& [k, v] : dist.get_table_offline()) samples[k.cpu][k.len] += v;
-    dist.clear_table_non_atomic();
+    auto cumulative = dist.get_table_offline();  // [len][cpu]
+    for (size_t len = 0; len < cumulative.size(); ++len)
+      for (size_t cpu = 0; cpu < cumulative[len].size(); ++cpu) {
+        uint64_t d = deltas.delta(len * cumulative[len].size() + cpu, cumulative[len][cpu]);
+        if (d) samples[static_cast<uint32_t>(cpu)][static_cast<int64_t>(len)] += d;
+      }
     DataQuality dq;
     uint64_t err = 0;
-    errors.get_value(0, err);
-    dq.extra["read_errors"] = err;
+    std::vector<uint64_t> per_cpu_err;
+    if (errors.get_value(0, per_cpu_err).ok())
+      for (auto e : per_cpu_err) err += e;
+    dq.extra["read_errors"] = error_deltas.delta(0, err);
     uint64_t now = monotonic_ns();
     if (!c.json && c.schedule.interval_ns && !c.timestamp && !c.per_cpu) std::cout << "\n";
     render(std::cout, c, samples, dq, now - last, final);
