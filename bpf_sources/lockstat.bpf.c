@@ -6,7 +6,8 @@
  *   USER_PTHREAD     pthread_mutex_*lock uprobes (on_lock/on_lock_ret); futex entries
  *                    only mark the in-flight call as blocked
  *   KERNEL_LOCKS     lock:contention_begin/end
- *   FILTER_PIDS, FILTER_TIDS, FILTER_ADDRS   use the pid_filter/tid_filter/addr_filter maps
+ *   TGID_OK(x), TID_OK(x)  -p / --tid filters as constant expressions (default: 1)
+ *   FILTER_ADDRS     use the addr_filter map (ADDR_FILTER_ENTRIES: sized from -L)
  *   SELF_PID         lockstat's own PID, never traced
  *   MIN_WAIT_NS      waits shorter than this are counted in counters[LS_CNT_BELOW_MIN] only
  *   OFF_TASK_MM, OFF_MM_MMAP_LOCK, MMAP_LOCK_SIZE, OFF_TASK_SIGHAND, OFF_SIGHAND_SIGLOCK
@@ -15,7 +16,17 @@
  *   OFF_TASK_STACK, THREAD_SIZE  where the user registers are (top of the task's kernel
  *                    stack), to scan the user stack at futex waits (optional)
  *   STATS_ENTRIES, HIST_ENTRIES, STACK_ENTRIES, START_ENTRIES  map sizes
+ *
+ * The front-end drains stats/hist each interval (atomic lookup-and-delete per key),
+ * and several threads can update one value: waits of kernel idle tasks and IRQ
+ * context all carry tid 0. So the sums are updated with atomic adds.
  */
+#ifndef TGID_OK
+#define TGID_OK(x) (1)
+#endif
+#ifndef TID_OK
+#define TID_OK(x) (1)
+#endif
 #include <uapi/linux/ptrace.h>
 #include <linux/sched.h>
 #include "hist.h"
@@ -53,14 +64,8 @@ BPF_HASH(hist, struct lockstat_hkey, u64, HIST_ENTRIES);
 BPF_HASH(comms, u32, struct lockstat_comm, 65536);
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
 BPF_ARRAY(counters, u64, LS_CNT_MAX);
-#ifdef FILTER_PIDS
-BPF_HASH(pid_filter, u32, u8, 1024);
-#endif
-#ifdef FILTER_TIDS
-BPF_HASH(tid_filter, u32, u8, 1024);
-#endif
 #ifdef FILTER_ADDRS
-BPF_HASH(addr_filter, u64, u8, 1024);
+BPF_HASH(addr_filter, u64, u8, ADDR_FILTER_ENTRIES);
 #endif
 
 static inline void count(u32 slot) {
@@ -72,14 +77,8 @@ static inline void count(u32 slot) {
 static inline int filtered_out(u32 pid, u32 tid, u64 addr) {
   if (pid == SELF_PID)
     return 1;
-#ifdef FILTER_PIDS
-  if (!pid_filter.lookup(&pid))
+  if (!TGID_OK(pid) || !TID_OK(tid))
     return 1;
-#endif
-#ifdef FILTER_TIDS
-  if (!tid_filter.lookup(&tid))
-    return 1;
-#endif
 #ifdef FILTER_ADDRS
   if (!addr_filter.lookup(&addr))
     return 1;
@@ -92,7 +91,8 @@ static inline void remember_comm(u32 tid) {
     return;
   struct lockstat_comm c = {};
   bpf_get_current_comm(&c.comm, sizeof(c.comm));
-  comms.update(&tid, &c);
+  if (comms.update(&tid, &c))
+    count(LS_CNT_MAP_FULL);
 }
 
 /* Adds one wait of `delta` ns (blocked: did it wait in the kernel) to the maps. */
@@ -107,12 +107,15 @@ static inline void record(struct lockstat_key *k, u64 delta, u32 blocked) {
     count(LS_CNT_MAP_FULL);
     return;
   }
-  /* the key holds the tid, so only this thread updates this value */
-  v->count += 1;
-  v->total_ns += delta;
+  /* atomic: tid 0 (idle tasks of every CPU, IRQ context) shares one key */
+  __sync_fetch_and_add(&v->count, 1);
+  __sync_fetch_and_add(&v->total_ns, delta);
+  if (blocked)
+    __sync_fetch_and_add(&v->blocked, blocked);
+  /* a racing larger max can be overwritten by a smaller one only when two CPUs
+   * finish waits on the same key at the same instant; the sums stay exact */
   if (delta > v->max_ns)
     v->max_ns = delta;
-  v->blocked += blocked;
 
   struct lockstat_hkey hk = {};
   hk.addr = k->addr;
@@ -122,7 +125,7 @@ static inline void record(struct lockstat_key *k, u64 delta, u32 blocked) {
   hk.bucket = hist_fine_index(delta);
   u64 one = 0, *h = hist.lookup_or_try_init(&hk, &one);
   if (h)
-    *h += 1;
+    __sync_fetch_and_add(h, 1);
   else
     count(LS_CNT_MAP_FULL);
   remember_comm(k->tid);
@@ -160,7 +163,8 @@ static inline void scan_user_stack(s32 stack_id, long nr) {
   }
   struct lockstat_scan sc = {};
   if (bpf_probe_read_user(&sc.words, sizeof(sc.words), (void *)sp) == 0)
-    scans.update(&stack_id, &sc);
+    if (scans.update(&stack_id, &sc))
+      count(LS_CNT_MAP_FULL);
 }
 #define SCAN_USER_STACK(id, nr) scan_user_stack(id, nr)
 #else

@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -89,10 +92,12 @@ TEST_CASE("lockstat: parse defaults and options") {
   CHECK(c->entries == 10);
   CHECK(c->top == 3);
   CHECK(!c->uprobes);
-  auto d = parse({"-p", "12,34", "--tid", "56", "-L", "0x7f00,cache_lock", "-m", "2ms", "-k", "max",
+  // -p PIDs must exist (checked at parse time): this process and its parent
+  const uint32_t me = static_cast<uint32_t>(getpid()), parent = static_cast<uint32_t>(getppid());
+  auto d = parse({"-p", std::to_string(me) + "," + std::to_string(parent), "--tid", "56", "-L", "0x7f00,cache_lock", "-m", "2ms", "-k", "max",
                   "-E", "0", "-s", "5", "-t", "-H", "--csv", "1", "3"});
   REQUIRE(d);
-  CHECK(d->pids == std::vector<uint32_t>{12, 34});
+  CHECK(d->pids == std::vector<uint32_t>{me, parent});
   CHECK(d->tids == std::vector<uint32_t>{56});
   CHECK(d->lock_addrs == std::vector<uint64_t>{0x7f00});
   CHECK(d->lock_names == std::vector<std::string>{"cache_lock"});
@@ -117,6 +122,11 @@ TEST_CASE("lockstat: bad input is an error value") {
   CHECK(!parse({"-t", "-k", "waiters"}));
   CHECK(!parse({"-p", "0"}));
   CHECK(!parse({"-p", "12x"}));
+  // a PID that does not exist is bad input (exit 2), named in one line
+  auto gone = parse({"-p", "1," + std::to_string(4000000)});
+  REQUIRE(!gone);
+  CHECK(gone.error().find("no process with PID 4000000") != std::string::npos);
+  CHECK(gone.error().find('\n') == std::string::npos);
   CHECK(!parse({"-E", "-1"}));
   CHECK(!parse({"1", "2", "3"}));
 }
@@ -197,7 +207,8 @@ TEST_CASE("lockstat: text, CSV and JSON reports") {
   Snapshot s = sample();
   s.dq.lost_stacks = 3;
   std::ostringstream txt;
-  render(txt, *parse({}), s, fake_names(), 1000000000ULL, true);
+  std::ostringstream txt_err;
+  render(txt, txt_err, *parse({}), s, fake_names(), 1000000000ULL, true);
   std::string t = txt.str();
   CHECK(t.find("KIND           PID    CONT   TOTAL     MAX     P50     P99 WTR LOCK\n") == 0);
   CHECK(t.find("rwsem:W        200       2  10.0ms  6.00ms") != std::string::npos);
@@ -205,13 +216,23 @@ TEST_CASE("lockstat: text, CSV and JSON reports") {
   CHECK(t.find("cache_lock\n    convoy: 4 threads") != std::string::npos);
   CHECK(t.find("    site         40  8.00ms  update_cache <- worker\n") != std::string::npos);
   CHECK(t.find("data quality: lost events 0, lost stacks 3") != std::string::npos);
+  CHECK(txt_err.str().empty());
 
-  std::ostringstream csv;
-  render(csv, *parse({"--csv", "-F", "kind,lock,contended,total"}), s, fake_names(), 0, true);
+  std::ostringstream csv, csv_err;
+  render(csv, csv_err, *parse({"--csv", "-F", "kind,lock,contended,total"}), s, fake_names(), 0, true);
   CHECK(csv.str() == "kind,lock,contended,total\nrwsem:W,mmap_lock,2,10000000\nfutex-mutex,cache_lock,40,8000000\n");
+  // the data-quality line goes to the error stream, one line, keeping the CSV pure
+  CHECK(csv_err.str().rfind("data quality: lost events 0, lost stacks 3", 0) == 0);
+  const std::string ce = csv_err.str();
+  CHECK(std::count(ce.begin(), ce.end(), '\n') == 1);
+  std::ostringstream tcsv, tcsv_err;
+  render(tcsv, tcsv_err, *parse({"-t", "--csv", "-F", "tid,total"}), s, fake_names(), 0, true);
+  CHECK(tcsv.str().rfind("tid,total\n", 0) == 0);
+  CHECK(tcsv.str().find("data quality") == std::string::npos);
+  CHECK(tcsv_err.str().rfind("data quality: lost events 0, lost stacks 3", 0) == 0);
 
-  std::ostringstream js;
-  render(js, *parse({"-j", "-H"}), s, fake_names(), 5, true);
+  std::ostringstream js, js_err;
+  render(js, js_err, *parse({"-j", "-H"}), s, fake_names(), 5, true);
   std::istringstream in(js.str());
   std::string line;
   std::vector<nlohmann::json> recs;
@@ -234,6 +255,7 @@ TEST_CASE("lockstat: text, CSV and JSON reports") {
   CHECK(u["data_quality"]["lost_stacks"] == 3);
   CHECK(recs[2]["type"] == "summary");
   CHECK(recs[2]["total_wait_ns"] == 18000000);
+  CHECK(js_err.str().empty());
 }
 
 TEST_CASE("lockstat: BPF text and mode flags") {
@@ -245,14 +267,22 @@ TEST_CASE("lockstat: BPF text and mode flags") {
   auto f = *bpf_cflags(*parse({}), false);
   CHECK(has(f, "-DUSER_FUTEX"));
   CHECK(has(f, "-DKERNEL_LOCKS"));
-  CHECK(!has(f, "-DFILTER_PIDS"));
-  auto k = *bpf_cflags(*parse({"-K", "-p", "1"}), false);
+  CHECK(has(f, "-DTGID_OK(x)=(1)"));  // no -p/--tid: everything passes
+  CHECK(has(f, "-DTID_OK(x)=(1)"));
+  CHECK(!has(f, "-DFILTER_ADDRS"));
+  auto k = *bpf_cflags(*parse({"-K", "-p", "1", "--tid", "7,8"}), false);
   CHECK(!has(k, "-DUSER_FUTEX"));
-  CHECK(has(k, "-DFILTER_PIDS"));
+  CHECK(has(k, "-DTGID_OK(x)=((x) == 1)"));
+  CHECK(has(k, "-DTID_OK(x)=((x) == 7 || (x) == 8)"));
   auto u = *bpf_cflags(*parse({"--uprobes", "-U", "-L", "0x10", "-m", "5"}), false);
   CHECK(has(u, "-DUSER_PTHREAD"));
   CHECK(!has(u, "-DKERNEL_LOCKS"));
   CHECK(has(u, "-DFILTER_ADDRS"));
+  CHECK(has(u, "-DADDR_FILTER_ENTRIES=1"));
+  // the address filter map is sized from the list: no silently shorter filter
+  std::string many;
+  for (int i = 1; i <= 1500; ++i) many += (many.empty() ? "0x" : ",0x") + std::to_string(i);
+  CHECK(has(*bpf_cflags(*parse({"-L", many}), false), "-DADDR_FILTER_ENTRIES=1500"));
   CHECK(has(u, "-DMIN_WAIT_NS=5000ULL"));
   // a symbolic name is matched after symbolization, so no in-kernel address filter
   CHECK(!has(*bpf_cflags(*parse({"-L", "mmap_lock"}), false), "-DFILTER_ADDRS"));

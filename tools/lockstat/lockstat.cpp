@@ -12,6 +12,7 @@
 #include "common/btf.h"
 #include "common/cli.h"
 #include "common/embedded.h"
+#include "common/filters.h"
 #include "common/table.h"
 
 static_assert(sizeof(lockstat_key) == 40, "lockstat_key layout shared with BPF");
@@ -220,6 +221,8 @@ Result<Config> parse_args(int argc, char** argv) {
     auto v = parse_id_list(*p, "PID");
     if (!v) return Error{v.error()};
     c.pids = *v;
+    // a PID that does not exist is bad input, not a runtime failure
+    if (auto st = check_pids_exist(c.pids)) return *st;
   }
   if (auto p = opt_str(*r, "tid")) {
     auto v = parse_id_list(*p, "TID");
@@ -272,10 +275,14 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
     if (tracepoint_exists("syscalls:sys_enter_futex_waitv")) f.push_back("-DHAVE_FUTEX_WAITV");
   }
   if (!c.user_only) f.push_back("-DKERNEL_LOCKS");
-  if (!c.pids.empty()) f.push_back("-DFILTER_PIDS");
-  if (!c.tids.empty()) f.push_back("-DFILTER_TIDS");
-  // symbolic names that are not addresses (mmap_lock, ...) are filtered after the fact
-  if (!c.lock_addrs.empty() && c.lock_names.empty()) f.push_back("-DFILTER_ADDRS");
+  f.push_back(id_filter_cflag("TGID_OK", c.pids));
+  f.push_back(id_filter_cflag("TID_OK", c.tids));
+  // symbolic names that are not addresses (mmap_lock, ...) are filtered after the fact;
+  // the address map holds every address given (a kernel symbol can have several)
+  if (!c.lock_addrs.empty() && c.lock_names.empty()) {
+    f.push_back("-DFILTER_ADDRS");
+    f.push_back("-DADDR_FILTER_ENTRIES=" + std::to_string(c.lock_addrs.size()));
+  }
   f.push_back("-DMIN_WAIT_NS=" + std::to_string(c.min_wait_ns) + "ULL");
   f.push_back("-DSELF_PID=" + std::to_string(getpid()));  // never trace ourselves
   f.push_back("-DSTATS_ENTRIES=16384");
@@ -572,7 +579,7 @@ void render_lock_details(std::ostream& os, const Config& c, const LockRow& r) {
 
 }  // namespace
 
-void render(std::ostream& os, const Config& c, const Snapshot& s, const Names& n,
+void render(std::ostream& os, std::ostream& err, const Config& c, const Snapshot& s, const Names& n,
             uint64_t interval_ns, bool final) {
   uint64_t now = realtime_ns();
   if (c.threads_view) {
@@ -602,7 +609,7 @@ void render(std::ostream& os, const Config& c, const Snapshot& s, const Names& n
     if (c.csv) {
       t.print_csv(os, rows);
       os.flush();
-      std::fprintf(stderr, "%s\n", s.dq.to_text().c_str());
+      err << s.dq.to_text() << std::endl;  // the CSV stays pure
       return;
     }
     if (c.timestamp) os << clock_hms() << "\n";
@@ -673,7 +680,7 @@ void render(std::ostream& os, const Config& c, const Snapshot& s, const Names& n
   if (c.csv) {
     t.print_csv(os, rows);
     os.flush();
-    std::fprintf(stderr, "%s\n", s.dq.to_text().c_str());
+    err << s.dq.to_text() << std::endl;  // the CSV stays pure
     return;
   }
   if (c.timestamp) os << clock_hms() << "\n";

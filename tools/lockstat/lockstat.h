@@ -132,8 +132,9 @@ std::string reading(const LockRow& r);
 std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config& c);
 std::vector<ThreadRow> build_threads(const Snapshot& s, const Names& n, const Config& c);
 
-// Renders one report (text, CSV or NDJSON) to `os`.
-void render(std::ostream& os, const Config& c, const Snapshot& s, const Names& n,
+// Renders one report (text, CSV or NDJSON) to `os`; with --csv the data-quality line
+// goes to `err` (stderr in the tool) so the CSV stays machine-readable.
+void render(std::ostream& os, std::ostream& err, const Config& c, const Snapshot& s, const Names& n,
             uint64_t interval_ns, bool final);
 
 bpfdiag::Status run(const Config& c);

@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "common/bpf_maps.h"
 #include "common/bpf_session.h"
 #include "common/cli.h"
 #include "common/data_symbols.h"
@@ -154,10 +155,19 @@ uint64_t count_entries(int fd) {
   return n;
 }
 
-template <typename K>
-void fill_filter(ebpf::BPF& bpf, const char* map, const std::vector<K>& keys) {
-  auto t = bpf.get_hash_table<K, uint8_t>(map);
-  for (const K& k : keys) t.update_value(k, 1);
+// The map is sized from the list (ADDR_FILTER_ENTRIES), so a failure here is a real
+// error, never a silently shorter filter.
+Status fill_addr_filter(ebpf::BPF& bpf, const std::vector<uint64_t>& addrs) {
+  auto t = bpf.get_hash_table<uint64_t, uint8_t>("addr_filter");
+  for (uint64_t a : addrs) {
+    auto st = t.update_value(a, 1);
+    if (st.code() != 0) {
+      char b[24];
+      std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(a));
+      return Error{"cannot add lock " + std::string(b) + " to the BPF address filter: " + st.msg()};
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -197,9 +207,8 @@ Status run(const Config& c0) {
   if (!loaded) return Error{loaded.error()};
   auto& session = *loaded.value();
   auto& bpf = session.bpf();
-  if (!c.pids.empty()) fill_filter(bpf, "pid_filter", c.pids);
-  if (!c.tids.empty()) fill_filter(bpf, "tid_filter", c.tids);
-  if (!c.lock_addrs.empty() && c.lock_names.empty()) fill_filter(bpf, "addr_filter", c.lock_addrs);
+  if (!c.lock_addrs.empty() && c.lock_names.empty())
+    if (auto st = fill_addr_filter(bpf, c.lock_addrs)) return st;
 
   // attach
   std::string what;
@@ -260,7 +269,8 @@ Status run(const Config& c0) {
       if (k.kind != LS_KIND_KERNEL && seen_pids.insert(k.pid).second) res.sym().remember(k.pid);
   };
   uint64_t last = monotonic_ns(), last_scan = 0;
-  std::vector<uint64_t> prev(LS_CNT_MAX, 0);
+  CounterDeltas counter_deltas;              // counters are cumulative in BPF
+  std::map<uint32_t, std::string> comm_of;   // tid -> comm, kept across intervals
   bool target_gone = false;
 
   RunHooks hooks;
@@ -275,20 +285,29 @@ Status run(const Config& c0) {
   hooks.should_stop = [&]() {
     if (c.pids.empty()) return false;
     for (uint32_t p : c.pids)
-      if (pid_exists(p)) return false;
+      if (proc_running(p)) return false;  // a zombie has exited
     target_gone = true;
     return true;
   };
   hooks.report = [&](bool final) {
     remember_new();
     Snapshot s;
-    for (auto& [k, v] : stats.get_table_offline()) s.waits.push_back({k, v});
-    for (auto& kv : hist.get_table_offline()) s.hist.push_back(kv);
-    for (auto& [tid, cm] : comms.get_table_offline())
-      s.comms[tid] = std::string(cm.comm, strnlen(cm.comm, sizeof cm.comm));
-    std::vector<uint64_t> cnt(LS_CNT_MAX, 0);
-    for (int i = 0; i < LS_CNT_MAX; ++i) counters.get_value(i, cnt[i]);
-    auto delta = [&](int i) { return cnt[i] - prev[i]; };
+    // Drained (atomic lookup-and-delete per key): a wait recorded while this report
+    // is built is either in it or stays in the map for the next one. Comms are
+    // drained after stats (BPF writes a wait's comm right after its stats) and
+    // kept here across intervals; draining keeps the BPF map from filling up.
+    for (auto& [k, v] : drain_hash<lockstat_key, lockstat_val>(stats)) s.waits.push_back({k, v});
+    for (auto& kv : drain_hash<lockstat_hkey, uint64_t>(hist)) s.hist.push_back(kv);
+    for (auto& [tid, cm] : drain_hash<uint32_t, lockstat_comm>(comms))
+      comm_of[tid] = std::string(cm.comm, strnlen(cm.comm, sizeof cm.comm));
+    s.comms = comm_of;
+    std::vector<uint64_t> d(LS_CNT_MAX, 0);
+    for (int i = 0; i < LS_CNT_MAX; ++i) {
+      uint64_t v = 0;
+      counters.get_value(i, v);
+      d[i] = counter_deltas.delta(i, v);
+    }
+    auto delta = [&](int i) { return d[i]; };
     s.dq.lost_stacks = delta(LS_CNT_LOST_USTACK) + delta(LS_CNT_LOST_KSTACK);
     s.dq.map_full = delta(LS_CNT_MAP_FULL);
     s.dq.unmatched_end = delta(LS_CNT_UNMATCHED_END);
@@ -302,15 +321,10 @@ Status run(const Config& c0) {
         sc[id] = std::vector<uint64_t>(words.words, words.words + LS_SCAN_WORDS);
       res.set_scans(std::move(sc));
     }
-    prev = cnt;
     uint64_t now = monotonic_ns();
-    render(std::cout, c, s, names, now - last, final);
+    render(std::cout, std::cerr, c, s, names, now - last, final);
     if (!c.json && !c.csv && !final) std::cout << "\n";
     last = now;
-    if (!final) {
-      stats.clear_table_non_atomic();
-      hist.clear_table_non_atomic();
-    }
   };
   run_loop(c.schedule, hooks);
   if (target_gone) {
