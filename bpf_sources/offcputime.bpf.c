@@ -25,7 +25,7 @@ BPF_HASH(start, u32, struct offcpu_start, START_SIZE);
 BPF_HASH(counts, struct offcpu_key, struct offcpu_val, COUNTS_SIZE);
 BPF_STACK_TRACE(stack_traces, STACK_STORAGE_SIZE);
 BPF_PERCPU_ARRAY(stats, u64, OFFCPU_STAT_MAX);
-BPF_HASH(seen, u32, u8, SEEN_SIZE);    /* processes already announced */
+BPF_HASH(seen, u32, u8, SEEN_SIZE);    /* live processes already announced (pruned at exit) */
 BPF_PERF_OUTPUT(new_procs);            /* tgid of each newly seen process */
 
 static inline __attribute__((always_inline)) void stat_inc(int idx) {
@@ -149,5 +149,17 @@ switch_in:;
 RAW_TRACEPOINT_PROBE(sched_process_exec) {
   u32 tgid = bpf_get_current_pid_tgid() >> 32;
   seen.delete(&tgid);
+  return 0;
+}
+
+/* A process is gone when its group leader exits (current is the exiting task): drop
+ * it from `seen`, so a long system-wide run only holds live processes there. A leader
+ * that exits before its other threads makes them announce the process once more,
+ * which only costs the front-end a re-read of its mappings. */
+RAW_TRACEPOINT_PROBE(sched_process_exit) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 tgid = id >> 32;
+  if ((u32)id == tgid)
+    seen.delete(&tgid);
   return 0;
 }

@@ -35,7 +35,7 @@ enum offcpu_stat {
   OFFCPU_STAT_START_FULL,       /* start map full: switch-out not recorded */
   OFFCPU_STAT_COUNTS_FULL,      /* counts map full: off-CPU period dropped */
   OFFCPU_STAT_UNMATCHED_IN,     /* switch-in with no switch-out seen */
-  OFFCPU_STAT_SEEN_FULL,        /* new-process notification map full */
+  OFFCPU_STAT_SEEN_FULL,        /* `seen` full: a new process not announced (symbols) */
   OFFCPU_STAT_SWITCHES,         /* switch-outs recorded */
   OFFCPU_STAT_MAX
 };

@@ -90,6 +90,7 @@ def analyse(truth, rec):
     res.append(("lost_stacks" in dq and "unmatched_end" in dq and "map_full" in dq,
                 "data_quality present: %s" % dq))
     res.append((dq["map_full"] == 0 and dq["lost_events"] == 0, "no map-full drops or lost events"))
+    res.append((dq.get("seen_full") == 0, "seen map never full (%s)" % dq.get("seen_full")))
     return res
 
 
@@ -145,6 +146,37 @@ r = run([OC, "-d", "-p", str(os.getpid()), "1"], timeout=60)
 check(r.returncode == 0 and r.stdout.startswith("Tracing off-CPU time (us) of PID %d" % os.getpid()),
       "text banner")
 check("data quality:" in r.stdout, "text report shows data quality")
+
+# --- 3b. `seen` holds live processes only: more short-lived processes than --map-size ------
+# Each child sleeps once (a switch-out that announces it) and exits; without pruning at
+# exit the 1024-entry `seen` map fills after ~1024 of them and seen_full counts the rest.
+NCHILD, MAPSZ = 2500, 1024
+live = sum(1 for d in os.listdir("/proc") if d.isdigit())
+if live > MAPSZ // 2:
+    print("info: %d live processes; the seen-pruning check needs fewer than %d" % (live, MAPSZ // 2))
+else:
+    oc = start([OC, "-j", "-u", "--map-size", str(MAPSZ), "-m", "100000000", "14"])
+    time.sleep(2.0)
+    announced = 0
+    t0 = time.time()
+    for i in range(NCHILD):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(0.0005)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        if time.time() - t0 > 9.0 or announced > 2 * MAPSZ:
+            break
+        announced += 1
+    out = oc.communicate(timeout=60)[0]
+    recs = ndjson(out)
+    check(oc.returncode == 0 and len(recs) == 1, "offcputime -j --map-size %d exits 0 with one record" % MAPSZ)
+    if recs:
+        dq = recs[0]["data_quality"]
+        check(announced > MAPSZ + live, "forked %d sleeping children (> map size %d + %d live)"
+              % (announced, MAPSZ, live))
+        check(dq.get("seen_full") == 0,
+              "seen map pruned at exit: seen_full %s after %d short-lived processes" % (dq.get("seen_full"), announced))
 
 # --- 4. bad input, not root, nothing left attached ---------------------------------------------
 usage_error([OC, "-p", "4194304"])

@@ -84,7 +84,7 @@ TEST_CASE("offcputime: BPF cflags carry filters, bounds and BTF offsets") {
   REQUIRE(f);
   std::string all;
   for (auto& s : *f) all += s + " ";
-  CHECK(all.find("-DTGID_OK(x)=((x)==" + std::to_string(getpid()) + ")") != std::string::npos);
+  CHECK(all.find("-DTGID_OK(x)=((x) == " + std::to_string(getpid()) + ")") != std::string::npos);
   CHECK(all.find("-DTID_OK(x)=(1)") != std::string::npos);
   CHECK(all.find("-DMIN_NS=10000ULL") != std::string::npos);
   CHECK(all.find("-DMAX_NS=20000ULL") != std::string::npos);
@@ -93,6 +93,17 @@ TEST_CASE("offcputime: BPF cflags carry filters, bounds and BTF offsets") {
   CHECK(all.find("-DCAPTURE_USER") == std::string::npos);
   CHECK(all.find("-DOFF_TASK_STATE=") != std::string::npos);
   CHECK(bpf_text().find("RAW_TRACEPOINT_PROBE(sched_switch)") != std::string::npos);
+  // `seen` is pruned when a process exits
+  CHECK(bpf_text().find("RAW_TRACEPOINT_PROBE(sched_process_exit)") != std::string::npos);
+  // several PIDs: the shared generator's form
+  auto c2 = parse({"-p", std::to_string(getpid()) + ",1"});
+  REQUIRE(c2);
+  auto f2 = bpf_cflags(*c2);
+  REQUIRE(f2);
+  bool found = false;
+  for (auto& s : *f2)
+    found = found || s == "-DTGID_OK(x)=((x) == " + std::to_string(getpid()) + " || (x) == 1)";
+  CHECK(found);
 }
 
 static Entry entry(uint32_t pid, uint32_t tid, const std::string& comm, uint64_t ns,
@@ -179,6 +190,17 @@ TEST_CASE("offcputime: warnings name the option that fixes them") {
   REQUIRE(w.size() == 2);
   CHECK(w[0].find("--stack-storage-size 65536") != std::string::npos);
   CHECK(w[1].find("--map-size 131072") != std::string::npos);
+  CHECK(w[1].find("off-CPU periods were dropped") != std::string::npos);
+  // a full `seen` map drops no periods: its own warning, which says so
+  dq.map_full = 0;
+  dq.extra["seen_full"] = 4;
+  w = warnings(c, dq);
+  REQUIRE(w.size() == 2);
+  CHECK(w[1].find("4 new processes were not announced") != std::string::npos);
+  CHECK(w[1].find("no periods were dropped") != std::string::npos);
+  CHECK(w[1].find("--map-size 131072") != std::string::npos);
+  dq.extra["seen_full"] = 0;
+  CHECK(warnings(c, dq).size() == 1);
 }
 
 // Used by the integration test: every line of a real folded output file (path in

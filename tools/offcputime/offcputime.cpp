@@ -13,6 +13,7 @@
 #include "common/btf.h"
 #include "common/cli.h"
 #include "common/embedded.h"
+#include "common/filters.h"
 #include "common/proc.h"
 #include "common/symbolize.h"
 
@@ -177,12 +178,6 @@ Status validate_targets(const Config& c) {
 
 std::string bpf_text() { return kBpf_offcputime[0].text; }
 
-static std::string id_filter(const char* name, const std::vector<uint32_t>& ids) {
-  std::string e;
-  for (auto id : ids) e += (e.empty() ? "" : "||") + std::string("(x)==") + std::to_string(id);
-  return std::string("-D") + name + "(x)=(" + (e.empty() ? "1" : e) + ")";
-}
-
 Result<std::vector<std::string>> bpf_cflags(const Config& c) {
   auto btf = KernelBtf::load();
   if (!btf) return Error{btf.error()};
@@ -195,8 +190,8 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c) {
   auto f = offset_cflags(**btf, specs);
   if (!f) return Error{f.error()};
   std::vector<std::string> flags = *f;
-  flags.push_back(id_filter("TGID_OK", c.pids));
-  flags.push_back(id_filter("TID_OK", c.tids));
+  flags.push_back(id_filter_cflag("TGID_OK", c.pids));
+  flags.push_back(id_filter_cflag("TID_OK", c.tids));
   if (c.user_threads_only) flags.push_back("-DUSER_THREADS_ONLY");
   if (c.kernel_threads_only) flags.push_back("-DKERNEL_THREADS_ONLY");
   if (c.state) flags.push_back((*c.state == 0 ? "-DSTATE_EQ=" : "-DSTATE_MASK=") + std::to_string(*c.state));
@@ -242,6 +237,12 @@ std::vector<std::string> warnings(const Config& c, const DataQuality& dq) {
   if (dq.map_full)
     w.push_back("WARNING: " + std::to_string(dq.map_full) +
                 " off-CPU periods were dropped because a map was full; try --map-size " +
+                std::to_string(std::min<uint64_t>(c.map_size * 4, 1048576)));
+  auto sf = dq.extra.find("seen_full");
+  if (sf != dq.extra.end() && sf->second)
+    w.push_back("WARNING: " + std::to_string(sf->second) + " new processes were not announced because " +
+                std::to_string(c.map_size) + " live processes were already tracked (no periods were " +
+                "dropped; their stacks may show [unknown] if they exited early); try --map-size " +
                 std::to_string(std::min<uint64_t>(c.map_size * 4, 1048576)));
   return w;
 }
@@ -367,6 +368,8 @@ Status run(const Config& c) {
   for (auto p : c.pids) live.sym.remember(p);
   if (auto st = session.attach_raw_tracepoint("sched_process_exec", "raw_tracepoint__sched_process_exec"))
     return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
+  if (auto st = session.attach_raw_tracepoint("sched_process_exit", "raw_tracepoint__sched_process_exit"))
+    return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
   if (auto st = session.attach_raw_tracepoint("sched_switch", "raw_tracepoint__sched_switch"))
     return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
   uint64_t t0 = monotonic_ns();
@@ -380,6 +383,7 @@ Status run(const Config& c) {
       StderrNoiseFilter quiet;
       session.bpf().detach_raw_tracepoint("sched_switch");
       session.bpf().detach_raw_tracepoint("sched_process_exec");
+      session.bpf().detach_raw_tracepoint("sched_process_exit");
     }
     uint64_t duration = monotonic_ns() - t0;
     session.poll_perf_buffer("new_procs", 0);  // announcements still queued
@@ -395,7 +399,9 @@ Status run(const Config& c) {
     };
     rep.dq.lost_stacks = stat(OFFCPU_STAT_STACK_LOST);
     rep.dq.unmatched_end = stat(OFFCPU_STAT_UNMATCHED_IN);
-    rep.dq.map_full = stat(OFFCPU_STAT_START_FULL) + stat(OFFCPU_STAT_COUNTS_FULL) + stat(OFFCPU_STAT_SEEN_FULL);
+    rep.dq.map_full = stat(OFFCPU_STAT_START_FULL) + stat(OFFCPU_STAT_COUNTS_FULL);
+    // `seen` full loses no off-CPU time, only a symbol snapshot: reported on its own
+    rep.dq.extra["seen_full"] = stat(OFFCPU_STAT_SEEN_FULL);
     rep.dq.lost_events = live.lost_events;
     rep.dq.unmatched_begin = session.bpf().get_hash_table<uint32_t, offcpu_start>("start").get_table_offline().size();
     auto stacks = session.bpf().get_stack_table("stack_traces");
