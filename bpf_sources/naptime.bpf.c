@@ -5,12 +5,20 @@
  *   OFF_TASK_REAL_PARENT  task_struct.real_parent
  *   OFF_TASK_TGID         task_struct.tgid
  *   OFF_TASK_COMM         task_struct.comm
- * Optional filters (all applied at both enter and exit, so a filtered thread never
- * counts as unmatched):
- *   FILTER_TGID  boolean expression over `tgid`, e.g. (tgid == 42 || tgid == 43)
- *   FILTER_TID   boolean expression over `tid`
+ * Filters (all applied at both enter and exit, so a filtered thread never counts as
+ * unmatched), from the suite's one -p/-t generator (common/filters.h):
+ *   TGID_OK(x), TID_OK(x)  process/thread id filters ((1) when not filtering)
  *   FILTER_COMM  compare the task's comm with config.comm
  *   MIN_NS       drop sleeps whose requested length is below this (decided at exit)
+ *
+ * Signals: sys_exit sees the kernel's restart code (-512..-516) before signal
+ * delivery decides the outcome, so such an exit is parked in `pending` until:
+ *   signal_deliver with a handler      -> user space got EINTR: emitted with ret -EINTR
+ *   restart_syscall / the same call    -> transparent restart (no handler: SIGSTOP,
+ *     entered again                       SIGCONT, ptrace): the sleep goes on and is
+ *                                          emitted once, at its final exit, flagged
+ *                                          NAPTIME_F_RESTARTED, timed from the first enter
+ *   the thread exits                   -> emitted with the raw kernel code
  */
 #include "naptime_shared.h"
 
@@ -21,9 +29,8 @@
 BPF_HASH(start, u32, struct naptime_start, NAPTIME_MAX_INFLIGHT);
 BPF_ARRAY(stats, u64, NAPTIME_STAT_MAX);
 BPF_ARRAY(config, struct naptime_config, 1);
-/* threads whose last sleep returned ERESTART_RESTARTBLOCK: if their next syscall is
- * restart_syscall, the sleep went on after the signal (not measured, only counted) */
-BPF_TABLE("lru_hash", u32, u8, restarting, 4096);
+/* sleeps whose sys_exit returned a restart code, until their fate is known */
+BPF_HASH(pending, u32, struct naptime_event, NAPTIME_MAX_INFLIGHT);
 BPF_PERF_OUTPUT(events);
 
 static __always_inline void stat_inc(int idx) {
@@ -32,18 +39,17 @@ static __always_inline void stat_inc(int idx) {
     __sync_fetch_and_add(v, 1);
 }
 
+#ifndef TGID_OK
+#define TGID_OK(x) (1)
+#endif
+#ifndef TID_OK
+#define TID_OK(x) (1)
+#endif
+
 static __always_inline int wanted(u64 id) {
   u32 tgid = id >> 32, tid = (u32)id;
-  (void)tgid;
-  (void)tid;
-#ifdef FILTER_TGID
-  if (!(FILTER_TGID))
+  if (!TGID_OK(tgid) || !TID_OK(tid))
     return 0;
-#endif
-#ifdef FILTER_TID
-  if (!(FILTER_TID))
-    return 0;
-#endif
 #ifdef FILTER_COMM
   {
     int zero = 0;
@@ -64,7 +70,20 @@ static __always_inline int wanted(u64 id) {
   return 1;
 }
 
-static __always_inline int on_enter(s32 clock, u32 flags, const void *rqtp) {
+/* Sends one finished sleep (the -m filter is applied here). */
+static __always_inline void emit(void *ctx, struct naptime_event *ev) {
+#ifdef MIN_NS
+  int zero = 0;
+  s64 req = 0;
+  struct naptime_config *cfg = config.lookup(&zero);
+  if (cfg && naptime_requested_ns(&ev->start, cfg->realtime_off_ns, cfg->tai_off_ns, &req) &&
+      req < (s64)MIN_NS)
+    return;
+#endif
+  events.perf_submit(ctx, ev, sizeof(*ev));
+}
+
+static __always_inline int on_enter(void *ctx, s32 clock, u32 flags, const void *rqtp) {
   u64 id = bpf_get_current_pid_tgid();
   u32 tid = (u32)id;
   struct naptime_start s = {};
@@ -87,15 +106,28 @@ static __always_inline int on_enter(s32 clock, u32 flags, const void *rqtp) {
     bpf_probe_read_kernel(&s.ppid, sizeof(s.ppid), parent + OFF_TASK_TGID);
     bpf_probe_read_kernel(s.pcomm, sizeof(s.pcomm), parent + OFF_TASK_COMM);
   }
-  restarting.delete(&tid);
   s.enter_boot_ns = bpf_ktime_get_boot_ns();
   s.enter_mono_ns = bpf_ktime_get_ns();
+  struct naptime_event *p = pending.lookup(&tid);
+  if (p) {
+    if (p->kernel_ret != -NAPTIME_ERESTART_RESTARTBLOCK) {
+      /* re-executed after a signal without handler: the same sleep goes on */
+      __builtin_memcpy(&s, &p->start, sizeof(s));
+      s.flags |= NAPTIME_F_RESTARTED;
+      stat_inc(NAPTIME_STAT_RESTARTED);
+    } else {
+      /* ERESTART_RESTARTBLOCK resumes only through restart_syscall: its fate was
+       * missed; report it as the kernel left it */
+      emit(ctx, p);
+    }
+    pending.delete(&tid);
+  }
   if (start.update(&tid, &s))
     stat_inc(NAPTIME_STAT_MAP_FULL);
   return 0;
 }
 
-static __always_inline int on_exit(void *ctx, long ret) {
+static __always_inline int on_exit(void *ctx, long ret, int restart_syscall) {
   u64 now = bpf_ktime_get_ns();
   u64 id = bpf_get_current_pid_tgid();
   u32 tid = (u32)id;
@@ -106,55 +138,97 @@ static __always_inline int on_exit(void *ctx, long ret) {
     return 0;
   s = start.lookup(&tid);
   if (!s) {
-    stat_inc(NAPTIME_STAT_UNMATCHED_END);
+    /* restart_syscall also resumes other syscalls (poll, futex): not ours */
+    if (!restart_syscall)
+      stat_inc(NAPTIME_STAT_UNMATCHED_END);
     return 0;
   }
+  if (restart_syscall && !(s->flags & NAPTIME_F_RESTARTED))
+    return 0;
   __builtin_memcpy(&ev.start, s, sizeof(ev.start));
   start.delete(&tid);
-  if (ret == -NAPTIME_ERESTART_RESTARTBLOCK) {
-    u8 one = 1;
-    restarting.update(&tid, &one);
-  }
-#ifdef MIN_NS
-  {
-    int zero = 0;
-    s64 req = 0;
-    struct naptime_config *cfg = config.lookup(&zero);
-    if (cfg && naptime_requested_ns(&ev.start, cfg->realtime_off_ns, cfg->tai_off_ns, &req) &&
-        req < (s64)MIN_NS)
-      return 0;
-  }
-#endif
   ev.exit_mono_ns = now;
   ev.ret = ret;
+  ev.kernel_ret = ret;
   ev.pid = id >> 32;
   ev.tid = tid;
   bpf_get_current_comm(ev.comm, sizeof(ev.comm));
-  events.perf_submit(ctx, &ev, sizeof(ev));
+  if (naptime_is_restart_code(ret)) {
+    /* EINTR or a transparent restart: decided at signal delivery, right after */
+    if (pending.update(&tid, &ev))
+      stat_inc(NAPTIME_STAT_MAP_FULL);
+    return 0;
+  }
+  emit(ctx, &ev);
   return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_nanosleep) {
-  return on_enter(NAPTIME_CLOCK_MONOTONIC, NAPTIME_F_NANOSLEEP, args->rqtp);
+  return on_enter(args, NAPTIME_CLOCK_MONOTONIC, NAPTIME_F_NANOSLEEP, args->rqtp);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_nanosleep) {
-  return on_exit(args, args->ret);
+  return on_exit(args, args->ret, 0);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_clock_nanosleep) {
-  return on_enter((s32)args->which_clock, (args->flags & 1) ? NAPTIME_F_ABSTIME : 0, args->rqtp);
+  return on_enter(args, (s32)args->which_clock, (args->flags & 1) ? NAPTIME_F_ABSTIME : 0, args->rqtp);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_clock_nanosleep) {
-  return on_exit(args, args->ret);
+  return on_exit(args, args->ret, 0);
 }
 
+/* No handler ran: the kernel resumes an ERESTART_RESTARTBLOCK sleep here; it is the
+ * same sleep, timed on until restart_syscall returns. */
 TRACEPOINT_PROBE(syscalls, sys_enter_restart_syscall) {
   u32 tid = (u32)bpf_get_current_pid_tgid();
-  if (restarting.lookup(&tid)) {
-    restarting.delete(&tid);
+  struct naptime_event *p = pending.lookup(&tid);
+  if (!p)
+    return 0;
+  struct naptime_start s;
+  __builtin_memcpy(&s, &p->start, sizeof(s));
+  s.flags |= NAPTIME_F_RESTARTED;
+  pending.delete(&tid);
+  if (start.update(&tid, &s))
+    stat_inc(NAPTIME_STAT_MAP_FULL);
+  else
     stat_inc(NAPTIME_STAT_RESTARTED);
-  }
+  return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_restart_syscall) {
+  return on_exit(args, args->ret, 1);
+}
+
+/* A signal is delivered to the current thread. With a handler, an interrupted sleep
+ * returns EINTR to user space (ERESTARTSYS only without SA_RESTART; ERESTARTNOINTR is
+ * always restarted). SIG_DFL/SIG_IGN (0/1) leave the restart to the kernel. */
+TRACEPOINT_PROBE(signal, signal_deliver) {
+  u32 tid = (u32)bpf_get_current_pid_tgid();
+  struct naptime_event *p = pending.lookup(&tid);
+  if (!p || args->sa_handler <= 1)
+    return 0;
+  if (p->kernel_ret == -NAPTIME_ERESTARTNOINTR ||
+      (p->kernel_ret == -NAPTIME_ERESTARTSYS && (args->sa_flags & 0x10000000 /* SA_RESTART */)))
+    return 0; /* re-executed after the handler: on_enter continues it */
+  struct naptime_event ev;
+  __builtin_memcpy(&ev, p, sizeof(ev));
+  pending.delete(&tid);
+  ev.ret = -NAPTIME_EINTR;
+  emit(args, &ev);
+  return 0;
+}
+
+/* A thread killed while its sleep was parked: report it as the kernel left it. */
+RAW_TRACEPOINT_PROBE(sched_process_exit) {
+  u32 tid = (u32)bpf_get_current_pid_tgid();
+  struct naptime_event *p = pending.lookup(&tid);
+  if (!p)
+    return 0;
+  struct naptime_event ev;
+  __builtin_memcpy(&ev, p, sizeof(ev));
+  pending.delete(&tid);
+  emit(ctx, &ev);
   return 0;
 }

@@ -11,6 +11,9 @@
 #define NAPTIME_F_ABSTIME 1u     /* TIMER_ABSTIME: the request is a clock value */
 #define NAPTIME_F_NANOSLEEP 2u   /* nanosleep(2), not clock_nanosleep(2) */
 #define NAPTIME_F_BAD_REQUEST 4u /* the timespec could not be read from user memory */
+#define NAPTIME_F_RESTARTED 8u   /* the kernel restarted the sleep transparently after a
+                                    signal without handler (SIGSTOP/SIGCONT, ptrace): the
+                                    event covers the original call and its restarts */
 
 /* Clock ids (include/uapi/linux/time.h) */
 #define NAPTIME_CLOCK_REALTIME 0
@@ -22,16 +25,21 @@
 #define NAPTIME_CLOCK_BOOTTIME_ALARM 9
 #define NAPTIME_CLOCK_TAI 11
 
-/* Kernel-internal return codes of an interrupted sleep (include/linux/errno.h):
- * user space sees EINTR when a handler runs; otherwise the kernel restarts it. */
+/* Kernel-internal return codes of an interrupted sleep (include/linux/errno.h), as
+ * sys_exit sees them, before signal delivery decides: when a handler runs, user space
+ * gets EINTR (ERESTARTSYS only without SA_RESTART, ERESTARTNOINTR never); otherwise
+ * the kernel restarts the call (ERESTART_RESTARTBLOCK through restart_syscall(2), the
+ * others by re-executing it) and the application never notices. */
+#define NAPTIME_EINTR 4
 #define NAPTIME_ERESTARTSYS 512
+#define NAPTIME_ERESTARTNOINTR 513
 #define NAPTIME_ERESTARTNOHAND 514
 #define NAPTIME_ERESTART_RESTARTBLOCK 516
 
 /* Indexes of the BPF `stats` array. */
 #define NAPTIME_STAT_UNMATCHED_END 0 /* exits whose enter was not seen */
 #define NAPTIME_STAT_MAP_FULL 1      /* enters dropped: `start` map full */
-#define NAPTIME_STAT_RESTARTED 2     /* interrupted sleeps resumed by restart_syscall */
+#define NAPTIME_STAT_RESTARTED 2     /* transparent restarts (no handler), all counted */
 #define NAPTIME_STAT_MAX 3
 
 /* Recorded at sys_enter, keyed by thread id. */
@@ -51,7 +59,11 @@ struct naptime_start {
 struct naptime_event {
   struct naptime_start start;
   __u64 exit_mono_ns;
-  __s64 ret; /* syscall return value: 0, or a negative errno */
+  __s64 ret; /* return value user space saw: 0 or a negative errno (-EINTR when a
+                signal handler interrupted it); the raw kernel code when the thread
+                died before returning (see kernel_ret) */
+  __s64 kernel_ret; /* the first sys_exit's raw value (e.g. -516), before signal
+                       delivery turned it into -EINTR or a restart */
   __u32 pid; /* tgid */
   __u32 tid;
   char comm[NAPTIME_COMM_LEN];
@@ -69,6 +81,13 @@ struct naptime_config {
  * Absolute targets are converted with the clock read at enter: MONOTONIC and BOOTTIME
  * directly, REALTIME and TAI through their offset from MONOTONIC. A target already in
  * the past is a request of 0. */
+/* A kernel-internal restart code at sys_exit: the sleep's fate (EINTR or transparent
+ * restart) is decided at signal delivery, after the tracepoint. */
+static inline int naptime_is_restart_code(__s64 ret) {
+  return ret == -NAPTIME_ERESTARTSYS || ret == -NAPTIME_ERESTARTNOINTR ||
+         ret == -NAPTIME_ERESTARTNOHAND || ret == -NAPTIME_ERESTART_RESTARTBLOCK;
+}
+
 static inline int naptime_requested_ns(const struct naptime_start *s, __s64 realtime_off_ns,
                                        __s64 tai_off_ns, __s64 *out) {
   __s64 t, now;

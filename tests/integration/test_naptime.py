@@ -272,6 +272,67 @@ def test_unmatched_and_text():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def stop_cont(pid, after=0.15, stopped=0.1):
+    time.sleep(after)
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(stopped)
+    os.kill(pid, signal.SIGCONT)
+
+
+def check_restarted(recs, pid, length_ns, what):
+    sleeps = [r for r in recs if r["type"] == "sleep" and r["pid"] == pid]
+    check(len(sleeps) == 1, f"{what}: one sleep record for the restarted sleep, got {sleeps}")
+    if sleeps:
+        r = sleeps[0]
+        check(r["restarted"] is True and r["interrupted"] is False and r["error"] is None and r["ret"] == 0,
+              f"{what}: SIGSTOP/SIGCONT is a transparent restart, not EINTR: {r}")
+        # the whole sleep, from the first enter to the final exit of the restart
+        check(length_ns <= r["slept_ns"] < length_ns + 300_000_000,
+              f"{what}: slept {r['slept_ns']} covers the {length_ns} ns request and its restart")
+        check(r["requested_ns"] is not None and abs(r["requested_ns"] - length_ns) < ABS_TOL_NS,
+              f"{what}: requested {r['requested_ns']}")
+    summ = [r for r in recs if r["type"] == "summary"]
+    check(len(summ) == 1 and summ[0]["data_quality"].get("restarted_after_signal", 0) >= 1,
+          f"{what}: restart counted in data quality: {summ[-1]['data_quality'] if summ else None}")
+
+
+def test_restarted():
+    """SIGSTOP + SIGCONT wake a sleeper without a handler: the kernel restarts the sleep
+    (relative: restart_syscall; absolute: the call again) and the application never
+    sees EINTR. naptime must say restarted, not interrupted, and time the whole sleep."""
+    tmp = tempfile.mkdtemp(prefix="naptime-test-")
+    try:
+        # relative nanosleep (coreutils sleep -> ERESTART_RESTARTBLOCK)
+        exe = os.path.join(tmp, "naptest-stop")
+        shutil.copy(shutil.which("sleep"), exe)
+        n = start_naptime(["-j", "--comm", "naptest-stop"])
+        child = subprocess.Popen([exe, "0.6"])
+        stop_cont(child.pid)
+        child.wait()
+        check(child.returncode == 0, f"sleep 0.6 exit {child.returncode}")
+        time.sleep(0.3)
+        out, _ = stop_naptime(n)
+        check_restarted(records(out), child.pid, 600_000_000, "relative sleep")
+        # absolute clock_nanosleep (Python >= 3.11's time.sleep -> ERESTARTNOHAND)
+        if sys.version_info >= (3, 11):
+            py = subprocess.Popen([sys.executable, "-c",
+                                   "import sys, time; sys.stdin.readline(); time.sleep(0.6)"],
+                                  stdin=subprocess.PIPE, text=True)
+            n = start_naptime(["-j", "-p", str(py.pid)])
+            py.stdin.write("go\n")
+            py.stdin.flush()
+            stop_cont(py.pid)
+            py.wait()
+            time.sleep(0.3)
+            out, _ = stop_naptime(n)
+            recs = records(out)
+            abs_sleeps = [r for r in recs if r["type"] == "sleep" and r["abstime"]]
+            check(len(abs_sleeps) == 1, f"python's time.sleep is one absolute sleep: {recs}")
+            check_restarted(recs, py.pid, 600_000_000, "absolute sleep")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     if os.geteuid() != 0:
         skip("naptime needs root")
@@ -284,6 +345,7 @@ def main():
     test_comm_and_min()
     test_tid()
     test_unmatched_and_text()
+    test_restarted()
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1

@@ -11,10 +11,11 @@
 #include "common/btf.h"
 #include "common/cli.h"
 #include "common/embedded.h"
+#include "common/filters.h"
 #include "common/proc.h"
 
 static_assert(sizeof(naptime_start) == 64, "naptime_start layout shared with BPF");
-static_assert(sizeof(naptime_event) == 104, "naptime_event layout shared with BPF");
+static_assert(sizeof(naptime_event) == 112, "naptime_event layout shared with BPF");
 static_assert(sizeof(naptime_config) == 32, "naptime_config layout shared with BPF");
 
 namespace bpfdiag {
@@ -33,8 +34,10 @@ Traces nanosleep(2) and clock_nanosleep(2), where glibc's nanosleep, usleep,
 sleep and std::this_thread::sleep_for end up. SECONDS is the length requested
 (a TIMER_ABSTIME target is converted into the length from the call), SLEPT the
 time until the call returned. NOTE shows the clock of an absolute request
-("MONO abs"), a clock other than REALTIME/MONOTONIC, and errors (EINTR: a
-signal interrupted the sleep). PPID/PCOMM: the parent at the time of the call.
+("MONO abs"), a clock other than REALTIME/MONOTONIC, "restarted" (a signal
+without handler, e.g. SIGSTOP/SIGCONT, woke it and the kernel resumed it unseen;
+SLEPT covers the whole sleep) and errors (EINTR: a signal handler interrupted
+the sleep). PPID/PCOMM: the parent at the time of the call.
 
 OPTIONS:
  Filters:
@@ -102,19 +105,10 @@ Result<Config> parse_args(int argc, char** argv) {
 
 std::string bpf_text() { return kBpf_naptime[0].text; }
 
-namespace {
-std::string or_expr(const std::string& var, const std::vector<uint32_t>& ids) {
-  std::string e = "(";
-  for (size_t i = 0; i < ids.size(); ++i)
-    e += (i ? " || " : "") + var + " == " + std::to_string(ids[i]);
-  return e + ")";
-}
-}  // namespace
-
 std::vector<std::string> filter_cflags(const Config& c) {
   std::vector<std::string> f;
-  if (!c.pids.empty()) f.push_back("-DFILTER_TGID=" + or_expr("tgid", c.pids));
-  if (!c.tids.empty()) f.push_back("-DFILTER_TID=" + or_expr("tid", c.tids));
+  f.push_back(id_filter_cflag("TGID_OK", c.pids));
+  f.push_back(id_filter_cflag("TID_OK", c.tids));
   if (!c.comm.empty()) f.push_back("-DFILTER_COMM");
   if (c.min_ns) f.push_back("-DMIN_NS=" + std::to_string(c.min_ns) + "ULL");
   return f;
@@ -211,7 +205,13 @@ std::string clock_name(int32_t clock) {
 std::string errno_name(int64_t ret) {
   if (ret >= 0) return "";
   int64_t e = -ret;
-  if (e >= NAPTIME_ERESTARTSYS && e <= NAPTIME_ERESTART_RESTARTBLOCK) return "EINTR";
+  // kernel-internal codes: only in events of threads that died before returning
+  switch (e) {
+    case NAPTIME_ERESTARTSYS: return "ERESTARTSYS";
+    case NAPTIME_ERESTARTNOINTR: return "ERESTARTNOINTR";
+    case NAPTIME_ERESTARTNOHAND: return "ERESTARTNOHAND";
+    case NAPTIME_ERESTART_RESTARTBLOCK: return "ERESTART_RESTARTBLOCK";
+  }
   if (e < 4096) {
     if (const char* n = strerrorname_np(static_cast<int>(e))) return n;
   }
@@ -233,7 +233,9 @@ Sleep decode(const naptime_event& ev, const ClockOffsets& off) {
   if (naptime_requested_ns(&ev.start, off.realtime_ns, off.tai_ns, &req)) s.requested_ns = req;
   s.slept_ns = ev.exit_mono_ns > ev.start.enter_mono_ns ? ev.exit_mono_ns - ev.start.enter_mono_ns : 0;
   s.ret = ev.ret;
+  s.kernel_ret = ev.kernel_ret;
   s.interrupted = ev.ret != 0;
+  s.restarted = ev.start.flags & NAPTIME_F_RESTARTED;
   return s;
 }
 
@@ -242,6 +244,7 @@ void Summary::add(const Sleep& s) {
   p.comm = s.comm;
   p.count++;
   p.interrupted += s.interrupted;
+  p.restarted += s.restarted;
   if (s.requested_ns) p.requested_ns += *s.requested_ns;
   p.slept_ns += s.slept_ns;
   p.slept.record(s.slept_ns);
@@ -273,6 +276,7 @@ void render_sleep(std::ostream& os, const Config& c, const Sleep& s) {
                         {"requested_ns", nullptr},
                         {"slept_ns", s.slept_ns},
                         {"interrupted", s.interrupted},
+                        {"restarted", s.restarted},
                         {"ret", s.ret},
                         {"error", nullptr}};
     if (s.requested_ns) j["requested_ns"] = *s.requested_ns;
@@ -288,6 +292,7 @@ void render_sleep(std::ostream& os, const Config& c, const Sleep& s) {
   } else if (s.clock != NAPTIME_CLOCK_REALTIME && s.clock != NAPTIME_CLOCK_MONOTONIC) {
     add(clock_short(s.clock));
   }
+  if (s.restarted) add("restarted");
   if (s.ret) add(errno_name(s.ret));
   char line[256];
   std::snprintf(line, sizeof line, "%-8s %-6u %-15s %-6u %-15s %9s %9s %s", hms(s.time_ns).c_str(),
@@ -308,6 +313,7 @@ void render_summary(std::ostream& os, const Config& c, const Summary& sum, const
                        {"comm", p.comm},
                        {"count", p.count},
                        {"interrupted", p.interrupted},
+                       {"restarted", p.restarted},
                        {"requested_ns", p.requested_ns},
                        {"slept_ns", p.slept_ns},
                        {"hist", p.slept.to_json()}});
@@ -346,8 +352,10 @@ void render_summary(std::ostream& os, const Config& c, const Summary& sum, const
 namespace {
 
 const std::vector<std::string> kTracepoints = {
-    "syscalls:sys_enter_nanosleep", "syscalls:sys_exit_nanosleep",
-    "syscalls:sys_enter_clock_nanosleep", "syscalls:sys_exit_clock_nanosleep"};
+    "syscalls:sys_enter_nanosleep",       "syscalls:sys_exit_nanosleep",
+    "syscalls:sys_enter_clock_nanosleep", "syscalls:sys_exit_clock_nanosleep",
+    "syscalls:sys_enter_restart_syscall", "syscalls:sys_exit_restart_syscall",
+    "signal:signal_deliver"};
 
 struct Tracer {
   const Config& c;
@@ -405,15 +413,17 @@ Status run(const Config& c) {
       {kTracepoints[0], "tracepoint__syscalls__sys_enter_nanosleep"},
       {kTracepoints[1], "tracepoint__syscalls__sys_exit_nanosleep"},
       {kTracepoints[2], "tracepoint__syscalls__sys_enter_clock_nanosleep"},
-      {kTracepoints[3], "tracepoint__syscalls__sys_exit_clock_nanosleep"}};
-  // exits first: a sleep that starts before its exit probe exists cannot be matched
+      {kTracepoints[3], "tracepoint__syscalls__sys_exit_clock_nanosleep"},
+      {kTracepoints[4], "tracepoint__syscalls__sys_enter_restart_syscall"},
+      {kTracepoints[5], "tracepoint__syscalls__sys_exit_restart_syscall"},
+      {kTracepoints[6], "tracepoint__signal__signal_deliver"}};
+  // resolvers of parked (interrupted) sleeps first, then exits before enters: a sleep
+  // that starts before its exit probe exists cannot be matched
+  if (auto st = session.attach_raw_tracepoint("sched_process_exit", "raw_tracepoint__sched_process_exit"))
+    return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
   for (auto it = probes.rbegin(); it != probes.rend(); ++it)
     if (auto st = session.attach_tracepoint(it->first, it->second))
       return Error{st->message + "; are syscall tracepoints enabled (CONFIG_FTRACE_SYSCALLS)?"};
-  // optional: only counts interrupted sleeps the kernel resumed after a signal
-  bool restart_traced = tracepoint_exists("syscalls:sys_enter_restart_syscall") &&
-                        !session.attach_tracepoint("syscalls:sys_enter_restart_syscall",
-                                                   "tracepoint__syscalls__sys_enter_restart_syscall");
 
   if (c.json) {
     std::fputs("naptime: tracing sleeps... Hit Ctrl-C to end.\n", stderr);
@@ -445,13 +455,21 @@ Status run(const Config& c) {
     uint64_t v = 0;
     if (stats.get_value(NAPTIME_STAT_UNMATCHED_END, v).ok()) dq.unmatched_end = v;
     if (stats.get_value(NAPTIME_STAT_MAP_FULL, v).ok()) dq.map_full = v;
-    if (restart_traced && stats.get_value(NAPTIME_STAT_RESTARTED, v).ok())
-      dq.extra["restarted_after_signal"] = v;
+    if (stats.get_value(NAPTIME_STAT_RESTARTED, v).ok()) dq.extra["restarted_after_signal"] = v;
     // sleeps still in progress (those the -m filter would have kept)
     auto start = session.bpf().get_hash_table<uint32_t, naptime_start>("start");
     for (auto& [tid, st] : start.get_table_offline()) {
       __s64 req = 0;
       bool known = naptime_requested_ns(&st, t.off.realtime_ns, t.off.tai_ns, &req);
+      if (!known || static_cast<uint64_t>(req) >= c.min_ns) dq.unmatched_begin++;
+      (void)tid;
+    }
+    // interrupted sleeps whose outcome (EINTR or restart) was not decided yet, e.g. a
+    // thread still stopped by SIGSTOP: in progress too
+    auto pending = session.bpf().get_hash_table<uint32_t, naptime_event>("pending");
+    for (auto& [tid, ev] : pending.get_table_offline()) {
+      __s64 req = 0;
+      bool known = naptime_requested_ns(&ev.start, t.off.realtime_ns, t.off.tai_ns, &req);
       if (!known || static_cast<uint64_t>(req) >= c.min_ns) dq.unmatched_begin++;
       (void)tid;
     }

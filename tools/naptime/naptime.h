@@ -53,7 +53,8 @@ ClockOffsets measure_clock_offsets();
 // "CLOCK_MONOTONIC", ... ("CLOCK_<id>" for unknown ids).
 std::string clock_name(int32_t clock);
 // "EINTR", "EINVAL", ... for a syscall return value (0 -> ""). The kernel's internal
-// restart codes of an interrupted sleep are reported as EINTR.
+// restart codes keep their kernel names ("ERESTART_RESTARTBLOCK"): user space never
+// sees them; they only appear for a thread that died inside an interrupted sleep.
 std::string errno_name(int64_t ret);
 
 // One traced sleep, decoded from a naptime_event.
@@ -66,15 +67,18 @@ struct Sleep {
   bool abstime = false;
   std::optional<uint64_t> requested_ns;  // relative length; none if not knowable
   uint64_t slept_ns = 0;
-  int64_t ret = 0;
-  bool interrupted = false;  // any error, including a signal (EINTR)
+  int64_t ret = 0;         // what user space saw (-EINTR after a signal handler)
+  int64_t kernel_ret = 0;  // the kernel's raw code at the first exit (e.g. -516)
+  bool interrupted = false;  // any error, including a signal handler (EINTR)
+  bool restarted = false;    // resumed by the kernel after a signal without handler
+                             // (SIGSTOP/SIGCONT, ptrace): invisible to the application
 };
 Sleep decode(const naptime_event& ev, const ClockOffsets& off);
 
 // Per-process totals for the summary.
 struct ProcStats {
   std::string comm;
-  uint64_t count = 0, interrupted = 0;
+  uint64_t count = 0, interrupted = 0, restarted = 0;
   uint64_t requested_ns = 0, slept_ns = 0;
   bpfdiag::Histogram slept;  // ns
 };
