@@ -8,6 +8,8 @@
  *   TARGET_TGID     the process traced
  *   OFF_TASK_PID    task_struct.pid   (from kernel BTF)
  *   OFF_TASK_TGID   task_struct.tgid
+ *   OFF_TASK_STATE  task_struct.__state (before 5.14: .state); read from prev
+ *                   because sched_switch's prev_state argument exists only since 5.18
  * The `threads` map is filled by user space with the pool's threads; new threads of
  * the process are added here at fork (user space then keeps or drops them).
  */
@@ -58,12 +60,15 @@ static inline void add_wait(u32 tid, struct tp_thread *t, u64 blk, u64 rq) {
 }
 
 RAW_TRACEPOINT_PROBE(sched_switch) {
-  /* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
-   *          unsigned int prev_state) */
+  /* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next)
+   * (5.18+ appends prev_state; older kernels refuse a program that reads that 4th argument,
+   * so prev's state is read from task_struct instead) */
   u64 now = bpf_ktime_get_ns();
   u64 id = bpf_get_current_pid_tgid(); /* current == prev */
   u32 preempt = (u32)ctx->args[0];
-  u32 prev_state = (u32)ctx->args[3];
+  u32 prev_state = 0;
+  if ((id >> 32) == TARGET_TGID)
+    prev_state = task_u32((void *)ctx->args[1], OFF_TASK_STATE);
 
   if ((id >> 32) == TARGET_TGID) {
     u32 tid = (u32)id;

@@ -1,6 +1,10 @@
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "tools/threadpool/threadpool.h"
@@ -37,9 +41,10 @@ ThreadTimes thread_with(std::vector<std::pair<WaitKey, WaitTimes>> waits, uint64
 }  // namespace
 
 TEST_CASE("parse_args: pid, pattern, interval and duration") {
-  auto c = parse({"-p", "123", "--threads", "^worker", "-P", "-j", "2", "10"});
+  const std::string self = std::to_string(getpid());  // -p must name a live process
+  auto c = parse({"-p", self, "--threads", "^worker", "-P", "-j", "2", "10"});
   REQUIRE(c.ok());
-  CHECK(c->pid == 123);
+  CHECK(c->pid == static_cast<uint32_t>(getpid()));
   CHECK(*c->pattern == "^worker");
   CHECK(c->per_thread);
   CHECK(c->json);
@@ -58,6 +63,10 @@ TEST_CASE("parse_args: errors are values") {
   CHECK(!parse({"-p", "5000000"}).ok());
   CHECK(parse({"-p", "1", "--threads", "("}).error().find("invalid --threads pattern") == 0);
   CHECK(!parse({"-p", "1", "--threads", ""}).ok());
+  // a PID that does not exist is bad input (pid_max is at most 4194304, so this PID
+  // can never be live); --ebpf needs no process
+  CHECK(parse({"-p", "4194304"}).error() == "no process with PID 4194304");
+  CHECK(parse({"-p", "4194304", "--ebpf"}).ok());
   CHECK(!parse({"-p", "1", "1", "2", "3"}).ok());
   CHECK(!parse({"-p", "1", "1x"}).ok());
   CHECK(!parse({"-p", "1", "1ms"}).ok());  // interval below 100 ms
@@ -346,7 +355,7 @@ TEST_CASE("render: JSON record fields and text block") {
   std::string t = txt.str();
   CHECK(t.find("\"worker\": 4 threads, 1.00s  verdict: " + g.verdict) != std::string::npos);
   CHECK(t.find("busy: avg 2.00") != std::string::npos);
-  CHECK(t.find("queue wait  avg 2.0us") != std::string::npos);
+  CHECK(t.find("queue wait  avg 2.00us") != std::string::npos);
   CHECK(t.find("data quality: lost events 7") != std::string::npos);
   for (size_t pos = 0, nl; (nl = t.find('\n', pos)) != std::string::npos; pos = nl + 1)
     CHECK_MESSAGE(nl - pos < 80, t.substr(pos, nl - pos));
@@ -359,4 +368,54 @@ TEST_CASE("BPF text uses raw tracepoints and no kernel headers") {
                         "BPF_PERF_OUTPUT(reqs)"})
     CHECK(t.find(p) != std::string::npos);
   CHECK(t.find("linux/sched.h") == std::string::npos);
+  // prev_state (args[3]) exists only since 5.18: the state comes from task_struct
+  CHECK(t.find("args[3]") == std::string::npos);
+  CHECK(t.find("OFF_TASK_STATE") != std::string::npos);
+}
+
+TEST_CASE("/proc syscall arguments: hex only, junk is a value, never a throw") {
+  uint64_t v = 1;
+  CHECK(parse_syscall_arg("0x7ffd1234abcd", v));
+  CHECK(v == 0x7ffd1234abcdULL);
+  CHECK(parse_syscall_arg("0xffffffffffffffff", v));
+  CHECK(v == ~0ULL);
+  CHECK(parse_syscall_arg("80", v));
+  CHECK(v == 0x80);
+  v = 5;
+  for (const char* bad : {"", "0x", "running", "-1", " 0x1", "0x1 ", "0x1g", "+1",
+                          "0x10000000000000000"})
+    CHECK_MESSAGE(!parse_syscall_arg(bad, v), bad);
+  CHECK(v == 5);  // untouched on failure
+}
+
+TEST_CASE("render: no pool threads still gives a record with data quality") {
+  Config c;
+  c.json = true;
+  ReportMeta m;
+  m.pid = 42;
+  m.comm = "srv";
+  m.interval_ns = 1000000000ULL;
+  m.target_exited = true;
+  bpfdiag::DataQuality dq;
+  dq.extra["closed_unread"] = 2;
+  for (bool summary : {false, true}) {
+    m.summary = summary;
+    std::ostringstream os;
+    render(os, c, m, {}, dq);
+    std::string out = os.str();
+    REQUIRE(std::count(out.begin(), out.end(), '\n') == 1);
+    auto j = nlohmann::json::parse(out);
+    CHECK(j["type"] == (summary ? "threadpool_summary" : "threadpool_interval"));
+    CHECK(j["groups"].is_array());
+    CHECK(j["groups"].empty());
+    CHECK(j["pid"] == 42);
+    CHECK(j["target_exited"] == true);
+    CHECK(j["data_quality"]["closed_unread"] == 2);
+    CHECK(j["data_quality"]["lost_events"] == 0);
+  }
+  c.json = false;
+  std::ostringstream txt;
+  render(txt, c, m, {}, dq);
+  CHECK(txt.str().find("no pool activity") != std::string::npos);
+  CHECK(txt.str().find("data quality: lost events 0") != std::string::npos);
 }

@@ -2,7 +2,9 @@
 // queue depth and the verdict. No BPF here, so all of it is unit-tested.
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 
 #include "tools/threadpool/threadpool.h"
 
@@ -85,6 +87,18 @@ Reason classify_wait(int nr, uint32_t /*futex_cmd*/) {
 bool is_event_wait(int nr) {
   const SysInfo* s = sys_info(nr);
   return s && s->event_wait;
+}
+
+bool parse_syscall_arg(const std::string& s, uint64_t& out) {
+  // strtoull would accept leading spaces and a sign ("-1" -> 2^64-1): insist on hex digits
+  size_t i = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') ? 2 : 0;
+  if (i >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[i]))) return false;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 16);
+  if (errno == ERANGE || end != s.c_str() + s.size()) return false;
+  out = v;
+  return true;
 }
 
 std::string syscall_name(int nr) {

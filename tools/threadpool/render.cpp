@@ -1,25 +1,14 @@
 // threadpool output: one compact text block per group and interval, or NDJSON.
 #include <cstdio>
 
+#include "common/table.h"
 #include "tools/threadpool/threadpool.h"
 
 namespace threadpool {
+using bpfdiag::fmt_ns;  // the suite's compact duration ("812ns", "12.3us", "4.56ms")
 using bpfdiag::Histogram;
 
 namespace {
-
-std::string fmt_ns(uint64_t ns) {
-  char b[32];
-  if (ns >= 1000000000ULL)
-    std::snprintf(b, sizeof b, "%.2fs", ns / 1e9);
-  else if (ns >= 1000000ULL)
-    std::snprintf(b, sizeof b, "%.2fms", ns / 1e6);
-  else if (ns >= 1000ULL)
-    std::snprintf(b, sizeof b, "%.1fus", ns / 1e3);
-  else
-    std::snprintf(b, sizeof b, "%lluns", static_cast<unsigned long long>(ns));
-  return b;
-}
 
 double pct(uint64_t v, uint64_t total) { return total ? 100.0 * v / total : 0.0; }
 
@@ -143,6 +132,19 @@ nlohmann::json json_group(const ReportMeta& m, const GroupReport& g,
   return j;
 }
 
+// The record of an interval in which no thread of the pool was seen.
+nlohmann::json json_empty(const ReportMeta& m, const bpfdiag::DataQuality& dq) {
+  return {{"type", m.summary ? "threadpool_summary" : "threadpool_interval"},
+          {"time_ns", bpfdiag::realtime_ns()},
+          {"interval_ns", m.interval_ns},
+          {"final", m.final},
+          {"pid", m.pid},
+          {"comm", m.comm},
+          {"groups", nlohmann::json::array()},
+          {"target_exited", m.target_exited},
+          {"data_quality", dq.to_json()}};
+}
+
 // DataQuality::to_text() is one long line; wrap it at its commas to stay under 80 columns.
 std::string wrap(const std::string& text, size_t width = 79) {
   std::string out, line;
@@ -167,13 +169,16 @@ void render(std::ostream& os, const Config& c, const ReportMeta& m,
             const std::vector<GroupReport>& groups, const bpfdiag::DataQuality& dq) {
   if (c.json) {
     for (const auto& g : groups) bpfdiag::emit_json(os, json_group(m, g, dq));
+    // every pool thread gone (or none seen): still one record, so each interval and
+    // the summary carry their data quality
+    if (groups.empty()) bpfdiag::emit_json(os, json_empty(m, dq));
     return;
   }
   os << "\n";
   if (c.timestamp) os << bpfdiag::clock_hms() << " ";
   os << (m.summary ? "=== summary" : "--- interval") << " pid " << m.pid << " (" << m.comm << ")"
      << (m.target_exited ? ": process exited, report covers until it did" : "") << "\n";
-  if (groups.empty()) os << "no threads of the pool were seen\n";
+  if (groups.empty()) os << "no pool activity: no thread of the pool ran or existed\n";
   for (const auto& g : groups) text_group(os, c, m, g);
   os << wrap(dq.to_text()) << "\n";
   os.flush();

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/bpf_session.h"
+#include "common/bpf_maps.h"
 #include "common/btf.h"
 #include "common/cli.h"
 #include "common/embedded.h"
@@ -113,6 +114,9 @@ Result<Config> parse_args(int argc, char** argv) {
     if (!d) return Error{d.error()};
     c.schedule.duration_ns = *d;
   }
+  // --ebpf only prints the program: no process is needed
+  if (!c.ebpf)
+    if (auto st = check_pids_exist({c.pid})) return Error{st->message};
   return c;
 }
 
@@ -122,7 +126,8 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c) {
   auto btf = KernelBtf::load();
   if (!btf) return Error{btf.error()};
   auto flags = offset_cflags(**btf, {{"OFF_TASK_PID", "task_struct", {"pid"}},
-                                     {"OFF_TASK_TGID", "task_struct", {"tgid"}}});
+                                     {"OFF_TASK_TGID", "task_struct", {"tgid"}},
+                                     {"OFF_TASK_STATE", "task_struct", {"__state", "state"}}});
   if (!flags) return Error{flags.error()};
   flags.value().push_back("-DTARGET_TGID=" + std::to_string(c.pid));
   return flags;
@@ -144,13 +149,6 @@ char task_state(uint32_t pid, uint32_t tid) {
   return rp == std::string::npos || rp + 2 >= s.size() ? '\0' : s[rp + 2];
 }
 
-bool process_gone(uint32_t pid) {
-  std::string s = read_first_line("/proc/" + std::to_string(pid) + "/stat");
-  auto rp = s.rfind(')');
-  if (rp == std::string::npos || rp + 2 >= s.size()) return true;
-  return s[rp + 2] == 'Z' || s[rp + 2] == 'X';
-}
-
 // Initial state of a thread from /proc (the tracepoints only see transitions).
 tp_thread initial_state(uint32_t pid, uint32_t tid, uint64_t now) {
   tp_thread t = {};
@@ -166,8 +164,9 @@ tp_thread initial_state(uint32_t pid, uint32_t tid, uint64_t now) {
                                           std::to_string(tid) + "/syscall"));
     long nr = -1;
     std::string a0, a1;
-    if (in >> nr >> a0 >> a1) {
-      uint64_t arg0 = std::stoull(a0, nullptr, 16), arg1 = std::stoull(a1, nullptr, 16);
+    uint64_t arg0 = 0, arg1 = 0;
+    // "running" or a short line: not in a syscall, the wait stays unknown
+    if (in >> nr >> a0 >> a1 && parse_syscall_arg(a0, arg0) && parse_syscall_arg(a1, arg1)) {
       t.sys_nr = t.w_nr = static_cast<int32_t>(nr);
       t.sys_arg0 = arg0;
       t.sys_arg1 = static_cast<uint32_t>(arg1);
@@ -296,7 +295,7 @@ class Tracer {
   }
 
   bool target_gone() {
-    if (!exited_ && process_gone(c_.pid)) exited_ = true;
+    if (!exited_ && !proc_running(c_.pid)) exited_ = true;
     return exited_;
   }
 
@@ -307,7 +306,7 @@ class Tracer {
     refresh_inference(&cur);
     const bool interval_mode = c_.schedule.interval_ns.has_value();
     auto groups = build(cur, prev_, last_, now, /*summary=*/false);
-    DataQuality dq = quality(final);
+    Quality dq = quality(final);
     ReportMeta m;
     m.pid = c_.pid;
     m.comm = comm_;
@@ -315,7 +314,7 @@ class Tracer {
     m.target_exited = exited_;
     if (interval_mode) {
       m.interval_ns = now - last_;
-      render(std::cout, c_, m, groups, dq);
+      render(std::cout, c_, m, groups, dq.interval);
     }
     for (auto& g : groups) {
       auto& acc = acc_[g.name];
@@ -326,7 +325,7 @@ class Tracer {
       auto sum = build(cur, {}, start_, now, /*summary=*/true);
       m.summary = true;
       m.interval_ns = now - start_;
-      render(std::cout, c_, m, sum, dq);
+      render(std::cout, c_, m, sum, dq.total);
     }
     prev_ = std::move(cur);
     last_ = now;
@@ -506,24 +505,38 @@ class Tracer {
     return out;
   }
 
-  DataQuality quality(bool final) {
-    DataQuality dq;
-    std::vector<uint64_t> ctr(TP_NCOUNTERS, 0);
-    for (int i = 0; i < TP_NCOUNTERS; ++i) counters_.get_value(i, ctr[i]);
-    dq.lost_events = lost_;
-    dq.map_full = ctr[TP_C_THREADS_FULL] + ctr[TP_C_WAITS_FULL] + ctr[TP_C_HIST_FULL] +
-                  ctr[TP_C_CONNS_FULL];
-    dq.unmatched_begin = ctr[TP_C_CLOSED_UNREAD] + ctr[TP_C_CLOSED_UNANSWERED] + ctr[TP_C_FD_REUSED];
-    dq.extra["closed_unread"] = ctr[TP_C_CLOSED_UNREAD];
-    dq.extra["closed_unanswered"] = ctr[TP_C_CLOSED_UNANSWERED];
-    dq.extra["state_assumed_at_start"] = assumed_start_;
-    if (final) {
-      uint64_t inflight = 0;
+  // Data quality of the interval just ended (per-interval deltas of the cumulative
+  // counters) and, when final, of the whole run (totals).
+  struct Quality {
+    DataQuality interval, total;
+  };
+  Quality quality(bool final) {
+    // slots: the BPF counters, then lost perf events, then threads whose state was
+    // read from /proc
+    constexpr size_t kLost = TP_NCOUNTERS, kAssumed = TP_NCOUNTERS + 1, kSlots = TP_NCOUNTERS + 2;
+    std::vector<uint64_t> tot(kSlots, 0), iv(kSlots, 0);
+    for (int i = 0; i < TP_NCOUNTERS; ++i) counters_.get_value(i, tot[i]);
+    tot[kLost] = lost_;
+    tot[kAssumed] = assumed_start_;
+    for (size_t i = 0; i < kSlots; ++i) iv[i] = deltas_.delta(i, tot[i]);
+    // requests accepted or being served but not answered when tracing ended
+    uint64_t inflight = 0;
+    if (final)
       for (auto& [k, v] : conns_.get_table_offline())
         if (v.phase == TP_CONN_ACCEPTED || v.phase == TP_CONN_READING) ++inflight;
-      dq.extra["in_flight_at_end"] = inflight;
-    }
-    return dq;
+    auto fill = [&](const std::vector<uint64_t>& ctr) {
+      DataQuality dq;
+      dq.lost_events = ctr[kLost];
+      dq.map_full = ctr[TP_C_THREADS_FULL] + ctr[TP_C_WAITS_FULL] + ctr[TP_C_HIST_FULL] +
+                    ctr[TP_C_CONNS_FULL];
+      dq.unmatched_begin = inflight;
+      dq.extra["closed_unread"] = ctr[TP_C_CLOSED_UNREAD];
+      dq.extra["closed_unanswered"] = ctr[TP_C_CLOSED_UNANSWERED];
+      dq.extra["fd_reused"] = ctr[TP_C_FD_REUSED];
+      dq.extra["state_assumed_at_start"] = ctr[kAssumed];
+      return dq;
+    };
+    return {fill(iv), fill(tot)};
   }
 
   const Config& c_;
@@ -539,6 +552,7 @@ class Tracer {
   std::map<std::string, WorkWaits> work_;
   std::map<std::string, GroupAcc> acc_;
   std::map<uint32_t, ThreadTimes> prev_;
+  CounterDeltas deltas_;
   std::vector<tp_req_event> events_;
   std::string req_group_;
   bool any_accept_ = false;

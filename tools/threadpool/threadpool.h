@@ -46,6 +46,10 @@ Reason classify_wait(int nr, uint32_t futex_cmd);
 // accept/accept4, epoll_wait/epoll_pwait/poll/ppoll/select: waiting for work by nature.
 bool is_event_wait(int nr);
 std::string syscall_name(int nr);
+// One hex argument of /proc/PID/task/TID/syscall ("0x7f3a..."; the 0x is optional).
+// False on anything else (empty, sign, junk, overflow): the caller then treats the
+// wait as unknown instead of throwing.
+bool parse_syscall_arg(const std::string& s, uint64_t& out);
 
 // Thread name -> group name: trailing separator+number parts removed ("worker-12" ->
 // "worker", "pool-1-thread-3" -> "pool-1-thread", "apache2" stays), so numbered
