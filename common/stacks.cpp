@@ -100,6 +100,17 @@ std::vector<uint64_t> stack_addrs(ebpf::BPFStackTable& table, int64_t id) {
   return out;
 }
 
+bool is_tracing_frame(const std::string& name) {
+  // The probe's own path: tracepoint dispatch, the BPF trampoline and the JIT-ed
+  // program (no kallsyms entry; it resolves past the end of kernel text).
+  static const char* kPrefixes[] = {"bpf_trace_run", "__traceiter_", "__bpf_trace_", "bpf_prog_",
+                                    "perf_trace_", "trace_call_bpf", "_einittext", "__uprobe_perf_func",
+                                    "uprobe_dispatcher", "handle_swbp"};
+  for (const char* p : kPrefixes)
+    if (name.rfind(p, 0) == 0) return true;
+  return false;
+}
+
 Stack resolve_stack(ebpf::BPFStackTable& table, Symbolizer& sym, uint32_t tgid, int64_t user_id,
                     int64_t kernel_id, StackParts parts, DataQuality* dq) {
   Stack st;
@@ -111,7 +122,12 @@ Stack resolve_stack(ebpf::BPFStackTable& table, Symbolizer& sym, uint32_t tgid, 
     } else {
       auto addrs = stack_addrs(table, kernel_id);
       if (kernel_id >= 0 && addrs.empty()) st.kernel_missing = true;  // evicted from the table
-      for (auto a : addrs) st.kernel.push_back(sym.kernel(a));
+      for (auto a : addrs) {
+        std::string name = sym.kernel(a);
+        // drop the innermost frames that belong to the tracing machinery itself
+        if (st.kernel.empty() && is_tracing_frame(name)) continue;
+        st.kernel.push_back(std::move(name));
+      }
     }
     if (st.kernel_missing && dq) dq->lost_stacks++;
   }

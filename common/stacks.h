@@ -74,6 +74,11 @@ struct StackParts {
   bool kernel = true;
 };
 
+// True for frames of the tracing path itself (tracepoint dispatch, BPF trampoline,
+// JIT-ed program); resolve_stack drops them from the innermost end of kernel stacks
+// so a stack reads the same as with a kprobe and identical stacks do not split.
+bool is_tracing_frame(const std::string& name);
+
 // Reads both stacks from `table` and symbolizes them (user frames in process `tgid`).
 // Lost ids set *_missing and count in dq->lost_stacks (if dq is given); ids that were
 // not captured (-EFAULT user stack of a kernel thread) give an empty part.

@@ -100,3 +100,13 @@ TEST_CASE("stacks: lost ids") {
   CHECK_FALSE(stack_id_lost(-14));  // -EFAULT: no user stack (kernel thread)
   CHECK_FALSE(stack_id_lost(0));
 }
+
+TEST_CASE("stacks: tracing-machinery frames are recognised") {
+  CHECK(bpfdiag::is_tracing_frame("bpf_trace_run4"));
+  CHECK(bpfdiag::is_tracing_frame("__traceiter_sched_switch"));
+  CHECK(bpfdiag::is_tracing_frame("_einittext"));
+  CHECK(bpfdiag::is_tracing_frame("bpf_prog_6deef7357e7b4530_sched_switch"));
+  CHECK_FALSE(bpfdiag::is_tracing_frame("__schedule"));
+  CHECK_FALSE(bpfdiag::is_tracing_frame("schedule"));
+  CHECK_FALSE(bpfdiag::is_tracing_frame("do_nanosleep"));
+}
