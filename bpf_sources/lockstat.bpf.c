@@ -21,12 +21,7 @@
  * and several threads can update one value: waits of kernel idle tasks and IRQ
  * context all carry tid 0. So the sums are updated with atomic adds.
  */
-#ifndef TGID_OK
-#define TGID_OK(x) (1)
-#endif
-#ifndef TID_OK
-#define TID_OK(x) (1)
-#endif
+#include "filters.h"
 #include <uapi/linux/ptrace.h>
 #include <linux/sched.h>
 #include "hist.h"

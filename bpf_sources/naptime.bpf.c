@@ -39,12 +39,7 @@ static __always_inline void stat_inc(int idx) {
     __sync_fetch_and_add(v, 1);
 }
 
-#ifndef TGID_OK
-#define TGID_OK(x) (1)
-#endif
-#ifndef TID_OK
-#define TID_OK(x) (1)
-#endif
+#include "filters.h"
 
 static __always_inline int wanted(u64 id) {
   u32 tgid = id >> 32, tid = (u32)id;

@@ -16,6 +16,7 @@
  *   CAPTURE_USER, CAPTURE_KERNEL
  *   STACK_STORAGE_SIZE, START_SIZE, COUNTS_SIZE, SEEN_SIZE
  */
+#include "filters.h"
 #include "offcputime_shared.h"
 
 #define PF_KTHREAD 0x00200000

@@ -90,4 +90,15 @@ Result<std::vector<std::string>> offset_cflags(const KernelBtf& btf,
   return out;
 }
 
+Result<std::shared_ptr<KernelBtf>> kernel_btf() {
+  static Result<std::shared_ptr<KernelBtf>> cached = KernelBtf::load();
+  return cached;
+}
+
+Result<std::vector<std::string>> kernel_offset_cflags(const std::vector<OffsetSpec>& specs) {
+  auto btf = kernel_btf();
+  if (!btf) return Error{btf.error()};
+  return offset_cflags(**btf, specs);
+}
+
 }  // namespace bpfdiag

@@ -37,4 +37,9 @@ struct OffsetSpec {
 Result<std::vector<std::string>> offset_cflags(const KernelBtf& btf,
                                                const std::vector<OffsetSpec>& specs);
 
+// The running kernel's BTF (/sys/kernel/btf/vmlinux), parsed once per process.
+Result<std::shared_ptr<KernelBtf>> kernel_btf();
+// offset_cflags against the running kernel's BTF: what every tool's bpf_cflags needs.
+Result<std::vector<std::string>> kernel_offset_cflags(const std::vector<OffsetSpec>& specs);
+
 }  // namespace bpfdiag

@@ -291,7 +291,7 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
   f.push_back("-DSTART_ENTRIES=65536");
   if (btf && !c.kernel_only && !c.uprobes) {
     // futex mode's user-stack scan: the user registers at the top of the kernel stack
-    auto k = KernelBtf::load();
+    auto k = kernel_btf();
     if (k) {
       auto st = (*k)->field_offset("task_struct", {"stack"});
       if (st) {
@@ -301,7 +301,7 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
     }
   }
   if (btf && !c.user_only) {
-    auto k = KernelBtf::load();
+    auto k = kernel_btf();
     if (k) {
       // optional: without them kernel locks are still reported, just not named
       auto mm = (*k)->field_offset("task_struct", {"mm"});

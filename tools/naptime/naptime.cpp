@@ -115,14 +115,11 @@ std::vector<std::string> filter_cflags(const Config& c) {
 }
 
 Result<std::vector<std::string>> bpf_cflags(const Config& c) {
-  auto btf = KernelBtf::load();
-  if (!btf) return Error{btf.error()};
-  std::vector<OffsetSpec> specs = {
+  auto flags = kernel_offset_cflags({
       {"OFF_TASK_REAL_PARENT", "task_struct", {"real_parent", "parent"}},
       {"OFF_TASK_TGID", "task_struct", {"tgid"}},
       {"OFF_TASK_COMM", "task_struct", {"comm"}},
-  };
-  auto flags = offset_cflags(**btf, specs);
+  });
   if (!flags) return Error{flags.error()};
   for (auto& f : filter_cflags(c)) flags.value().push_back(f);
   return flags;

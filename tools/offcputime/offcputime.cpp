@@ -179,15 +179,12 @@ Status validate_targets(const Config& c) {
 std::string bpf_text() { return kBpf_offcputime[0].text; }
 
 Result<std::vector<std::string>> bpf_cflags(const Config& c) {
-  auto btf = KernelBtf::load();
-  if (!btf) return Error{btf.error()};
-  std::vector<OffsetSpec> specs = {
+  auto f = kernel_offset_cflags({
       {"OFF_TASK_PID", "task_struct", {"pid"}},
       {"OFF_TASK_TGID", "task_struct", {"tgid"}},
       {"OFF_TASK_FLAGS", "task_struct", {"flags"}},
       {"OFF_TASK_STATE", "task_struct", {"__state", "state"}},
-  };
-  auto f = offset_cflags(**btf, specs);
+  });
   if (!f) return Error{f.error()};
   std::vector<std::string> flags = *f;
   flags.push_back(id_filter_cflag("TGID_OK", c.pids));

@@ -78,16 +78,13 @@ Result<Config> parse_args(int argc, char** argv) {
 std::string bpf_text() { return kBpf_runqlen[0].text; }
 
 Result<std::vector<std::string>> bpf_cflags(const Config& c) {
-  auto btf = KernelBtf::load();
-  if (!btf) return Error{btf.error()};
-  std::vector<OffsetSpec> specs = {
+  auto flags = kernel_offset_cflags({
       {"OFF_TASK_SE", "task_struct", {"se"}},
       {"OFF_SE_CFS_RQ", "sched_entity", {"cfs_rq"}},
       {"OFF_CFS_RQ_RQ", "cfs_rq", {"rq"}},
       {"OFF_RQ_NR_RUNNING", "rq", {"nr_running"}},
       {"OFF_CFS_RQ_NR", "cfs_rq", {"nr_queued", "nr_running"}},
-  };
-  auto flags = offset_cflags(**btf, specs);
+  });
   if (!flags) return Error{flags.error()};
   if (c.cfs_only) flags.value().push_back("-DCFS_ONLY");
   return flags;

@@ -123,9 +123,7 @@ Result<Config> parse_args(int argc, char** argv) {
 std::string bpf_text() { return kBpf_threadpool[0].text; }
 
 Result<std::vector<std::string>> bpf_cflags(const Config& c) {
-  auto btf = KernelBtf::load();
-  if (!btf) return Error{btf.error()};
-  auto flags = offset_cflags(**btf, {{"OFF_TASK_PID", "task_struct", {"pid"}},
+  auto flags = kernel_offset_cflags({{"OFF_TASK_PID", "task_struct", {"pid"}},
                                      {"OFF_TASK_TGID", "task_struct", {"tgid"}},
                                      {"OFF_TASK_STATE", "task_struct", {"__state", "state"}}});
   if (!flags) return Error{flags.error()};
