@@ -197,6 +197,11 @@ BpfSession::~BpfSession() {
 
 Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
                                                      const std::vector<std::string>& cflags) {
+  // libbcc splits cflags on white space: a flag with a space would silently become
+  // a different (broken) macro, so refuse it loudly.
+  for (const auto& f : cflags)
+    if (f.find_first_of(" \t") != std::string::npos)
+      return Error{"internal error: BPF cflag contains white space: " + f};
   struct utsname u;
   uname(&u);
   char tmpl[] = "/tmp/bpfdiag-kheaders-XXXXXX";

@@ -7,7 +7,7 @@
 
 namespace bpfdiag {
 
-// "-DNAME(x)=((x) == 1 || (x) == 2)"; with no IDs, "-DNAME(x)=(1)" (everything passes).
+// "-DNAME(x)=((x)==1||(x)==2)"; with no IDs, "-DNAME(x)=(1)" (everything passes).
 // BPF code uses it as `if (!NAME(tgid)) return 0;`.
 std::string id_filter_cflag(const std::string& macro, const std::vector<uint32_t>& ids);
 

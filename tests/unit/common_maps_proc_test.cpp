@@ -66,6 +66,6 @@ TEST_CASE("drain_hash moves every entry out of a real BPF hash map") {
 
 TEST_CASE("id filter cflags") {
   CHECK(id_filter_cflag("TGID_OK", {}) == "-DTGID_OK(x)=(1)");
-  CHECK(id_filter_cflag("TGID_OK", {42}) == "-DTGID_OK(x)=((x) == 42)");
-  CHECK(id_filter_cflag("TID_OK", {1, 2}) == "-DTID_OK(x)=((x) == 1 || (x) == 2)");
+  CHECK(id_filter_cflag("TGID_OK", {42}) == "-DTGID_OK(x)=((x)==42)");
+  CHECK(id_filter_cflag("TID_OK", {1, 2}) == "-DTID_OK(x)=((x)==1||(x)==2)");
 }

@@ -91,3 +91,9 @@ TEST_CASE("a BPF compile error is one line") {
   CHECK(s.error().find("undeclared_thing") != std::string::npos);
   CHECK(s.error().find('\n') == std::string::npos);
 }
+
+TEST_CASE("cflags with white space are refused (libbcc would split them)") {
+  auto s = BpfSession::load("int x;\n", {"-DA(x)=((x) == 1)"});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().find("white space") != std::string::npos);
+}

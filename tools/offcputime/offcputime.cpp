@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <tuple>
 
 #include "common/bpf_session.h"
 #include "common/btf.h"
@@ -322,12 +323,28 @@ void on_lost(void* cookie, uint64_t n) { static_cast<Live*>(cookie)->lost_events
 
 // Kernel frames of the tracing machinery itself (the stack is captured inside the
 // tracepoint): everything innermost before the scheduler's own frames.
-void trim_tracing_frames(std::vector<std::string>& k) {
-  size_t i = 0;
-  while (i < k.size() && (k[i].rfind("bpf_", 0) == 0 || k[i].rfind("__bpf_", 0) == 0 ||
-                          k[i].rfind("__traceiter_", 0) == 0 || k[i].rfind("perf_", 0) == 0))
-    ++i;
-  if (i > 0 && i < k.size()) k.erase(k.begin(), k.begin() + static_cast<long>(i));
+// Stack ids that differ only in frames symbolization drops (the tracing path's own
+// frames) or cannot name render the same; report them as one entry.
+void merge_identical(std::vector<Entry>& entries) {
+  std::map<std::tuple<uint32_t, uint32_t, std::string, std::vector<std::string>, std::vector<std::string>, bool, bool>,
+           size_t>
+      index;
+  std::vector<Entry> out;
+  for (auto& e : entries) {
+    auto key = std::make_tuple(e.pid, e.tid, e.comm, e.stack.user, e.stack.kernel, e.stack.user_missing,
+                               e.stack.kernel_missing);
+    auto it = index.find(key);
+    if (it == index.end()) {
+      index.emplace(std::move(key), out.size());
+      out.push_back(std::move(e));
+      continue;
+    }
+    Entry& m = out[it->second];
+    m.total_ns += e.total_ns;
+    m.count += e.count;
+    m.max_ns = std::max(m.max_ns, e.max_ns);
+  }
+  entries = std::move(out);
 }
 
 std::string banner(const Config& c) {
@@ -413,9 +430,9 @@ Status run(const Config& c) {
       e.count = v.count;
       e.max_ns = v.max_ns;
       e.stack = resolve_stack(stacks, live.sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, nullptr);
-      trim_tracing_frames(e.stack.kernel);
       rep.entries.push_back(std::move(e));
     }
+    merge_identical(rep.entries);
     auto& ss = live.sym.stats();
     rep.dq.extra["unknown_frames"] = ss.user_unknown + ss.kernel_unknown;
     rep.dq.extra["processes_gone_before_seen"] = ss.pids_unreadable;
