@@ -187,4 +187,18 @@ usage_error([OC, "--stack-storage-size", "100000000"])
 usage_error([OC, "-u", "-k"])
 not_root_error([OC, "1"])
 check(not leftover_probe_events(), "no probe events left behind")
+# -p on a single-threaded process that waits on its children all the time: its whole
+# traced duration is off-CPU (regression: -p once matched nothing because libbcc split
+# the filter macro's cflag on its spaces)
+sh = subprocess.Popen(["/bin/sh", "-c", "while :; do sleep 0.05; done"])
+time.sleep(0.3)
+r = run([OC, "-j", "-p", str(sh.pid), "2"], timeout=60)
+sh.kill()
+sh.wait()
+recs = ndjson(r.stdout) if r.returncode == 0 else []
+total = sum(st["total_ns"] for st in recs[-1]["stacks"]) if recs else 0
+check(recs and all(st["pid"] == sh.pid for st in recs[-1]["stacks"]),
+      "-p %d: only that process's stacks" % sh.pid)
+check(1.5e9 <= total <= 2.2e9, "-p on a waiting shell: %.2f s off-CPU of a 2 s trace" % (total / 1e9))
+
 finish()
