@@ -92,7 +92,12 @@ for r in recs:
     check(0.5 <= r["mean"] <= 1.7, "cpu %d mean %.2f under %d loops" % (r["cpu"], r["mean"], 2 * cpus))
 
 # occupancy: with 2 loops per CPU a queue exists nearly always
-recs, _ = measure(2 * cpus, extra=("-O",))
+# (a momentary 3+1 spread of the loops leaves one CPU without a queue: retry like above)
+for attempt in range(3):
+    recs, _ = measure(2 * cpus, extra=("-O",))
+    if recs[0]["occupancy_pct"] > 80:
+        break
+    print("     attempt %d: occupancy %.1f%%, retrying" % (attempt + 1, recs[0]["occupancy_pct"]))
 check(recs[0]["occupancy_pct"] > 80, "occupancy %.1f%% > 80%% under load" % recs[0]["occupancy_pct"])
 
 # BCC's CFS-only view works too (same answer here: no cgroup nesting of the loops)
