@@ -33,7 +33,9 @@ for t in tools:
           "%s: man SYNOPSIS matches --help USAGE (%r vs %r)" % (t, synopsis, usage.group(1) if usage else None))
     check("EXAMPLES:" in r.stdout and re.search(r"^  %s.*# " % t, r.stdout, re.M) is not None,
           "%s --help has EXAMPLES with comments" % t)
-    check(all(len(l) <= 100 for l in r.stdout.splitlines()), "%s --help lines fit the terminal" % t)
+    # under 80 columns (the USAGE line is one line by design: it must equal the man SYNOPSIS)
+    wide = [l for l in r.stdout.splitlines() if len(l) > 80 and not l.startswith("USAGE: ")]
+    check(not wide, "%s --help fits 80 columns (too wide: %r)" % (t, wide[:2]))
     # every long option in --help is documented in the man page
     for opt in sorted(set(re.findall(r"(--[a-z][a-z-]+)", r.stdout))):
         check(opt.replace("-", "\\-") in text or opt in text, "%s: man page documents %s" % (t, opt))

@@ -31,31 +31,35 @@ const char kHelp[] = R"(lockstat - lock contention in user space and the kernel,
 
 USAGE: lockstat [options] [-p PID] [-L LOCK] [-K|-U] [--uprobes] [-t] [-j] [interval [count]]
 
-Measures how long threads wait for locks, per lock: futex waits in user space (only
-contended acquisitions reach the kernel, so uncontended locks cost nothing; works
-for glibc mutexes and any runtime that blocks on futexes) and the kernel's own locks
-(lock:contention_begin/end: spinlocks, rwlocks, rwsems, mutexes). Each lock is named
-by its symbol when it has one (static pthread_mutex_t cache_lock -> cache_lock;
-mmap_lock), with its top waiting threads and call sites and a one-line reading.
+Measures how long threads wait for locks, per lock: futex waits in user space
+(only contended acquisitions reach the kernel, so uncontended locks cost
+nothing; works for glibc mutexes and any runtime that blocks on futexes) and
+the kernel's own locks (lock:contention_begin/end: spinlocks, rwlocks, rwsems,
+mutexes). Each lock is named by its symbol when it has one (static
+pthread_mutex_t cache_lock -> cache_lock; mmap_lock), with its top waiting
+threads, call sites and a reading.
 
 SOURCES:
   (default)            futex waits of every process, and kernel locks
   -U, --user-only      user-space locks only
   -K, --kernel-only    kernel locks only
-      --uprobes        exact pthread mode: uprobes on pthread_mutex_lock, _timedlock
-                       and _clocklock (in the target's libc.so.6, or libpthread.so.0
-                       before glibc 2.34) time EVERY lock call, contended or not.
-                       Overhead: ~1.5 us of CPU per lock call measured here
-                       (bench/lockstat.sh; bpftrace's equivalent: ~9 us) when
-                       the probe sits on an emulated instruction (-v says where),
-                       ~11 us more when single-stepped; a tight lock loop ran
-                       11-13x slower. Use briefly, with -p.
+      --uprobes        exact pthread mode: uprobes on pthread_mutex_lock,
+                       _timedlock and _clocklock (in the target's libc.so.6,
+                       or libpthread.so.0 before glibc 2.34) time EVERY lock
+                       call, contended or not. Overhead: ~1.5 us of CPU per
+                       lock call measured here (bench/lockstat.sh; bpftrace's
+                       equivalent: ~9 us) when the probe sits on an emulated
+                       instruction (-v says where), ~11 us more when
+                       single-stepped; a tight lock loop ran 11-13x slower.
+                       Use briefly, with -p.
 FILTERS:
   -p, --pid PID[,PID]  only these processes
       --tid TID[,TID]  only these threads
-  -L, --lock LOCK[,LOCK]  only these locks: an address (0x...) or a data symbol
-                       (cache_lock; user symbols need -p), or mmap_lock / siglock
-  -m, --min-wait TIME  ignore waits shorter than TIME (default unit us: 100, 2ms)
+  -L, --lock LOCK[,LOCK]  only these locks: an address (0x...) or a data
+                       symbol (cache_lock; user symbols need -p), or mmap_lock
+                       / siglock
+  -m, --min-wait TIME  ignore waits shorter than TIME (default unit us: 100,
+                       2ms)
 REPORT:
   -t, --threads        one row per waiting thread instead of per lock
   -k, --sort KEY       sort by a field (default total); -KEY sorts ascending
@@ -73,10 +77,12 @@ REPORT:
   interval [count]     report every interval seconds, count times
 
 FIELDS:
-  locks:   kind layer pid comm lock addr contended calls total max avg p50 p95 p99
-           waiters   (default: kind pid contended total max p50 p99 waiters lock)
+  locks:   kind layer pid comm lock addr contended calls total max avg p50 p95
+           p99 waiters (default: kind pid contended total max p50 p99 waiters
+           lock)
   threads: pid tid comm contended calls total max avg p50 p95 p99 locks top_lock
-  contended: waits that blocked (futex/kernel waits; --uprobes: calls that blocked);
+  contended: waits that blocked (futex/kernel waits; --uprobes: calls that
+  blocked);
   calls: lock calls timed (--uprobes only, else = contended).
 
 EXAMPLES:

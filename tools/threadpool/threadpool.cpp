@@ -41,9 +41,10 @@ const char kHelp[] = R"(threadpool - is a process's thread pool CPU-starved, blo
 
 USAGE: threadpool [-h] -p PID [--threads PATTERN] [-T] [-P] [-H] [-j] [--ebpf] [interval] [duration]
 
-Measures, per interval, how busy a process's worker threads are, how long they wait
-for a CPU, what busy workers are blocked in (lock, I/O, poll, sleep, other), and for
-socket servers how long accepted connections queue before a worker reads them.
+Measures, per interval, how busy a process's worker threads are, how long they
+wait for a CPU, what busy workers are blocked in (lock, I/O, poll, sleep,
+other), and for socket servers how long accepted connections queue before a
+worker reads them.
 Workers waiting for work (a shared condition variable, accept, epoll) are found
 automatically and reported as idle; the report says what was inferred.
 
@@ -62,9 +63,9 @@ OPTIONS:
   duration               stop after this long; default: until Ctrl-C or exit
 
 EXAMPLES:
-  threadpool -p 1234                    # summary at Ctrl-C, threads grouped by name
+  threadpool -p 1234                    # summary at Ctrl-C, grouped by name
   threadpool -p 1234 1                  # a report every second
-  threadpool -p 1234 --threads worker 1 10   # pool = threads named *worker*, 10s
+  threadpool -p 1234 --threads worker 1 10   # pool: threads *worker*, 10s
   threadpool -p 1234 -P 5               # per-thread lines every 5 seconds
   threadpool -p 1234 -j 1 30            # NDJSON every second for 30 seconds
 )";
