@@ -81,6 +81,7 @@ def check(cond, msg):
     print("%s %s" % (status, msg))
     if not cond:
         _failures.append(msg)
+    return cond
 
 
 def within(actual, expected, rel=None, abs_=None):
@@ -120,6 +121,15 @@ def not_root_error(args):
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     check(r.returncode == 1 and len(lines) == 1 and "root" in r.stderr,
           "not root -> exit 1 with one line naming root (got %d, %r)" % (r.returncode, r.stderr.strip()))
+
+
+def require_built(*paths):
+    """A binary the build should have made is missing: a failure, never a skip."""
+    missing = [p for p in paths if not os.access(p, os.X_OK)]
+    for p in missing:
+        check(False, "%s is built" % p)
+    if missing:
+        finish()
 
 
 def finish():

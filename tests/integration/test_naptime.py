@@ -16,28 +16,15 @@ import sys
 import tempfile
 import time
 
-BIN = os.environ.get("BIN", "build/bin")
-WORKLOADS = os.environ.get("WORKLOADS", "build/workloads")
-NAPTIME = os.path.join(BIN, "naptime")
-SLEEPERS = os.path.join(WORKLOADS, "sleepers")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, finish, require_built, require_root, tool, workload  # noqa: E402
+
+NAPTIME = tool("naptime")
+SLEEPERS = workload("sleepers")
 
 ABS_TOL_NS = 2_000_000     # abstime: requested within 2 ms of the intended length
 CLOCK_TOL_NS = 50_000      # realtime/TAI offsets measured in user space
 BRACKET_TOL_NS = 100_000   # bpf_ktime_get_ns vs the workload's clock_gettime(MONOTONIC)
-
-failures = []
-
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL:", msg)
-
-
-def skip(reason):
-    print("SKIP:", reason)
-    sys.exit(77)
-
 
 def read_line(stream, timeout, what):
     """One line read byte by byte from the fd, so nothing is left in a Python buffer
@@ -334,23 +321,15 @@ def test_restarted():
 
 
 def main():
-    if os.geteuid() != 0:
-        skip("naptime needs root")
-    for f in (NAPTIME, SLEEPERS):
-        if not os.access(f, os.X_OK):
-            print(f"FAIL: {f} not built")
-            return 1
+    require_root()
+    require_built(NAPTIME, SLEEPERS)
     test_bad_input()
     test_every_sleep_by_pid()
     test_comm_and_min()
     test_tid()
     test_unmatched_and_text()
     test_restarted()
-    if failures:
-        print(f"{len(failures)} failure(s)")
-        return 1
-    print("OK")
-    return 0
+    finish()
 
 
 if __name__ == "__main__":

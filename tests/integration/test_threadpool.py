@@ -28,20 +28,12 @@ import tempfile
 import time
 import urllib.request
 
-BIN = os.environ.get("BIN", "build/bin")
-WL = os.environ.get("WORKLOADS", "build/workloads")
-TOOL = os.path.join(BIN, "threadpool")
-SERVER = os.path.join(WL, "pool_server")
-LOAD = os.path.join(WL, "pool_load")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, finish, require_built, require_root, tool, workload  # noqa: E402
 
-failures = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        failures.append(msg)
-    return cond
+TOOL = tool("threadpool")
+SERVER = workload("pool_server")
+LOAD = workload("pool_load")
 
 
 def close_to(name, got, want, rel=0.10, abs_floor=0.0):
@@ -310,13 +302,8 @@ def apache_test():
 
 
 def main():
-    if os.geteuid() != 0:
-        print("skipped: threadpool needs root (BPF)")
-        return 77
-    for f in (TOOL, SERVER, LOAD):
-        if not os.path.exists(f):
-            print("skipped: %s not built" % f)
-            return 77
+    require_root()
+    require_built(TOOL, SERVER, LOAD)
     config_test("cpu-starved", ["--workers", "4", "--cpu-us", "2000"], 6, "cpu-starved")
     config_test("blocking", ["--workers", "4", "--cpu-us", "100", "--block-us", "3000"], 2,
                 "blocked-on-io")
@@ -324,11 +311,7 @@ def main():
                 "blocked-on-locks")
     bad_input()
     apache_test()
-    if failures:
-        print("%d failure(s)" % len(failures))
-        return 1
-    print("all passed")
-    return 0
+    finish()
 
 
 if __name__ == "__main__":
