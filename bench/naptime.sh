@@ -59,7 +59,7 @@ bt_cmd = ["unshare", "-m", "sh", "-c",
           "mount --make-rprivate / && "
           "{ [ -d /sys/kernel/tracing/events ] || [ -d /sys/kernel/debug/tracing/events ] || "
           "mount -t tracefs nodev /sys/kernel/tracing; } && exec bpftrace \"$0\"", bt_script]
-tools = {"naptime": ([naptime], "Hit Ctrl-C"), "bpftrace": (bt_cmd, "READY")}
+tools = {"naptime": ([naptime, "-j"], "naptime.start"), "bpftrace": (bt_cmd, "READY")}
 
 
 def run_tracer(cmd, marker, during=None):

@@ -55,7 +55,7 @@ printf "%-28s %10s usecs/op  %8s switches/s\n" "no tracing" "$BASE" "$BASE_CSW"
 # --- offcputime (system-wide, folded output discarded at the end) --------------------------
 "$OC" 3600 >"$TMP/oc.out" 2>"$TMP/oc.err" &
 OCPID=$!
-if wait_for "$TMP/oc.out" "Tracing off-CPU" 30; then
+if wait_for "$TMP/oc.err" "Tracing off-CPU" 30; then  # banner: stderr, after attach
   OCT=$(measure); OC_CSW=$(cat "$TMP/csw")
   OC_RSS=$(awk '/VmHWM/ {print $2" "$3}' /proc/$OCPID/status)
   kill -INT $OCPID; wait $OCPID

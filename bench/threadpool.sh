@@ -60,7 +60,7 @@ def traced(paced):
     t = subprocess.Popen([tool, "-p", str(ready["pid"]), "-j"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     line = t.stdout.readline()
-    if not line or json.loads(line)["type"] != "threadpool_start":
+    if not line or json.loads(line)["type"] != "threadpool.start":
         print("threadpool failed to start: " + t.stderr.read(), file=sys.stderr)
         sys.exit(1)
     c0, w0 = proc_cpu(t.pid), time.monotonic()
@@ -69,9 +69,9 @@ def traced(paced):
     rec["tool_cpu_pct"] = 100.0 * (c1 - c0) / (w1 - w0)
     t.send_signal(signal.SIGINT)
     out, err = t.communicate(timeout=30)
-    summ = [json.loads(l) for l in out.splitlines() if '"threadpool_summary"' in l]
-    w = [s for s in summ if s["group"] == "worker"]
-    rec["seen_requests"] = w[0]["requests"] if w else 0
+    summ = [json.loads(l) for l in out.splitlines() if '"threadpool.group"' in l]
+    w = [s for s in summ if s["final"] and s["group"] == "worker"]
+    rec["seen_requests"] = w[0]["request_count"] if w else 0
     rec["lost_events"] = w[0]["data_quality"]["lost_events"] if w else -1
     return rec
 

@@ -1,7 +1,21 @@
-/* -p / -t filters: TGID_OK(x) and TID_OK(x) are passed as cflags by
- * common/filters.h's id_filter_cflag(); without them every id passes. */
+/* -p / -t filters: TGID_OK(x) and TID_OK(x), set by common/filters.h's
+ * id_filter_cflag(). Without a flag every id passes. A handful of ids become a
+ * constant expression ((x)==1||(x)==2); beyond that (BPFDIAG_ID_MAP_<NAME> defined)
+ * a hash map the loader fills before anything is attached, one lookup per event:
+ * a long list would otherwise be a macro clang needs seconds to compile. The map and
+ * its lookup function (bpfdiag_<name>_ids) are put at the top of the program text by
+ * common/filters.cpp's id_map_prelude(): libbcc only rewrites map calls written in
+ * the main file, and never inside a macro. */
 #ifndef BPFDIAG_FILTERS_H
 #define BPFDIAG_FILTERS_H
+
+#ifdef BPFDIAG_ID_MAP_TGID_OK
+#define TGID_OK(x) bpfdiag_tgid_ok_ids(x)
+#endif
+#ifdef BPFDIAG_ID_MAP_TID_OK
+#define TID_OK(x) bpfdiag_tid_ok_ids(x)
+#endif
+
 #ifndef TGID_OK
 #define TGID_OK(x) (1)
 #endif

@@ -14,6 +14,8 @@
 #define LS_FUTEX_REQUEUE 0x8  /* FUTEX_WAIT_REQUEUE_PI */
 #define LS_FUTEX_WAIT2 0x10   /* futex_wait() (futex2) */
 #define LS_FUTEX_WAITV 0x20   /* futex_waitv(): keyed by the first futex */
+#define LS_FUTEX_PLAIN 0x40   /* FUTEX_WAIT with val != 2 (custom locks, e.g. InnoDB's) */
+#define LS_FUTEX_TIMED 0x80   /* the wait had a timeout argument */
 
 /* lockstat_key.flags for LS_KIND_KERNEL: contention_begin flags (kernel's LCB_F_*),
  * OR-ed over the begins of one wait, plus identities found from the waiter's task */
@@ -27,14 +29,28 @@
 #define LS_KID_SIGLOCK 0x20000   /* lock_addr == &current->sighand->siglock */
 #define LS_KID_OFFSET_SHIFT 20   /* bits 20-31: byte offset inside mmap_lock (its wait_lock) */
 
-/* counters[] slots */
+/* A kernel wait that spins (spinlock, rwlock; a mutex's optimistic spin is part of the
+ * mutex wait). Spinning and sleeping waits at one address are different locks to the
+ * report: struct semaphore's own spinlock sits at the semaphore's address and is taken
+ * inside its waits (merged, the semaphore's sleeps became "spinlock" waits of seconds). */
+static inline int ls_kernel_spins(__u32 flags) {
+  return (flags & LS_LCB_SPIN) && !(flags & LS_LCB_MUTEX);
+}
+
+/* dq_counters slots (bpf_sources/common.h), mapped to data_quality keys in run.cpp */
 #define LS_CNT_LOST_USTACK 0
 #define LS_CNT_LOST_KSTACK 1
 #define LS_CNT_MAP_FULL 2
 #define LS_CNT_UNMATCHED_END 3
 #define LS_CNT_BELOW_MIN 4
 #define LS_CNT_SCAN_FAILED 5 /* user registers not found where expected */
-#define LS_CNT_MAX 6
+#define LS_CNT_STALE_BEGIN 6 /* kernel begin whose end was never seen (replaced/dropped) */
+#define LS_CNT_NEST_OVERFLOW 7 /* kernel waits nested deeper than LS_KNEST */
+#define LS_CNT_MAX 8
+
+/* kernel waits in flight per task: a spinlock inside a sleeping lock's slow path,
+ * an interrupt contending while the task spins */
+#define LS_KNEST 4
 
 struct lockstat_key {
   __u64 addr;     /* futex uaddr, kernel lock address or pthread_mutex_t * */
@@ -52,6 +68,15 @@ struct lockstat_val {
   __u64 total_ns;
   __u64 max_ns;
   __u64 blocked;   /* pthread: calls that waited in the kernel; else == count */
+  __u64 timedout;  /* futex: waits that ended with ETIMEDOUT (nobody woke them) */
+};
+
+/* Futex mode: who woke the waiters of a lock (sched_waking's current task while the
+ * waiter was in a futex wait that then returned 0). */
+struct lockstat_wkey {
+  __u64 addr;
+  __u32 pid;   /* the waiters' process */
+  __u32 waker; /* waking thread; 0: interrupt/idle context */
 };
 
 /* Per-lock, per-thread fine histogram of wait times (bucket: hist_fine_index()). */
@@ -61,13 +86,15 @@ struct lockstat_hkey {
   __u32 tid;
   __u32 kind;
   __u32 bucket;
+  __u32 spin; /* kernel: ls_kernel_spins(flags) of the wait */
+  __u32 pad;
 };
 
 /* Futex mode: the first words of the user stack at the first wait seen with a given
  * stack id. Frame-pointer walks skip the frame that called the lock function when
  * the C library has no frame pointers; the front-end finds that caller's return
  * address among these words (the first one that is code outside the C library). */
-#define LS_SCAN_WORDS 24
+#define LS_SCAN_WORDS 48
 struct lockstat_scan {
   __u64 words[LS_SCAN_WORDS];
 };

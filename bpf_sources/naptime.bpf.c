@@ -21,23 +21,18 @@
  *   the thread exits                   -> emitted with the raw kernel code
  */
 #include "naptime_shared.h"
+#define DQ_NCOUNTERS NAPTIME_CNT_MAX
+#include "common.h"
 
 #ifndef __always_inline
 #define __always_inline inline __attribute__((always_inline))
 #endif
 
 BPF_HASH(start, u32, struct naptime_start, NAPTIME_MAX_INFLIGHT);
-BPF_ARRAY(stats, u64, NAPTIME_STAT_MAX);
 BPF_ARRAY(config, struct naptime_config, 1);
 /* sleeps whose sys_exit returned a restart code, until their fate is known */
 BPF_HASH(pending, u32, struct naptime_event, NAPTIME_MAX_INFLIGHT);
 BPF_PERF_OUTPUT(events);
-
-static __always_inline void stat_inc(int idx) {
-  u64 *v = stats.lookup(&idx);
-  if (v)
-    __sync_fetch_and_add(v, 1);
-}
 
 #include "filters.h"
 
@@ -109,7 +104,7 @@ static __always_inline int on_enter(void *ctx, s32 clock, u32 flags, const void 
       /* re-executed after a signal without handler: the same sleep goes on */
       __builtin_memcpy(&s, &p->start, sizeof(s));
       s.flags |= NAPTIME_F_RESTARTED;
-      stat_inc(NAPTIME_STAT_RESTARTED);
+      dq_count(NAPTIME_CNT_RESTARTED);
     } else {
       /* ERESTART_RESTARTBLOCK resumes only through restart_syscall: its fate was
        * missed; report it as the kernel left it */
@@ -118,7 +113,7 @@ static __always_inline int on_enter(void *ctx, s32 clock, u32 flags, const void 
     pending.delete(&tid);
   }
   if (start.update(&tid, &s))
-    stat_inc(NAPTIME_STAT_MAP_FULL);
+    dq_count(NAPTIME_CNT_MAP_FULL);
   return 0;
 }
 
@@ -135,7 +130,7 @@ static __always_inline int on_exit(void *ctx, long ret, int restart_syscall) {
   if (!s) {
     /* restart_syscall also resumes other syscalls (poll, futex): not ours */
     if (!restart_syscall)
-      stat_inc(NAPTIME_STAT_UNMATCHED_END);
+      dq_count(NAPTIME_CNT_UNMATCHED_END);
     return 0;
   }
   if (restart_syscall && !(s->flags & NAPTIME_F_RESTARTED))
@@ -151,7 +146,7 @@ static __always_inline int on_exit(void *ctx, long ret, int restart_syscall) {
   if (naptime_is_restart_code(ret)) {
     /* EINTR or a transparent restart: decided at signal delivery, right after */
     if (pending.update(&tid, &ev))
-      stat_inc(NAPTIME_STAT_MAP_FULL);
+      dq_count(NAPTIME_CNT_MAP_FULL);
     return 0;
   }
   emit(ctx, &ev);
@@ -186,9 +181,9 @@ TRACEPOINT_PROBE(syscalls, sys_enter_restart_syscall) {
   s.flags |= NAPTIME_F_RESTARTED;
   pending.delete(&tid);
   if (start.update(&tid, &s))
-    stat_inc(NAPTIME_STAT_MAP_FULL);
+    dq_count(NAPTIME_CNT_MAP_FULL);
   else
-    stat_inc(NAPTIME_STAT_RESTARTED);
+    dq_count(NAPTIME_CNT_RESTARTED);
   return 0;
 }
 

@@ -36,11 +36,12 @@
 #define NAPTIME_ERESTARTNOHAND 514
 #define NAPTIME_ERESTART_RESTARTBLOCK 516
 
-/* Indexes of the BPF `stats` array. */
-#define NAPTIME_STAT_UNMATCHED_END 0 /* exits whose enter was not seen */
-#define NAPTIME_STAT_MAP_FULL 1      /* enters dropped: `start` map full */
-#define NAPTIME_STAT_RESTARTED 2     /* transparent restarts (no handler), all counted */
-#define NAPTIME_STAT_MAX 3
+/* Slots of the data-quality counters (bpf_sources/common.h `dq_counters`), mapped
+ * to data_quality keys by the table in tools/naptime/run.cpp. */
+#define NAPTIME_CNT_UNMATCHED_END 0 /* unmatched_end: exits whose enter was not seen */
+#define NAPTIME_CNT_MAP_FULL 1      /* map_full: enters dropped, `start` map full */
+#define NAPTIME_CNT_RESTARTED 2     /* restarted_after_signal: transparent restarts */
+#define NAPTIME_CNT_MAX 3
 
 /* Recorded at sys_enter, keyed by thread id. */
 struct naptime_start {

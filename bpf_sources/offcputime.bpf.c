@@ -14,10 +14,20 @@
  *                             preempted task counts as state 0 (TASK_RUNNING)
  *   MIN_NS, MAX_NS            block time bounds
  *   CAPTURE_USER, CAPTURE_KERNEL
- *   STACK_STORAGE_SIZE, START_SIZE, COUNTS_SIZE, SEEN_SIZE
+ *   STACK_STORAGE_SIZE, OVERFLOW_STORAGE_SIZE, START_SIZE, COUNTS_SIZE, SEEN_SIZE
+ *
+ * Stack tables: the kernel's stack map keeps one stack per hash bucket and refuses
+ * (-EEXIST) a new stack whose bucket holds another one, so with D distinct stacks in
+ * N buckets about D*D/2N stacks collide however large N is (and a second stack map
+ * would not help: the bucket is jhash(ips, seed 0) & (N-1) in every map). A stack
+ * refused by the primary table goes to `overflow_ids`, a hash map keyed by the
+ * stack's frames themselves (no collisions), which numbers it; its
+ * ids carry OFFCPU_OVERFLOW_BIT. It is lost only when that map is full.
  */
 #include "filters.h"
 #include "offcputime_shared.h"
+#define DQ_NCOUNTERS OFFCPU_CNT_MAX
+#include "common.h"
 
 #define PF_KTHREAD 0x00200000
 #define TASK_DEAD 0x00000080
@@ -25,14 +35,41 @@
 BPF_HASH(start, u32, struct offcpu_start, START_SIZE);
 BPF_HASH(counts, struct offcpu_key, struct offcpu_val, COUNTS_SIZE);
 BPF_STACK_TRACE(stack_traces, STACK_STORAGE_SIZE);
-BPF_PERCPU_ARRAY(stats, u64, OFFCPU_STAT_MAX);
+/* preallocated: an allocation in sched_switch could fail under a burst of new stacks */
+BPF_TABLE("hash", struct offcpu_stack, u32, overflow_ids, OVERFLOW_STORAGE_SIZE);
+BPF_PERCPU_ARRAY(overflow_scratch, struct offcpu_stack, 1);
+BPF_PERCPU_ARRAY(overflow_next, u32, 1); /* per-CPU id counter: ids need no atomics */
 BPF_HASH(seen, u32, u8, SEEN_SIZE);    /* live processes already announced (pruned at exit) */
 BPF_PERF_OUTPUT(new_procs);            /* tgid of each newly seen process */
 
-static inline __attribute__((always_inline)) void stat_inc(int idx) {
-  u64 *v = stats.lookup(&idx);
-  if (v)
-    (*v)++;
+/* Stack id in the primary table, else in the overflow map (flagged), else < 0. */
+static inline __attribute__((always_inline)) int get_stack(void *ctx, u64 flags) {
+  int id = stack_traces.get_stackid(ctx, flags);
+  if (id != -17 /* EEXIST: bucket taken by another stack */)
+    return id;
+  int zero = 0;
+  struct offcpu_stack *buf = overflow_scratch.lookup(&zero);
+  u32 *next = overflow_next.lookup(&zero);
+  if (!buf || !next)
+    return -17;
+  __builtin_memset(buf, 0, sizeof(*buf)); /* the whole key: unused frames are 0 */
+  if (bpf_get_stack(ctx, buf, sizeof(*buf), flags) <= 0)
+    return -17;
+  u32 *known = overflow_ids.lookup(buf);
+  if (known)
+    return *known | OFFCPU_OVERFLOW_BIT;
+  u32 nid = (bpf_get_smp_processor_id() << OFFCPU_OVERFLOW_CPU_SHIFT) |
+            (*next & ((1 << OFFCPU_OVERFLOW_CPU_SHIFT) - 1));
+  int err = overflow_ids.insert(buf, &nid);
+  if (err == -17) { /* another CPU stored the same stack just now */
+    known = overflow_ids.lookup(buf);
+    return known ? (*known | OFFCPU_OVERFLOW_BIT) : -17;
+  }
+  if (err)
+    return err; /* full: lost */
+  (*next)++;
+  dq_count(OFFCPU_CNT_STACK_OVERFLOW);
+  return nid | OFFCPU_OVERFLOW_BIT;
 }
 
 static inline __attribute__((always_inline)) int thread_kind_ok(void *task) {
@@ -74,16 +111,16 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 #endif
     if (!s.skip) {
 #ifdef CAPTURE_USER
-      s.user_stack_id = stack_traces.get_stackid(ctx, BPF_F_USER_STACK);
+      s.user_stack_id = get_stack(ctx, BPF_F_USER_STACK);
       if (s.user_stack_id < 0 && s.user_stack_id != -14 /* EFAULT: no user stack */)
-        stat_inc(OFFCPU_STAT_STACK_LOST);
+        dq_count(OFFCPU_CNT_STACK_LOST);
 #else
       s.user_stack_id = -1;
 #endif
 #ifdef CAPTURE_KERNEL
-      s.kernel_stack_id = stack_traces.get_stackid(ctx, 0);
+      s.kernel_stack_id = get_stack(ctx, 0);
       if (s.kernel_stack_id < 0 && s.kernel_stack_id != -14)
-        stat_inc(OFFCPU_STAT_STACK_LOST);
+        dq_count(OFFCPU_CNT_STACK_LOST);
 #else
       s.kernel_stack_id = -1;
 #endif
@@ -94,13 +131,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
         if (err == 0)
           new_procs.perf_submit(ctx, &tgid, sizeof(tgid));
         else if (err != -17 /* EEXIST: another CPU was first */)
-          stat_inc(OFFCPU_STAT_SEEN_FULL);
+          dq_count(OFFCPU_CNT_SEEN_FULL);
       }
     }
     if (start.update(&tid, &s) != 0)
-      stat_inc(OFFCPU_STAT_START_FULL);
-    else
-      stat_inc(OFFCPU_STAT_SWITCHES);
+      dq_count(OFFCPU_CNT_START_FULL);
   }
 
   /* ---- switch-in: next gets the CPU ---- */
@@ -116,7 +151,7 @@ switch_in:;
     u32 ntgid = 0;
     bpf_probe_read_kernel(&ntgid, sizeof(ntgid), next + OFF_TASK_TGID);
     if (TGID_OK(ntgid) && TID_OK(ntid) && thread_kind_ok(next))
-      stat_inc(OFFCPU_STAT_UNMATCHED_IN);
+      dq_count(OFFCPU_CNT_UNMATCHED_IN);
     return 0;
   }
   struct offcpu_start s = *sp;
@@ -135,7 +170,7 @@ switch_in:;
   struct offcpu_val zero = {};
   struct offcpu_val *v = counts.lookup_or_try_init(&key, &zero);
   if (!v) {
-    stat_inc(OFFCPU_STAT_COUNTS_FULL);
+    dq_count(OFFCPU_CNT_COUNTS_FULL);
     return 0;
   }
   __sync_fetch_and_add(&v->total_ns, delta);

@@ -3,6 +3,16 @@
 #define BPFDIAG_OFFCPUTIME_SHARED_H
 
 #define OFFCPU_COMM_LEN 16
+/* Set in a stack id stored in the overflow map (bit 30: ids stay positive). Overflow
+ * ids are (cpu << OFFCPU_OVERFLOW_CPU_SHIFT) | n, n counted per CPU. */
+#define OFFCPU_OVERFLOW_BIT 0x40000000
+#define OFFCPU_OVERFLOW_CPU_SHIFT 20
+/* Frames kept for a stack in the overflow map (its key: deeper stacks are cut). */
+#define OFFCPU_OVERFLOW_DEPTH 64
+
+struct offcpu_stack {
+  __u64 ip[OFFCPU_OVERFLOW_DEPTH];
+};
 
 /* Aggregation key: one entry per thread and (user, kernel) stack pair. */
 struct offcpu_key {
@@ -29,15 +39,16 @@ struct offcpu_start {
   char comm[OFFCPU_COMM_LEN];
 };
 
-/* Per-CPU counters (BPF_PERCPU_ARRAY "stats"). */
-enum offcpu_stat {
-  OFFCPU_STAT_STACK_LOST = 0,   /* bpf_get_stackid failed (collision, table full) */
-  OFFCPU_STAT_START_FULL,       /* start map full: switch-out not recorded */
-  OFFCPU_STAT_COUNTS_FULL,      /* counts map full: off-CPU period dropped */
-  OFFCPU_STAT_UNMATCHED_IN,     /* switch-in with no switch-out seen */
-  OFFCPU_STAT_SEEN_FULL,        /* `seen` full: a new process not announced (symbols) */
-  OFFCPU_STAT_SWITCHES,         /* switch-outs recorded */
-  OFFCPU_STAT_MAX
+/* Slots of the data-quality counters (bpf_sources/common.h `dq_counters`), mapped
+ * to data_quality keys by the table in tools/offcputime/run.cpp. */
+enum offcpu_counter {
+  OFFCPU_CNT_STACK_LOST = 0,   /* lost_stacks: no stack id (table and overflow full) */
+  OFFCPU_CNT_START_FULL,       /* map_full: start map full, switch-out not recorded */
+  OFFCPU_CNT_COUNTS_FULL,      /* map_full: counts map full, off-CPU period dropped */
+  OFFCPU_CNT_UNMATCHED_IN,     /* unmatched_end: switch-in with no switch-out seen */
+  OFFCPU_CNT_SEEN_FULL,        /* seen_full: a new process not announced (symbols) */
+  OFFCPU_CNT_STACK_OVERFLOW,   /* overflow_stacks: stacks kept in the overflow map */
+  OFFCPU_CNT_MAX
 };
 
 #endif

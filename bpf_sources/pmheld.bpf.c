@@ -14,6 +14,8 @@
 #include <uapi/linux/ptrace.h>
 #include "hist.h"
 #include "pmheld_shared.h"
+#define DQ_NCOUNTERS PMHELD_NCOUNTERS
+#include "common.h"
 
 #ifndef MAX_LOCKS
 #define MAX_LOCKS 10240
@@ -26,16 +28,9 @@ BPF_HASH(pending, u32, u64, MAX_LOCKS);                      /* tid -> mutex bei
 BPF_HASH(held, struct pmheld_held_key, struct pmheld_held, MAX_LOCKS);
 BPF_HASH(stats, struct pmheld_stat_key, struct pmheld_stat, MAX_LOCKS);
 BPF_HASH(hist, struct pmheld_hist_key, u64, HIST_ENTRIES);
-BPF_ARRAY(counters, u64, PMHELD_NCOUNTERS);
 #ifndef NO_STACKS
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
 #endif
-
-static inline void count(u32 slot) {
-  u64 *v = counters.lookup(&slot);
-  if (v)
-    __sync_fetch_and_add(v, 1);
-}
 
 static inline void acquired(struct pt_regs *ctx, u64 lock) {
   u64 id = bpf_get_current_pid_tgid();
@@ -48,7 +43,7 @@ static inline void acquired(struct pt_regs *ctx, u64 lock) {
       h->depth++; /* recursive mutex taken again by its owner */
       return;
     }
-    count(PMHELD_C_REACQUIRED);
+    dq_count(PMHELD_C_REACQUIRED);
   }
   struct pmheld_held val = {};
   val.acquire_ns = bpf_ktime_get_ns();
@@ -59,10 +54,10 @@ static inline void acquired(struct pt_regs *ctx, u64 lock) {
 #else
   val.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
   if (val.stack_id < 0)
-    count(PMHELD_C_LOST_STACKS);
+    dq_count(PMHELD_C_LOST_STACKS);
 #endif
   if (held.update(&key, &val))
-    count(PMHELD_C_MAP_FULL);
+    dq_count(PMHELD_C_MAP_FULL);
 }
 
 static inline void released(u64 lock) {
@@ -73,7 +68,7 @@ static inline void released(u64 lock) {
   key.lock = lock;
   struct pmheld_held *h = held.lookup(&key);
   if (!h) {
-    count(PMHELD_C_UNMATCHED_END);
+    dq_count(PMHELD_C_UNMATCHED_END);
     return;
   }
   if (h->depth > 1) {
@@ -95,7 +90,7 @@ static inline void released(u64 lock) {
     if (delta > s->max_ns)
       s->max_ns = delta; /* racy by design: a concurrent larger max may be overwritten */
   } else {
-    count(PMHELD_C_MAP_FULL);
+    dq_count(PMHELD_C_MAP_FULL);
   }
   struct pmheld_hist_key hk = {};
   hk.tgid = key.tgid;
@@ -105,31 +100,43 @@ static inline void released(u64 lock) {
   if (c)
     __sync_fetch_and_add(c, 1);
   else
-    count(PMHELD_C_MAP_FULL);
+    dq_count(PMHELD_C_MAP_FULL);
+}
+
+/* The mutex a thread's lock call (or cond wait) is about to take, until it returns. */
+static inline void set_pending(u64 lock) {
+  u32 tid = (u32)bpf_get_current_pid_tgid();
+  if (pending.update(&tid, &lock))
+    dq_count(PMHELD_C_MAP_FULL);
+}
+
+/* ... taken out at the return; 0 when the call began before tracing started. */
+static inline int take_pending(u64 *lock) {
+  u32 tid = (u32)bpf_get_current_pid_tgid();
+  u64 *lockp = pending.lookup(&tid);
+  if (!lockp)
+    return 0;
+  *lock = *lockp;
+  pending.delete(&tid);
+  return 1;
 }
 
 /* pthread_mutex_lock/trylock/timedlock/clocklock entry: remember the mutex. */
 int lock_entry(struct pt_regs *ctx) {
-  u32 tid = (u32)bpf_get_current_pid_tgid();
-  u64 lock = PT_REGS_PARM1(ctx);
-  if (pending.update(&tid, &lock))
-    count(PMHELD_C_MAP_FULL);
+  set_pending(PT_REGS_PARM1(ctx));
   return 0;
 }
 
 /* ... and return: 0 (or EOWNERDEAD for robust mutexes) means acquired. */
 int lock_return(struct pt_regs *ctx) {
-  u32 tid = (u32)bpf_get_current_pid_tgid();
-  u64 *lockp = pending.lookup(&tid);
-  if (!lockp)
+  u64 lock;
+  if (!take_pending(&lock))
     return 0; /* entered before tracing started */
-  u64 lock = *lockp;
-  pending.delete(&tid);
   int rc = (int)PT_REGS_RC(ctx);
   if (rc == 0 || rc == PMHELD_EOWNERDEAD)
     acquired(ctx, lock);
   else
-    count(PMHELD_C_FAILED_LOCKS);
+    dq_count(PMHELD_C_FAILED_LOCKS);
   return 0;
 }
 
@@ -141,23 +148,18 @@ int unlock_entry(struct pt_regs *ctx) {
 
 /* pthread_cond_*wait(cond, mutex) entry: the mutex is released while waiting. */
 int cond_entry(struct pt_regs *ctx) {
-  u32 tid = (u32)bpf_get_current_pid_tgid();
   u64 lock = PT_REGS_PARM2(ctx);
-  count(PMHELD_C_COND_WAITS);
+  dq_count(PMHELD_C_COND_WAITS);
   released(lock);
-  if (pending.update(&tid, &lock))
-    count(PMHELD_C_MAP_FULL);
+  set_pending(lock);
   return 0;
 }
 
 /* ... and return: the mutex is held again, whatever the result (timeouts included). */
 int cond_return(struct pt_regs *ctx) {
-  u32 tid = (u32)bpf_get_current_pid_tgid();
-  u64 *lockp = pending.lookup(&tid);
-  if (!lockp)
+  u64 lock;
+  if (!take_pending(&lock))
     return 0;
-  u64 lock = *lockp;
-  pending.delete(&tid);
   acquired(ctx, lock);
   return 0;
 }

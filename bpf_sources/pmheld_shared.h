@@ -39,7 +39,7 @@ struct pmheld_hist_key {
   __u64 lock;
 };
 
-/* Slots of the `counters` array: data-quality and event counters. */
+/* Slots of `dq_counters` (bpf_sources/common.h): data-quality and event counters. */
 #define PMHELD_C_UNMATCHED_END 0  /* unlock of a mutex not seen acquired */
 #define PMHELD_C_LOST_STACKS 1    /* bpf_get_stackid failed */
 #define PMHELD_C_MAP_FULL 2       /* an update was dropped: map full */

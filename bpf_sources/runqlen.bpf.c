@@ -1,6 +1,14 @@
-/* runqlen: sample each CPU's run queue length from a perf event.
+/* runqlen: sample each CPU's run queue length from a perf event, and measure each
+ * CPU's idle time from sched_switch.
+ *
+ * Why both: an idle (tickless) CPU takes no perf-event samples, so samples alone
+ * describe only the time a CPU is busy and an idle CPU looks as if it were never
+ * idle. The front-end weighs each CPU's busy-time samples by its busy time and
+ * counts its idle time as queue length 0 at the sampling rate, so every CPU is
+ * weighted by time, idle or not.
  *
  * Struct offsets are injected as -D flags read from the kernel's BTF:
+ *   OFF_TASK_PID       task_struct.pid
  *   OFF_TASK_SE        task_struct.se
  *   OFF_SE_CFS_RQ      sched_entity.cfs_rq
  *   OFF_CFS_RQ_RQ      cfs_rq.rq
@@ -11,44 +19,60 @@
  */
 #include <uapi/linux/bpf_perf_event.h>
 #include "runqlen_shared.h"
+#define DQ_NCOUNTERS RUNQLEN_NCOUNTERS
+#include "common.h"
 
 /* Per-CPU cumulative counts indexed by queue length: no atomics, cannot fill up;
  * user space reports per-interval deltas, so nothing is lost between reports. */
 BPF_PERCPU_ARRAY(dist, u64, RUNQLEN_MAX_LEN + 1);
-BPF_PERCPU_ARRAY(errors, u64, 1);
+/* Per-CPU idle accounting, updated only on its own CPU (sched_switch runs there). */
+BPF_PERCPU_ARRAY(idle, struct runqlen_idle, 1);
 
 int do_perf_event(struct bpf_perf_event_data *ctx) {
   void *task = (void *)bpf_get_current_task();
   void *cfs_rq = NULL;
   unsigned int nr = 0;
   u64 *v;
-  int zero = 0;
 
+  /* The idle task's time is measured by sched_switch below, not sampled. */
+  if ((u32)bpf_get_current_pid_tgid() == 0)
+    return 0;
   if (bpf_probe_read_kernel(&cfs_rq, sizeof(cfs_rq), task + OFF_TASK_SE + OFF_SE_CFS_RQ) || !cfs_rq)
     goto fail;
 #ifdef CFS_ONLY
   if (bpf_probe_read_kernel(&nr, sizeof(nr), cfs_rq + OFF_CFS_RQ_NR))
     goto fail;
-  if (nr > 0)
-    nr--;
 #else
   void *rq = NULL;
   if (bpf_probe_read_kernel(&rq, sizeof(rq), cfs_rq + OFF_CFS_RQ_RQ) || !rq)
     goto fail;
   if (bpf_probe_read_kernel(&nr, sizeof(nr), rq + OFF_RQ_NR_RUNNING))
     goto fail;
-  /* nr_running counts the running task but never the idle task (pid 0) */
-  if ((u32)bpf_get_current_pid_tgid() != 0 && nr > 0)
-    nr--;
 #endif
+  if (nr > 0)
+    nr--; /* the running task itself */
   int len = nr > RUNQLEN_MAX_LEN ? RUNQLEN_MAX_LEN : nr;
   v = dist.lookup(&len);
   if (v)
     (*v)++;
   return 0;
 fail:
-  v = errors.lookup(&zero);
-  if (v)
-    (*v)++;
+  dq_count(RUNQLEN_CNT_READ_ERRORS);
+  return 0;
+}
+
+/* args: [0] bool preempt, [1] task_struct *prev, [2] task_struct *next. The idle
+ * task has pid 0 on every CPU. */
+RAW_TRACEPOINT_PROBE(sched_switch) {
+  int zero = 0;
+  u32 next_pid = 0;
+  u64 now = bpf_ktime_get_ns();
+  struct runqlen_idle *st = idle.lookup(&zero);
+  if (!st)
+    return 0;
+  if ((u32)bpf_get_current_pid_tgid() == 0 && st->idle_since)
+    st->idle_ns += now - st->idle_since;
+  bpf_probe_read_kernel(&next_pid, sizeof(next_pid), (void *)ctx->args[2] + OFF_TASK_PID);
+  st->idle_since = next_pid == 0 ? now : 0;
   return 0;
 }

@@ -4,4 +4,15 @@
 
 #define RUNQLEN_MAX_LEN 1023 /* longer queues are counted in this bucket */
 
+/* data-quality counters (bpf_sources/common.h), mapped to data_quality keys by the
+ * front-end's counter table */
+#define RUNQLEN_CNT_READ_ERRORS 0 /* a sample whose run queue could not be read */
+#define RUNQLEN_NCOUNTERS 1
+
+/* One CPU's idle time (CLOCK_MONOTONIC ns, as bpf_ktime_get_ns). */
+struct runqlen_idle {
+  __u64 idle_ns;    /* completed idle periods, summed */
+  __u64 idle_since; /* start of the current idle period, 0 when busy */
+};
+
 #endif

@@ -1,6 +1,8 @@
 /* threadpool: scheduler-state accounting for the threads of one process, plus
  * request timing on its accepted sockets. Raw tracepoints only (cheapest kind):
- *   sched_switch, sched_wakeup, sched_wakeup_new, sched_process_fork: thread states
+ *   sched_switch, sched_waking, sched_wakeup_new, sched_process_fork: thread states;
+ *                        sched_waking runs in the waker's context, so it also says who
+ *                        ended a wait (a pool peer, another thread, another process)
  *   sys_enter, sys_exit: syscall in progress (what a blocked thread waits in) and
  *                        accept -> first read -> response per {tgid, fd}
  *
@@ -11,27 +13,25 @@
  *   OFF_TASK_STATE  task_struct.__state (before 5.14: .state); read from prev
  *                   because sched_switch's prev_state argument exists only since 5.18
  * The `threads` map is filled by user space with the pool's threads; new threads of
- * the process are added here at fork (user space then keeps or drops them).
+ * the process are added here at fork (user space then keeps or drops them). The
+ * `gids` map (user space) holds each thread's group id, for the waker's class.
+ * Map sizes: TP_MAX_* (threadpool_shared.h defaults, -D from --max-threads).
  */
 #include <uapi/linux/ptrace.h>
 #include "hist.h"
 #include "threadpool_shared.h"
+#define DQ_NCOUNTERS TP_NCOUNTERS
+#include "common.h"
 
 BPF_HASH(threads, u32, struct tp_thread, TP_MAX_THREADS);
 BPF_HASH(waits, struct tp_wait_key, struct tp_wait_val, TP_MAX_WAITS);
 BPF_HASH(rqhist, struct tp_hist_key, u64, TP_MAX_HIST);
 BPF_HASH(conns, struct tp_conn_key, struct tp_conn, TP_MAX_CONNS);
-BPF_ARRAY(counters, u64, TP_NCOUNTERS);
+BPF_HASH(gids, u32, u32, TP_MAX_THREADS);
 BPF_PERF_OUTPUT(reqs);
 
 #define TASK_RUNNING_STATE 0
 #define TASK_DEAD_STATE 0x80
-
-static inline void bump(u32 idx) {
-  u64 *v = counters.lookup(&idx);
-  if (v)
-    __sync_fetch_and_add(v, 1);
-}
 
 static inline u32 task_u32(void *task, u32 off) {
   u32 v = 0;
@@ -39,24 +39,31 @@ static inline u32 task_u32(void *task, u32 off) {
   return v;
 }
 
-static inline void add_wait(u32 tid, struct tp_thread *t, u64 blk, u64 rq) {
+static inline struct tp_wait_val *wait_of(u32 tid, struct tp_thread *t, int create) {
   struct tp_wait_key k = {};
   struct tp_wait_val zero = {};
   k.tid = tid;
   k.nr = t->w_nr;
   k.op = t->w_op;
   k.obj = t->w_obj;
+  if (!create)
+    return waits.lookup(&k);
   struct tp_wait_val *v = waits.lookup_or_try_init(&k, &zero);
-  if (!v) {
-    bump(TP_C_WAITS_FULL);
+  if (!v)
+    dq_count(TP_C_WAITS_FULL);
+  return v;
+}
+
+static inline void add_wait(u32 tid, struct tp_thread *t, u64 blk, u64 rq, u32 wake) {
+  struct tp_wait_val *v = wait_of(tid, t, 1);
+  if (!v || wake >= TP_NWAKE)
     return;
-  }
   if (blk) {
-    __sync_fetch_and_add(&v->blk_ns, blk);
+    __sync_fetch_and_add(&v->blk_ns[wake], blk);
     __sync_fetch_and_add(&v->count, 1);
   }
   if (rq)
-    __sync_fetch_and_add(&v->wake_rq_ns, rq);
+    __sync_fetch_and_add(&v->wake_rq_ns[wake], rq);
 }
 
 RAW_TRACEPOINT_PROBE(sched_switch) {
@@ -115,14 +122,17 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     if (c)
       __sync_fetch_and_add(c, 1);
     else
-      bump(TP_C_HIST_FULL);
-    if (n->w_pending)
-      add_wait(ntid, n, 0, d);
+      dq_count(TP_C_HIST_FULL);
+    if (n->w_pending) {
+      add_wait(ntid, n, 0, d, n->w_wake);
+      n->w_rq += d;
+    }
   } else if (n->state == TP_ST_BLOCKED && now > n->ts) {
     /* wakeup not seen: count the whole gap as blocked */
     u64 d = now - n->ts;
     n->blk_ns += d;
-    add_wait(ntid, n, d, 0);
+    add_wait(ntid, n, d, 0, TP_W_UNSEEN);
+    n->w_blk = 0;
   }
   n->w_pending = 0;
   n->state = TP_ST_RUNNING;
@@ -130,18 +140,34 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
   return 0;
 }
 
-static inline int on_wakeup(void *p) {
+/* Who is waking task `tid`: runs in the waker's context (sched_waking). A timer's
+ * wake-up runs in an interrupt on whatever task was current; sys_exit then moves such
+ * a wait to TP_W_TIMEOUT from the syscall's own result. */
+static inline u32 waker_class(u32 tid) {
+  u64 id = bpf_get_current_pid_tgid();
+  if ((id >> 32) != TARGET_TGID || (u32)id == tid)
+    return TP_W_OTHER;
+  u32 wtid = (u32)id;
+  u32 *a = gids.lookup(&wtid), *b = gids.lookup(&tid);
+  if (a && b && *a == *b)
+    return TP_W_PEER;
+  return wtid == TARGET_TGID ? TP_W_MAIN : TP_W_PROC;
+}
+
+static inline int on_wakeup(void *p, int seen_waker) {
   u32 tid = task_u32(p, OFF_TASK_PID);
   struct tp_thread *t = threads.lookup(&tid);
   if (!t)
     return 0;
   u64 now = bpf_ktime_get_ns();
   if (t->state == TP_ST_BLOCKED) {
-    if (now > t->ts) {
-      u64 d = now - t->ts;
-      t->blk_ns += d;
-      add_wait(tid, t, d, 0);
-    }
+    u32 wake = seen_waker ? waker_class(tid) : TP_W_UNSEEN;
+    u64 d = now > t->ts ? now - t->ts : 0;
+    t->blk_ns += d;
+    add_wait(tid, t, d, 0, wake);
+    t->w_wake = wake;
+    t->w_blk = d;
+    t->w_rq = 0;
     t->w_pending = 1;
     t->state = TP_ST_RUNNABLE;
     t->ts = now;
@@ -153,8 +179,8 @@ static inline int on_wakeup(void *p) {
   return 0;
 }
 
-RAW_TRACEPOINT_PROBE(sched_wakeup) { return on_wakeup((void *)ctx->args[0]); }
-RAW_TRACEPOINT_PROBE(sched_wakeup_new) { return on_wakeup((void *)ctx->args[0]); }
+RAW_TRACEPOINT_PROBE(sched_waking) { return on_wakeup((void *)ctx->args[0], 1); }
+RAW_TRACEPOINT_PROBE(sched_wakeup_new) { return on_wakeup((void *)ctx->args[0], 0); }
 
 RAW_TRACEPOINT_PROBE(sched_process_fork) {
   /* TP_PROTO(struct task_struct *parent, struct task_struct *child) */
@@ -170,7 +196,7 @@ RAW_TRACEPOINT_PROBE(sched_process_fork) {
   t.state = TP_ST_UNKNOWN;
   t.ts = bpf_ktime_get_ns();
   if (threads.update(&tid, &t))
-    bump(TP_C_THREADS_FULL);
+    dq_count(TP_C_THREADS_FULL);
   return 0;
 }
 
@@ -190,6 +216,32 @@ static inline int is_write_nr(long nr) {
          nr == TP_NR_SENDMMSG || nr == TP_NR_SENDFILE;
 }
 
+/* The syscall reports that its wait ran out: a timed wait nobody ended early. */
+static inline int is_timeout(long nr, long ret) {
+  if (nr == TP_NR_FUTEX)
+    return ret == -TP_ETIMEDOUT;
+  return ret == 0 && (nr == TP_NR_POLL || nr == TP_NR_PPOLL || nr == TP_NR_SELECT ||
+                      nr == TP_NR_PSELECT6 || nr == TP_NR_EPOLL_WAIT ||
+                      nr == TP_NR_EPOLL_PWAIT || nr == TP_NR_EPOLL_PWAIT2);
+}
+
+/* Moves the last wake-up's blocked and runnable time to TP_W_TIMEOUT. */
+static inline void to_timeout(u32 tid, struct tp_thread *t) {
+  u32 from = t->w_wake;
+  if (from >= TP_NWAKE || from == TP_W_TIMEOUT)
+    return;
+  struct tp_wait_val *v = wait_of(tid, t, 0);
+  if (!v)
+    return;
+  __sync_fetch_and_add(&v->blk_ns[from], -t->w_blk);
+  __sync_fetch_and_add(&v->blk_ns[TP_W_TIMEOUT], t->w_blk);
+  if (t->w_rq) {
+    __sync_fetch_and_add(&v->wake_rq_ns[from], -t->w_rq);
+    __sync_fetch_and_add(&v->wake_rq_ns[TP_W_TIMEOUT], t->w_rq);
+  }
+  t->w_wake = TP_W_TIMEOUT;
+}
+
 RAW_TRACEPOINT_PROBE(sys_enter) {
   /* TP_PROTO(struct pt_regs *regs, long id) */
   u64 id = bpf_get_current_pid_tgid();
@@ -202,6 +254,7 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
   struct tp_thread *t = threads.lookup(&tid);
   if (t) {
     t->sys_nr = (s32)nr;
+    t->w_blk = 0; /* a new syscall: the last wake-up's outcome is settled */
     if (nr == TP_NR_FUTEX) { /* the wait object: futex word and op (si, di adjacent) */
       u64 si_di[2] = {};
       bpf_probe_read_kernel(si_di, sizeof(si_di), &regs->si);
@@ -222,9 +275,9 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
     return 0;
   if (nr == TP_NR_CLOSE) {
     if (c->phase == TP_CONN_ACCEPTED)
-      bump(TP_C_CLOSED_UNREAD);
+      dq_count(TP_C_CLOSED_UNREAD);
     else if (c->phase == TP_CONN_READING)
-      bump(TP_C_CLOSED_UNANSWERED);
+      dq_count(TP_C_CLOSED_UNANSWERED);
     conns.delete(&ck);
     return 0;
   }
@@ -249,6 +302,9 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
   if (t) {
     nr = t->sys_nr; /* recorded at sys_enter */
     t->sys_nr = TP_NO_SYSCALL;
+    if (t->w_blk && t->w_nr == nr && is_timeout(nr, ret))
+      to_timeout(tid, t);
+    t->w_blk = 0;
   }
   if (ret < 0)
     return 0;
@@ -268,9 +324,9 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
     nc.accept_ts = now;
     nc.phase = TP_CONN_ACCEPTED;
     if (conns.lookup(&ck))
-      bump(TP_C_FD_REUSED);
+      dq_count(TP_C_FD_REUSED);
     if (conns.update(&ck, &nc))
-      bump(TP_C_CONNS_FULL);
+      dq_count(TP_C_CONNS_FULL);
     return 0;
   }
   if (ret == 0)

@@ -10,10 +10,33 @@
 #ifndef BPFDIAG_THREADPOOL_SHARED_H
 #define BPFDIAG_THREADPOOL_SHARED_H
 
-#define TP_MAX_THREADS 16384
+/* map sizes: the front-end passes -D values sized from the target (--max-threads) */
+#ifndef TP_MAX_THREADS
+#define TP_MAX_THREADS 4096
+#endif
+#ifndef TP_MAX_WAITS
 #define TP_MAX_WAITS 65536
+#endif
+#ifndef TP_MAX_HIST
 #define TP_MAX_HIST 65536
+#endif
+#ifndef TP_MAX_CONNS
 #define TP_MAX_CONNS 65536
+#endif
+
+/* Who ended a wait (what it was, not which syscall): the thread that woke the waiter
+ * (sched_waking runs in the waker's context) relative to the waiter's group, or the
+ * wait's own timeout (futex -ETIMEDOUT, poll/epoll/select returning 0). The group ids
+ * come from user space (`gids` map); threads without one are outside every pool. */
+#define TP_W_PEER 0    /* a thread of the waiter's own group (a peer releasing a lock) */
+#define TP_W_PROC 1    /* another thread of the process (a producer outside the pool) */
+#define TP_W_OTHER 2   /* another process, a kernel thread or interrupt (I/O, signals) */
+#define TP_W_TIMEOUT 3 /* the wait timed out: nobody ended it early */
+#define TP_W_UNSEEN 4  /* the wake-up was not seen (or the wait is still in progress) */
+#define TP_W_MAIN 5    /* the process's main thread (TID == PID), when not the waiter's peer */
+#define TP_NWAKE 6
+
+#define TP_ETIMEDOUT 110
 
 /* thread states */
 #define TP_ST_UNKNOWN 0  /* not seen yet */
@@ -36,7 +59,14 @@
 #define TP_NR_RECVFROM 45
 #define TP_NR_SENDMSG 46
 #define TP_NR_RECVMSG 47
+#define TP_NR_POLL 7
+#define TP_NR_SELECT 23
 #define TP_NR_FUTEX 202
+#define TP_NR_EPOLL_WAIT 232
+#define TP_NR_PSELECT6 270
+#define TP_NR_PPOLL 271
+#define TP_NR_EPOLL_PWAIT 281
+#define TP_NR_EPOLL_PWAIT2 441
 #define TP_NR_ACCEPT4 288
 #define TP_NR_RECVMMSG 299
 #define TP_NR_SENDMMSG 307
@@ -57,6 +87,11 @@ struct tp_thread {
   __u32 w_op;     /* futex command (op & 127) of the current/last block */
   __u32 state;    /* TP_ST_* */
   __u32 w_pending; /* 1: runnable after a wakeup from the recorded block */
+  __u32 w_wake;    /* TP_W_* of the last wake-up from the recorded block */
+  __u32 pad;
+  __u64 w_blk;     /* blocked time of the last wake-up, moved to TP_W_TIMEOUT if the
+                      syscall then reports a timeout; 0 once the syscall returned */
+  __u64 w_rq;      /* runnable time after that wake-up (same) */
 };
 
 struct tp_wait_key {
@@ -68,9 +103,9 @@ struct tp_wait_key {
 };
 
 struct tp_wait_val {
-  __u64 blk_ns;     /* time blocked in this wait */
-  __u64 wake_rq_ns; /* time runnable right after being woken from it */
-  __u64 count;      /* blocks */
+  __u64 blk_ns[TP_NWAKE];     /* time blocked in this wait, by who ended it */
+  __u64 wake_rq_ns[TP_NWAKE]; /* time runnable right after being woken from it */
+  __u64 count;                /* blocks */
 };
 
 struct tp_hist_key {
@@ -105,7 +140,8 @@ struct tp_req_event {
   __u32 pad;
 };
 
-/* counters array */
+/* data-quality counters (bpf_sources/common.h dq_counters), mapped to data_quality
+ * keys by the front-end's counter table */
 #define TP_C_THREADS_FULL 0
 #define TP_C_WAITS_FULL 1
 #define TP_C_HIST_FULL 2

@@ -1,10 +1,12 @@
 #include "common/bpf_session.h"
+#include "common/runloop.h"
 
 #include <bcc/BPF.h>
 #include <sched.h>
 #include <bpf/libbpf.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
@@ -18,6 +20,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/filters.h"
 #include "common/kheaders.h"
 
 namespace bpfdiag {
@@ -52,23 +55,31 @@ std::string tracefs_dir() {
 
 namespace {
 bool g_private_mounts = false;  // this process has its own mount namespace
-}
+bool g_tracefs_private = false;  // ensure_tracefs mounted tracefs in it
+}  // namespace
+
+bool tracefs_mounted_privately() { return g_tracefs_private; }
+bool private_mount_namespace() { return g_private_mounts; }
 
 Status ensure_tracefs() {
   if (geteuid() != 0) return std::nullopt;  // preflight reports "not root"
   // A private mount namespace: mounts made here (tracefs, the compile-time kallsyms
   // stand-in below) vanish with this process and are never seen by the host.
+  int ns_errno = 0;
   if (!g_private_mounts) {
     if (unshare(CLONE_NEWNS) == 0 && mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0)
       g_private_mounts = true;
+    else
+      ns_errno = errno;  // before tracefs_dir()'s stat() overwrites it
   }
   if (!tracefs_dir().empty()) return std::nullopt;
   if (!g_private_mounts)
     return Error{"tracefs is not mounted and a private mount namespace could not be created: " +
-                 std::string(std::strerror(errno)) + " (mount it with: mount -t tracefs nodev /sys/kernel/tracing)"};
+                 std::string(std::strerror(ns_errno)) + " (mount it with: mount -t tracefs nodev /sys/kernel/tracing)"};
   if (mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, nullptr) != 0)
     return Error{std::string("cannot mount tracefs on /sys/kernel/tracing: ") + std::strerror(errno) +
                  " (mount it with: mount -t tracefs nodev /sys/kernel/tracing)"};
+  g_tracefs_private = true;
   return std::nullopt;
 }
 
@@ -119,8 +130,12 @@ Status preflight(const std::vector<std::string>& tracepoints) {
   return std::nullopt;
 }
 
-std::string ebpf_listing(const std::string& text, const std::vector<std::string>& cflags) {
+std::string ebpf_listing(const std::string& text, const std::vector<std::string>& cflags0) {
   std::ostringstream os;
+  std::vector<std::string> cflags = cflags0;
+  auto maps = take_id_maps(cflags);
+  for (const auto& m : maps)
+    os << "/* " << m.macro << ": " << m.ids.size() << " IDs, loaded into map " << m.map << " */\n";
   for (const auto& f : cflags) {
     if (f.rfind("-D", 0) != 0) continue;
     std::string def = f.substr(2);
@@ -128,7 +143,7 @@ std::string ebpf_listing(const std::string& text, const std::vector<std::string>
     os << "#define " << (eq == std::string::npos ? def : def.substr(0, eq) + " " + def.substr(eq + 1))
        << "\n";
   }
-  os << text;
+  os << id_map_prelude(maps) << text;
   return os.str();
 }
 
@@ -144,10 +159,8 @@ bool is_libbcc_noise(const std::string& line) {
 
 StderrNoiseFilter::StderrNoiseFilter() {
   std::fflush(stderr);
-  char path[] = "/tmp/bpfdiag-stderr-XXXXXX";
-  tmp_fd_ = mkstemp(path);
+  tmp_fd_ = memfd_create("bpfdiag-stderr", MFD_CLOEXEC);  // no file anywhere
   if (tmp_fd_ < 0) return;
-  unlink(path);
   saved_fd_ = dup(STDERR_FILENO);
   dup2(tmp_fd_, STDERR_FILENO);
 }
@@ -204,30 +217,25 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
       return Error{"internal error: BPF cflag contains white space: " + f};
   struct utsname u;
   uname(&u);
-  char tmpl[] = "/tmp/bpfdiag-kheaders-XXXXXX";
-  if (!mkdtemp(tmpl)) return Error{std::string("cannot create temp dir: ") + std::strerror(errno)};
-  std::string dir = tmpl;
-  if (auto st = write_header_shim(dir, u.release)) {
-    fs::remove_all(dir);
-    return Error{st->message};
-  }
-  setenv("BCC_KERNEL_SOURCE", dir.c_str(), 1);
   std::vector<std::string> flags = cflags;
-  flags.push_back("-I" + dir + "/include/bpfdiag");
+  auto id_maps = take_id_maps(flags);
+  auto dir = HeaderDir::create(u.release);
+  if (!dir) return Error{dir.error()};
+  setenv("BCC_KERNEL_SOURCE", dir.value()->path().c_str(), 1);
+  flags.push_back("-I" + dir.value()->path() + "/include/bpfdiag");
   std::unique_ptr<BpfSession> s(new BpfSession());
   ebpf::StatusTuple st(0);
   std::string diagnostics;
   {
     StderrNoiseFilter quiet;
-    KallsymsStandIn fast_compile(dir, kernel_version_code(u.release));
-    st = s->bpf_->init(text, flags);
+    KallsymsStandIn fast_compile(dir.value()->path(), kernel_version_code(u.release));
+    st = s->bpf_->init(id_map_prelude(id_maps) + text, flags);
     if (!st.ok()) {
       diagnostics = quiet.captured() + "\n" + st.msg();
       quiet.discard();
     }
   }
-  std::error_code ec;
-  fs::remove_all(dir, ec);
+  dir.value().reset();  // the headers are not needed once compiled
   if (!st.ok()) {
     // clang's diagnostics run to many lines; the first "error:" line says what broke
     std::string msg = diagnostics, first;
@@ -240,6 +248,15 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
     if (first.empty()) first = first_line(st.msg());
     return Error{"cannot compile BPF program: " + first + " (BPFDIAG_DEBUG=1 shows all diagnostics)"};
   }
+  // -p/-t lists too long for a constant expression: their maps, filled before any
+  // program is attached, so no event is filtered against an empty map
+  for (const auto& m : id_maps) {
+    auto table = s->bpf_->get_hash_table<uint32_t, uint8_t>(m.map);
+    for (uint32_t id : m.ids) {
+      auto ust = table.update_value(id, 1);
+      if (!ust.ok()) return Error{"cannot fill the " + m.macro + " filter map: " + bcc_msg(ust)};
+    }
+  }
   return s;
 }
 
@@ -247,6 +264,7 @@ Status BpfSession::attach_tracepoint(const std::string& tp, const std::string& f
   StderrNoiseFilter quiet;
   auto st = bpf_->attach_tracepoint(tp, fn);
   if (!st.ok()) return Error{"cannot attach tracepoint " + tp + ": " + bcc_msg(st)};
+  enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
 
@@ -254,6 +272,7 @@ Status BpfSession::attach_raw_tracepoint(const std::string& tp, const std::strin
   StderrNoiseFilter quiet;
   auto st = bpf_->attach_raw_tracepoint(tp, fn);
   if (!st.ok()) return Error{"cannot attach raw tracepoint " + tp + ": " + bcc_msg(st)};
+  enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
 
@@ -283,6 +302,7 @@ Status BpfSession::attach_perf_event(uint32_t type, uint32_t config, const std::
                    std::strerror(errno)};
   }
   if (perf_fds_.empty()) return Error{"cannot open a perf event on any CPU"};
+  enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
 
@@ -294,6 +314,7 @@ Status BpfSession::attach_uprobe(const std::string& binary, const std::string& s
   if (!st.ok())
     return Error{"cannot attach " + std::string(ret ? "uretprobe" : "uprobe") + " to " + binary +
                  ":" + symbol + ": " + bcc_msg(st)};
+  enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
 

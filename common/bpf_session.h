@@ -20,6 +20,11 @@ namespace bpfdiag {
 // not (nothing is left behind on the host). The namespace also lets BpfSession::load
 // hide the 120k-line /proc/kallsyms from libbcc's compiler, which cuts startup ~40%.
 Status ensure_tracefs();
+// True when ensure_tracefs() found tracefs unmounted on the host and mounted it in
+// this process's private mount namespace (doctor reports the host's state).
+bool tracefs_mounted_privately();
+// True when this process runs in the private mount namespace ensure_tracefs() made.
+bool private_mount_namespace();
 // Root tracing directory in use ("/sys/kernel/tracing" or the debugfs one), or "".
 std::string tracefs_dir();
 // True if tracepoint "category:name" exists.

@@ -1,5 +1,12 @@
 #include "common/cli.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+
 #include "common/proc.h"
 
 namespace bpfdiag {
@@ -11,9 +18,97 @@ void add_positionals(cxxopts::Options& opts) {
   opts.parse_positional({"args"});
 }
 
+namespace {
+
+struct OptInfo {
+  std::string display;  // "-p/--pid"
+  bool takes_value = false;
+};
+
+// Every declared option by the name cxxopts reports it under (its first long name, or
+// its short one), plus the short options that take a value.
+std::map<std::string, OptInfo> option_table(const cxxopts::Options& opts, std::set<char>& short_with_value) {
+  std::map<std::string, OptInfo> t;
+  for (const auto& g : opts.groups())
+    for (const auto& o : opts.group_help(g).options) {
+      OptInfo info;
+      info.takes_value = !o.is_boolean && !o.has_implicit && !o.is_container;
+      std::string key = o.l.empty() ? o.s : o.l.front();
+      info.display = o.s.empty() ? "--" + key : "-" + o.s + (o.l.empty() ? "" : "/--" + o.l.front());
+      if (info.takes_value && o.s.size() == 1) short_with_value.insert(o.s[0]);
+      t[key] = info;
+    }
+  return t;
+}
+
+bool is_alnum(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+}
+
+// "-p123,456" -> "-p", "123,456" (and "-jp1,2" -> "-jp", "1,2"): cxxopts' own matcher
+// takes an attached value only when it is all letters and digits.
+void split_attached(const std::string& a, const std::set<char>& with_value, std::vector<std::string>& out) {
+  if (a.size() > 2 && a[0] == '-' && a[1] != '-') {
+    for (size_t i = 1; i < a.size() && is_alnum(a[i]); ++i)
+      if (with_value.count(a[i])) {
+        if (i + 1 < a.size()) {
+          out.push_back(a.substr(0, i + 1));
+          out.push_back(a.substr(i + 1));
+          return;
+        }
+        break;
+      }
+  }
+  out.push_back(a);
+}
+
+}  // namespace
+
+std::string one_line(const std::string& msg, size_t max_len) {
+  std::string m = msg;
+  for (auto& ch : m)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  if (m.size() <= max_len) return m;
+  const size_t keep = (max_len - 5) / 2;
+  return m.substr(0, keep) + " ... " + m.substr(m.size() - keep);
+}
+
 Result<cxxopts::ParseResult> parse_cli(cxxopts::Options& opts, int argc, char** argv) {
+  std::set<char> short_with_value;
+  std::map<std::string, OptInfo> table;
   try {
-    return opts.parse(argc, argv);
+    table = option_table(opts, short_with_value);
+  } catch (const std::exception& e) {
+    return Error{std::string("internal error: ") + e.what()};
+  }
+  std::vector<std::string> args;
+  bool options_done = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i] ? argv[i] : "";
+    if (a.size() > kMaxArgLength)
+      return Error{"argument " + std::to_string(i) + " is too long (" + std::to_string(a.size()) +
+                   " characters; at most " + std::to_string(kMaxArgLength) + ")"};
+    if (i == 0 || options_done) {
+      args.push_back(a);
+      continue;
+    }
+    if (a == "--") options_done = true;
+    split_attached(a, short_with_value, args);
+  }
+  std::vector<const char*> av;
+  for (const auto& a : args) av.push_back(a.c_str());
+  try {
+    auto r = opts.parse(static_cast<int>(av.size()), av.data());
+    std::map<std::string, int> seen;
+    for (const auto& kv : r.arguments()) {
+      auto it = table.find(kv.key());
+      if (it == table.end() || !it->second.takes_value) continue;
+      if (++seen[kv.key()] == 2)
+        return Error{"option " + it->second.display + " given more than once" +
+                     (kv.key() == "pid" || kv.key() == "tid" ? "; give one comma-separated list" : "")};
+      if (kv.value().empty()) return Error{"option " + it->second.display + " needs a non-empty value"};
+    }
+    return r;
   } catch (const std::exception& e) {
     std::string m = e.what();
     // cxxopts quotes with typographic quotes; keep messages plain ASCII
@@ -54,8 +149,39 @@ Status parse_duration_positional(const std::vector<std::string>& pos, Schedule& 
 
 Status check_pids_exist(const std::vector<uint32_t>& pids) {
   for (auto p : pids)
-    if (!pid_exists(p)) return Error{"no process with PID " + std::to_string(p)};
-  return std::nullopt;
+    if (proc_running(p)) return std::nullopt;
+  if (pids.empty()) return std::nullopt;
+  return Error{gone_pids_message(pids)};
+}
+
+std::string gone_pids_message(const std::vector<uint32_t>& gone) {
+  if (gone.size() == 1) return "no process with PID " + std::to_string(gone[0]);
+  std::string list;
+  for (size_t i = 0; i < gone.size() && i < 8; ++i) list += (i ? ", " : "") + std::to_string(gone[i]);
+  if (gone.size() > 8) list += ", ... (" + std::to_string(gone.size()) + " in all)";
+  return "no process with any of PIDs " + list;
+}
+
+std::vector<uint32_t> drop_gone_pids(std::vector<uint32_t>& pids) {
+  std::vector<uint32_t> gone, kept;
+  for (auto p : pids) (proc_running(p) ? kept : gone).push_back(p);
+  pids = std::move(kept);
+  return gone;
+}
+
+bool flush_output(const char* tool) {
+  errno = 0;
+  std::cout.flush();
+  int err = std::fflush(stdout) != 0 ? errno : 0;
+  if (!err && !std::ferror(stdout) && std::cout.good()) return true;
+  if (!err) {
+    // A write failed earlier and stdio dropped what it could not write, with the
+    // reason long gone from errno: ask the descriptor once more for it. The output is
+    // already incomplete, a stray newline cannot make it worse.
+    err = write(STDOUT_FILENO, "\n", 1) < 0 ? errno : EIO;
+  }
+  std::fprintf(stderr, "%s: cannot write output: %s\n", tool, std::strerror(err));
+  return false;
 }
 
 }  // namespace bpfdiag

@@ -1,9 +1,16 @@
 // Command-line skeleton shared by every tool: cxxopts with errors as values, the
 // shared positional forms ([interval [count]], [duration]), and tool_main(), which
-// maps results to exit codes (0 ok, 1 runtime failure, 2 usage).
+// maps results to exit codes (0 ok, 1 runtime failure, 2 usage, 128+N on signal N
+// before anything could be reported).
 #pragma once
+// cxxopts' std::regex matching recurses once per character and overflows the stack on
+// a long argument; its hand-written matcher is used instead (every translation unit
+// gets cxxopts through this header, so the choice is the same everywhere).
+#define CXXOPTS_NO_REGEX 1
 #include <cstdio>
+#include <iostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <cxxopts.hpp>
@@ -15,7 +22,14 @@
 
 namespace bpfdiag {
 
+// Longest command-line argument accepted (a 4096-entry PID list fits easily).
+constexpr size_t kMaxArgLength = 65536;
+
 // Parses argv with `opts` (which must declare a positional "args" vector option).
+// Refuses, as usage errors: an argument longer than kMaxArgLength, an option that
+// takes a value given twice ("give one comma-separated list" beats silently keeping
+// the last), and an empty value for an option that takes one. "-p123,456" is read as
+// "-p 123,456" for every short option that takes a value.
 Result<cxxopts::ParseResult> parse_cli(cxxopts::Options& opts, int argc, char** argv);
 // Adds the positional catch-all; call after declaring the tool's options.
 void add_positionals(cxxopts::Options& opts);
@@ -31,30 +45,68 @@ Status parse_interval_count(const std::vector<std::string>& pos, Schedule& s);
 // "[duration]": seconds (or with a unit), 1 ms .. 1 day.
 Status parse_duration_positional(const std::vector<std::string>& pos, Schedule& s);
 
-// Checks that each PID exists ("no process with PID N").
+// A PID list may name processes that are gone by now: the others are traced. Fails
+// ("no process with PID N") only when none of them exists; an empty list passes.
 Status check_pids_exist(const std::vector<uint32_t>& pids);
+// Removes the PIDs that are not running (missing or zombie) from `pids`, returns them.
+std::vector<uint32_t> drop_gone_pids(std::vector<uint32_t>& pids);
+// "no process with PID 5", "no process with any of PIDs 5, 6".
+std::string gone_pids_message(const std::vector<uint32_t>& gone);
 
-// Shared main(): blocks stop signals, mounts tracefs if needed, parses, prints --help,
-// runs. Config must have `bool help`.
+// A usage or runtime message kept to one readable line (long arguments echoed in it
+// are cut in the middle).
+std::string one_line(const std::string& msg, size_t max_len = 300);
+
+// Flushes stdout (FILE* and std::cout); on a write error prints
+// "TOOL: cannot write output: <reason>" and returns false.
+bool flush_output(const char* tool);
+
+namespace detail {
+template <typename C, typename = void>
+struct has_pids : std::false_type {};
+template <typename C>
+struct has_pids<C, std::void_t<decltype(std::declval<C&>().pids.begin())>> : std::true_type {};
+}  // namespace detail
+
+// Shared main(): stop handlers, parse, --help, tracefs, run, and output errors.
+// Config must have `bool help`; a `pids` member (-p list) loses the PIDs that are gone
+// (named once on stderr) while at least one remains.
 template <typename Config, typename ParseFn, typename RunFn>
 int tool_main(const char* tool, const char* help, int argc, char** argv, ParseFn parse, RunFn run) {
-  block_stop_signals();
+  install_stop_handlers();
   Result<Config> cfg = parse(argc, argv);
   if (!cfg) {
-    std::fprintf(stderr, "%s: %s (see %s --help)\n", tool, cfg.error().c_str(), tool);
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", tool, one_line(cfg.error()).c_str(), tool);
     return 2;
   }
-  if (cfg->help) {
+  Config c = *cfg;
+  if (c.help) {
     std::fputs(help, stdout);
-    return 0;
+    return flush_output(tool) ? 0 : 1;
+  }
+  if constexpr (detail::has_pids<Config>::value) {
+    if (!c.pids.empty()) {
+      auto gone = drop_gone_pids(c.pids);
+      if (c.pids.empty()) {
+        std::fprintf(stderr, "%s: %s (see %s --help)\n", tool, gone_pids_message(gone).c_str(), tool);
+        return 2;
+      }
+      if (!gone.empty()) {
+        std::string list;
+        for (auto p : gone) list += (list.empty() ? "" : ", ") + std::to_string(p);
+        std::fprintf(stderr, "%s: PID %s not found (exited?); tracing the others\n", tool,
+                     one_line(list).c_str());
+      }
+    }
   }
   Status st = ensure_tracefs();  // before any libbcc call, while single-threaded
-  if (!st) st = run(*cfg);
+  if (!st) st = run(static_cast<const Config&>(c));
   if (st) {
-    std::fprintf(stderr, "%s: %s\n", tool, st->message.c_str());
+    flush_output(tool);
+    std::fprintf(stderr, "%s: %s\n", tool, one_line(st->message, 1000).c_str());
     return 1;
   }
-  return 0;
+  return flush_output(tool) ? 0 : 1;
 }
 
 }  // namespace bpfdiag

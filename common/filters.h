@@ -1,5 +1,8 @@
 // BPF-side ID filters passed as cflags: the one way every tool turns -p/-t lists
-// into code the verifier sees as constants (no map lookup per event).
+// into a filter (bpf_sources/filters.h). Up to kMaxInlineIds IDs become a constant
+// expression the verifier sees (no map lookup per event); a longer list becomes a
+// hash map that BpfSession::load fills right after compiling, before any attach, so a
+// 4096-ID list costs no more to compile than one ID.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -7,8 +10,27 @@
 
 namespace bpfdiag {
 
+constexpr size_t kMaxInlineIds = 8;
+
 // "-DNAME(x)=((x)==1||(x)==2)"; with no IDs, "-DNAME(x)=(1)" (everything passes).
-// BPF code uses it as `if (!NAME(tgid)) return 0;`.
+// BPF code uses it as `if (!NAME(tgid)) return 0;`. For NAME TGID_OK or TID_OK with
+// more than kMaxInlineIds IDs: "-DBPFDIAG_ID_MAP_NAME=id,id,..." (see take_id_maps).
 std::string id_filter_cflag(const std::string& macro, const std::vector<uint32_t>& ids);
+
+// One map-backed filter: the BPF hash map to fill and its keys.
+struct IdMapFilter {
+  std::string macro;  // "TGID_OK"
+  std::string map;    // "tgid_ok_ids"
+  std::vector<uint32_t> ids;
+};
+
+// Takes the map-backed filters out of `cflags`, leaving "-DBPFDIAG_ID_MAP_NAME=N"
+// (N = number of IDs) for the compiler. BpfSession::load does this.
+std::vector<IdMapFilter> take_id_maps(std::vector<std::string>& cflags);
+
+// Declarations the program text needs for `maps`, put before it by BpfSession::load
+// (and ebpf_listing): the hash map and a `bpfdiag_<map>(x)` lookup per filter, then
+// "#line 1" so diagnostics keep the program's own line numbers. "" if `maps` is empty.
+std::string id_map_prelude(const std::vector<IdMapFilter>& maps);
 
 }  // namespace bpfdiag

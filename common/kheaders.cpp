@@ -1,13 +1,21 @@
 #include "common/kheaders.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 
 #include "common/embedded.h"
+#include "common/runloop.h"
+#include "common/target.h"
 
 namespace bpfdiag {
 namespace {
@@ -182,6 +190,80 @@ Status write_header_shim(const std::string& dir, const std::string& release) {
   for (const EmbeddedFile* e = kEmbeddedBpfHeaders; e->name; ++e)
     if (auto st = write_file(dir + "/include/bpfdiag/" + e->name, e->text)) return st;
   return std::nullopt;
+}
+
+namespace {
+const char kDirPrefix[] = "bpfdiag-kheaders-";
+}
+
+std::string temp_root() {
+  const char* t = std::getenv("TMPDIR");
+  struct stat st;
+  if (t && t[0] == '/' && stat(t, &st) == 0 && S_ISDIR(st.st_mode)) {
+    std::string r = t;
+    while (r.size() > 1 && r.back() == '/') r.pop_back();
+    return r;
+  }
+  return "/tmp";
+}
+
+size_t sweep_stale_header_dirs(const std::string& root) {
+  DIR* d = opendir(root.c_str());
+  if (!d) return 0;
+  std::vector<std::string> stale;
+  const size_t plen = sizeof kDirPrefix - 1;
+  while (auto* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.compare(0, plen, kDirPrefix) != 0) continue;
+    std::string path = root + "/" + name;
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+    unsigned long pid = 0;
+    unsigned long long start = 0;
+    int used = 0;
+    if (std::sscanf(name.c_str() + plen, "%lu-%llu-%n", &pid, &start, &used) == 2 && used > 0) {
+      auto now = proc_start_time(static_cast<uint32_t>(pid));
+      if (now && *now == start) continue;  // its creator is still at work
+    } else if (std::time(nullptr) - st.st_mtime < 3600) {
+      continue;  // an older tool's unnamed dir: only once surely abandoned
+    }
+    stale.push_back(path);
+  }
+  closedir(d);
+  size_t n = 0;
+  for (const auto& p : stale) {
+    std::error_code ec;
+    if (std::filesystem::remove_all(p, ec) > 0 && !ec) ++n;
+  }
+  return n;
+}
+
+Result<std::unique_ptr<HeaderDir>> HeaderDir::create(const std::string& release) {
+  const std::string root = temp_root();
+  sweep_stale_header_dirs(root);
+  const uint32_t self = static_cast<uint32_t>(getpid());
+  std::string tmpl = root + "/" + kDirPrefix + std::to_string(self) + "-" +
+                     std::to_string(proc_start_time(self).value_or(0)) + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  std::unique_ptr<HeaderDir> h(new HeaderDir());
+  {
+    StopSignalsBlocked hold;  // no stop signal between creating the dir and registering it
+    if (!mkdtemp(buf.data()))
+      return Error{"cannot create a temp dir in " + root + ": " + std::strerror(errno) +
+                   " (set TMPDIR to a writable directory)"};
+    h->path_ = buf.data();
+    register_temp_paths({h->path_});  // a stop signal removes the dir and all under it
+  }
+  if (auto st = write_header_shim(h->path_, release)) return Error{st->message};
+  return h;
+}
+
+HeaderDir::~HeaderDir() {
+  // Removed while still registered: a stop signal in between finishes the job.
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  register_temp_paths({});
 }
 
 }  // namespace bpfdiag

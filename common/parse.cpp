@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <unordered_set>
 
 namespace bpfdiag {
 namespace {
@@ -57,13 +58,19 @@ Result<uint64_t> parse_duration_ns(const std::string& s, const std::string& what
 
 Result<std::vector<uint32_t>> parse_id_list(const std::string& s, const std::string& what) {
   std::vector<uint32_t> out;
+  std::unordered_set<uint32_t> seen;
   size_t start = 0;
   while (true) {
     size_t comma = s.find(',', start);
     std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.size() > 24) item = item.substr(0, 20) + "...";  // keep the message short
     auto v = parse_uint(item, what, 1, kPidMax);
     if (!v) return Error{v.error()};
-    out.push_back(static_cast<uint32_t>(*v));
+    if (seen.insert(static_cast<uint32_t>(*v)).second) {
+      if (out.size() == kMaxIdList)
+        return Error{"too many " + what + "s: more than " + std::to_string(kMaxIdList) + " distinct IDs in the list"};
+      out.push_back(static_cast<uint32_t>(*v));
+    }
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

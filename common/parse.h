@@ -19,7 +19,12 @@ Result<uint64_t> parse_uint(const std::string& s, const std::string& what, uint6
 Result<uint64_t> parse_duration_ns(const std::string& s, const std::string& what,
                                    uint64_t default_unit_ns, uint64_t min_ns, uint64_t max_ns);
 
-// Comma-separated list of positive IDs ("123,456"), each in [1, 4194304] (pid_max).
+// Most IDs a -p/-t list may hold (BPF filters beyond a handful of IDs use a map of
+// this size, see common/filters.h).
+constexpr size_t kMaxIdList = 4096;
+
+// Comma-separated list of positive IDs ("123,456"), each in [1, 4194304] (pid_max),
+// duplicates dropped (first occurrence kept), at most kMaxIdList distinct IDs.
 Result<std::vector<uint32_t>> parse_id_list(const std::string& s, const std::string& what);
 
 // Human-readable duration for messages, e.g. "1.50 s", "250 ms".

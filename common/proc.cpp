@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -14,14 +15,40 @@ bool pid_exists(uint32_t pid) {
   return pid > 0 && stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0;
 }
 
-bool proc_running(uint32_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+std::optional<ProcStat> read_proc_stat(const std::string& path) {
+  std::ifstream f(path);
   std::string stat;
-  if (!std::getline(f, stat)) return false;
+  if (!std::getline(f, stat)) return std::nullopt;
   auto paren = stat.rfind(')');  // comm may contain spaces and parentheses
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
-  char state = stat[paren + 2];
-  return state != 'Z' && state != 'X' && state != 'x';
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return std::nullopt;
+  std::istringstream in(stat.substr(paren + 2));
+  ProcStat ps;
+  std::string field;
+  // field 3 is the state; 4 ppid; 22 starttime
+  for (int i = 3; i <= 22 && (in >> field); ++i) {
+    if (i == 3) ps.state = field[0];
+    else if (i == 4) ps.ppid = static_cast<uint32_t>(std::strtoul(field.c_str(), nullptr, 10));
+    else if (i == 22) {
+      ps.start_time = std::strtoull(field.c_str(), nullptr, 10);
+      return ps;
+    }
+  }
+  return std::nullopt;
+}
+
+static bool zombie(char state) { return state == 'Z' || state == 'X' || state == 'x'; }
+
+bool proc_running(uint32_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  auto st = read_proc_stat(dir + "/stat");
+  if (!st) return false;
+  if (!zombie(st->state)) return true;
+  for (uint32_t tid : proc_threads(pid)) {  // a zombie leader whose threads run on
+    if (tid == pid) continue;
+    auto t = read_proc_stat(dir + "/task/" + std::to_string(tid) + "/stat");
+    if (t && !zombie(t->state)) return true;
+  }
+  return false;
 }
 
 bool is_thread_of(uint32_t tid, uint32_t pid) {

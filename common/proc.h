@@ -1,14 +1,25 @@
 // Small /proc readers shared by the tools.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace bpfdiag {
 
 bool pid_exists(uint32_t pid);
-// True while the process exists and is not a zombie (state Z/X in /proc/PID/stat):
-// what "the target is still running" means for tools that stop when it exits.
+
+// The fields of /proc/PID/stat the tools need (comm may hold spaces and parentheses).
+struct ProcStat {
+  char state = '?';         // R, S, D, Z, X, ...
+  uint32_t ppid = 0;
+  uint64_t start_time = 0;  // clock ticks after boot (field 22)
+};
+// `path` is a stat file such as "/proc/12/stat" or "/proc/12/task/13/stat".
+std::optional<ProcStat> read_proc_stat(const std::string& path);
+// True while the process exists and has a thread that is not a zombie (a leader that
+// called pthread_exit shows state Z while its other threads run on): what "the target
+// is still running" means for tools that stop when it exits.
 bool proc_running(uint32_t pid);
 // True if `tid` is a thread of process `pid`.
 bool is_thread_of(uint32_t tid, uint32_t pid);

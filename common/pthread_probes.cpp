@@ -1,9 +1,7 @@
 #include "common/pthread_probes.h"
 
 #include <bcc/BPF.h>
-#include <fcntl.h>
 #include <gelf.h>
-#include <libelf.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,7 +11,9 @@
 #include <sstream>
 
 #include "common/bpf_session.h"
+#include "common/elf_file.h"
 #include "common/proc.h"
+#include "common/runloop.h"
 
 namespace bpfdiag {
 
@@ -51,115 +51,55 @@ uint16_t arg_regs(PthreadFn fn) {
 
 // --- ELF access ----------------------------------------------------------------------
 
-struct ElfSym {
+struct FuncSym {
   uint64_t vaddr = 0, size = 0;
 };
 
-class ElfReader {
- public:
-  explicit ElfReader(const std::string& path) {
-    elf_version(EV_CURRENT);
-    fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-      err_ = std::strerror(errno);
+// Default-version FUNC symbol `name`: from .dynsym honouring symbol versions (a hidden
+// compat version only when nothing better exists), else from .symtab (static
+// executables, whose names may carry "@VER" / "@@VER").
+bool find_func(const ElfFile& elf, const std::string& name, FuncSym& out) {
+  bool found_default = false, found_any = false, found_dynamic = false;
+  elf.for_each_symbol([&](const ElfSymbolEntry& s) {
+    if (found_default || (found_dynamic && !s.dynamic)) return;
+    if (s.type != STT_FUNC && s.type != STT_GNU_IFUNC) return;
+    std::string_view sn = s.name;
+    bool hidden = s.hidden;
+    auto at = sn.find('@');
+    if (at != std::string_view::npos) {
+      hidden = hidden || sn.compare(at, 2, "@@") != 0;
+      sn = sn.substr(0, at);
+    }
+    if (sn != name) return;
+    if (hidden) {
+      if (!found_any) out = {s.value, s.size};  // only if nothing better appears
+      found_any = true;
+      found_dynamic = found_dynamic || s.dynamic;
       return;
     }
-    elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
-    if (!elf_ || elf_kind(elf_) != ELF_K_ELF) err_ = "not an ELF file";
-  }
-  ~ElfReader() {
-    if (elf_) elf_end(elf_);
-    if (fd_ >= 0) close(fd_);
-  }
-  const std::string& error() const { return err_; }
+    out = {s.value, s.size};
+    found_default = found_any = true;
+  });
+  return found_any;
+}
 
-  // Default-version FUNC symbol `name` from .dynsym, else .symtab.
-  bool find_func(const std::string& name, ElfSym& out) {
-    return find_in(SHT_DYNSYM, name, out) || find_in(SHT_SYMTAB, name, out);
+// The executable PT_LOAD segment containing vaddr: its bytes and start address.
+bool exec_segment(const ElfFile& elf, uint64_t vaddr, std::vector<uint8_t>& bytes, uint64_t& seg_vaddr) {
+  for (const auto& ph : elf.load_segments()) {
+    if (!(ph.flags & PF_X)) continue;
+    if (vaddr < ph.vaddr || vaddr >= ph.vaddr + ph.filesz) continue;
+    if (!elf.read(ph.offset, ph.filesz, bytes)) return false;
+    seg_vaddr = ph.vaddr;
+    return true;
   }
+  return false;
+}
 
-  // The executable PT_LOAD segment containing vaddr: its bytes and start address.
-  bool exec_segment(uint64_t vaddr, std::vector<uint8_t>& bytes, uint64_t& seg_vaddr) {
-    size_t n = 0;
-    if (elf_getphdrnum(elf_, &n) != 0) return false;
-    for (size_t i = 0; i < n; ++i) {
-      GElf_Phdr ph;
-      if (!gelf_getphdr(elf_, static_cast<int>(i), &ph)) continue;
-      if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
-      if (vaddr < ph.p_vaddr || vaddr >= ph.p_vaddr + ph.p_filesz) continue;
-      bytes.resize(ph.p_filesz);
-      size_t got = 0;
-      while (got < bytes.size()) {
-        ssize_t r = pread(fd_, bytes.data() + got, bytes.size() - got,
-                          static_cast<off_t>(ph.p_offset + got));
-        if (r <= 0) return false;
-        got += static_cast<size_t>(r);
-      }
-      seg_vaddr = ph.p_vaddr;
-      return true;
-    }
-    return false;
-  }
-
- private:
-  bool find_in(unsigned type, const std::string& name, ElfSym& out) {
-    if (!elf_) return false;
-    Elf_Scn* scn = nullptr;
-    Elf_Scn* symscn = nullptr;
-    Elf_Data* versym = nullptr;
-    size_t strndx = 0;
-    while ((scn = elf_nextscn(elf_, scn))) {
-      GElf_Shdr sh;
-      if (!gelf_getshdr(scn, &sh)) continue;
-      if (sh.sh_type == type) {
-        symscn = scn;
-        strndx = sh.sh_link;
-      } else if (type == SHT_DYNSYM && sh.sh_type == SHT_GNU_versym) {
-        versym = elf_getdata(scn, nullptr);
-      }
-    }
-    if (!symscn) return false;
-    Elf_Data* data = elf_getdata(symscn, nullptr);
-    GElf_Shdr sh;
-    gelf_getshdr(symscn, &sh);
-    size_t count = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
-    bool found = false;
-    for (size_t i = 0; i < count; ++i) {
-      GElf_Sym s;
-      if (!gelf_getsym(data, static_cast<int>(i), &s)) continue;
-      if (s.st_shndx == SHN_UNDEF || s.st_value == 0) continue;
-      int t = GELF_ST_TYPE(s.st_info);
-      if (t != STT_FUNC && t != STT_GNU_IFUNC) continue;
-      const char* n = elf_strptr(elf_, strndx, s.st_name);
-      if (!n) continue;
-      // .symtab of static executables may spell versions into the name
-      std::string sn = n;
-      bool hidden = false;
-      auto at = sn.find('@');
-      if (at != std::string::npos) {
-        hidden = sn.compare(at, 2, "@@") != 0;
-        sn.resize(at);
-      }
-      if (sn != name) continue;
-      if (versym && i * sizeof(GElf_Versym) < versym->d_size) {
-        GElf_Versym v;
-        if (gelf_getversym(versym, static_cast<int>(i), &v) && (v & 0x8000)) hidden = true;
-      }
-      if (hidden) {
-        if (!found) out = {s.st_value, s.st_size};  // only if nothing better appears
-        found = true;
-        continue;
-      }
-      out = {s.st_value, s.st_size};
-      return true;
-    }
-    return found;
-  }
-
-  int fd_ = -1;
-  Elf* elf_ = nullptr;
-  std::string err_;
-};
+// "; is PID N still running?" only when the error says it may be gone.
+std::string gone_hint(int pid, int err) {
+  if (pid <= 0 || (err != ENOENT && err != ESRCH)) return "";
+  return "; is PID " + std::to_string(pid) + " still running?";
+}
 
 std::string hex(uint64_t v) {
   char b[32];
@@ -174,50 +114,83 @@ std::string hex(uint64_t v) {
 Result<PthreadLib> pthread_lib_from_maps(const std::string& maps_text, const std::string& root) {
   std::istringstream in(maps_text);
   std::string line, libc, libpthread;
+  std::string libc_range, libpthread_range;
   while (std::getline(in, line)) {
     auto slash = line.find('/');
     if (slash == std::string::npos) continue;
     std::string path = line.substr(slash);
+    std::string range = line.substr(0, line.find(' '));
     if (path.size() > 10 && path.compare(path.size() - 10, 10, " (deleted)") == 0)
       path.resize(path.size() - 10);
     std::string base = path.substr(path.rfind('/') + 1);
-    if (libpthread.empty() && base.rfind("libpthread.so", 0) == 0) libpthread = path;
-    if (libc.empty() && base.rfind("libc.so", 0) == 0) libc = path;
+    if (libpthread.empty() && base.rfind("libpthread.so", 0) == 0) libpthread = path, libpthread_range = range;
+    if (libc.empty() && base.rfind("libc.so", 0) == 0) libc = path, libc_range = range;
     if (libc.empty() && base.rfind("libc-2.", 0) == 0 && base.find(".so") != std::string::npos)
-      libc = path;
+      libc = path, libc_range = range;
   }
   std::string chosen = !libpthread.empty() ? libpthread : libc;
   if (chosen.empty()) return Error{"no libc.so.6 or libpthread.so.0 mapped"};
   PthreadLib lib;
   lib.display = chosen;
   lib.path = root + chosen;
+  lib.map_range = !libpthread.empty() ? libpthread_range : libc_range;
   return lib;
+}
+
+// Opens the library `lib` names as untrusted input: its map_files entry (the mapped
+// inode itself), else its path inside the process's root without following links.
+static Status open_lib(uint32_t pid, const std::string& proc, PthreadLib& lib) {
+  UntrustedOpen r;
+  if (!lib.map_range.empty()) {
+    UntrustedPolicy mf;
+    mf.follow_links = true;  // a kernel magic link
+    r = open_untrusted(proc + "/map_files/" + lib.map_range, mf);
+  }
+  if (!r.file && r.refused.empty()) r = pid ? open_in_proc_root(pid, lib.display, {}) : open_untrusted(lib.display, {});
+  if (!r.file) {
+    if (!r.refused.empty()) return Error{"cannot use " + lib.display + ": " + r.refused};
+    return Error{"cannot open " + lib.display + ": " + std::strerror(r.err) + gone_hint(lib.pid, r.err)};
+  }
+  lib.file = r.file;
+  return std::nullopt;
 }
 
 Result<PthreadLib> find_pthread_lib(uint32_t pid) {
   std::string proc = pid ? "/proc/" + std::to_string(pid) : std::string("/proc/self");
   if (pid && !pid_exists(pid)) return Error{"no process with PID " + std::to_string(pid)};
   std::ifstream f(proc + "/maps");
+  int err = errno;
   std::stringstream ss;
-  ss << f.rdbuf();
+  if (f) ss << f.rdbuf();
   if (!f) {
-    return Error{"cannot read " + proc + "/maps: " + std::strerror(errno) +
-                 (pid ? "; is PID " + std::to_string(pid) + " still running?" : "")};
+    return Error{"cannot read " + proc + "/maps: " + std::strerror(err) +
+                 gone_hint(static_cast<int>(pid), err)};
   }
   auto lib = pthread_lib_from_maps(ss.str(), pid ? proc + "/root" : "");
   if (lib) {
     lib.value().pid = pid ? static_cast<int>(pid) : -1;
+    if (auto st = open_lib(pid, proc, lib.value())) return Error{st->message};
     return lib;
   }
   if (!pid) return Error{"this tool has no libc mapped (cannot happen with a dynamic build)"};
+  if (ss.str().empty()) {
+    if (!pid_exists(pid)) return Error{"no process with PID " + std::to_string(pid)};
+    return Error{"PID " + std::to_string(pid) + " (" + proc_comm(pid) +
+                 ") is a kernel thread; only user processes have pthread mutexes"};
+  }
   // statically linked glibc: the pthread functions are in the executable itself
   std::string exe = proc + "/exe";
-  ElfReader elf(exe);
-  ElfSym s;
-  if (elf.error().empty() && elf.find_func("pthread_mutex_lock", s)) {
+  UntrustedPolicy ep;
+  ep.follow_links = true;  // a kernel magic link to the mapped executable
+  UntrustedOpen r = open_untrusted(exe, ep);
+  warn_if_refused(exe, r);
+  auto elf = ElfFile::open(r.file);
+  FuncSym s;
+  if (elf && find_func(*elf, "pthread_mutex_lock", s)) {
     PthreadLib out;
     out.pid = static_cast<int>(pid);
     out.path = exe;
+    out.file = r.file;
     char buf[4096];
     ssize_t n = readlink(exe.c_str(), buf, sizeof buf - 1);
     out.display = n > 0 ? std::string(buf, static_cast<size_t>(n)) : exe;
@@ -456,17 +429,24 @@ bool branch_targets_range(const uint8_t* t, size_t n, uint64_t base, uint64_t lo
 Result<std::vector<ProbePoint>> resolve_pthread_probes(const PthreadLib& lib,
                                                        const std::vector<PthreadFn>& fns,
                                                        const ProbeOptions& opts) {
-  ElfReader elf(lib.path);
-  if (!elf.error().empty()) {
-    std::string hint = lib.pid > 0 ? "; is PID " + std::to_string(lib.pid) + " still running?" : "";
-    return Error{"cannot read " + lib.path + ": " + elf.error() + hint};
+  std::shared_ptr<UntrustedFile> file = lib.file;
+  if (!file) {
+    UntrustedOpen r = open_untrusted(lib.path, {});
+    if (!r.file) {
+      if (!r.refused.empty()) return Error{"cannot use " + lib.path + ": " + r.refused};
+      return Error{"cannot read " + lib.path + ": " + std::strerror(r.err) + gone_hint(lib.pid, r.err)};
+    }
+    file = r.file;
   }
+  auto elfp = ElfFile::open(file);
+  if (!elfp) return Error{"cannot read " + lib.display + ": not an ELF file"};
+  const ElfFile& elf = *elfp;
   std::vector<ProbePoint> out;
   std::vector<uint8_t> seg;
   uint64_t seg_vaddr = 0;
   for (PthreadFn fn : fns) {
-    ElfSym s;
-    if (!elf.find_func(pthread_fn_name(fn), s)) {
+    FuncSym s;
+    if (!find_func(elf, pthread_fn_name(fn), s)) {
       if (pthread_fn_optional(fn)) continue;
       return Error{std::string("no symbol ") + pthread_fn_name(fn) + " in " + lib.display +
                    " (not glibc?)"};
@@ -474,7 +454,7 @@ Result<std::vector<ProbePoint>> resolve_pthread_probes(const PthreadLib& lib,
     ProbePoint pt{fn, s.vaddr, 0, false};
     if (seg.empty() || s.vaddr < seg_vaddr || s.vaddr >= seg_vaddr + seg.size()) {
       seg.clear();
-      elf.exec_segment(s.vaddr, seg, seg_vaddr);
+      exec_segment(elf, s.vaddr, seg, seg_vaddr);
     }
     if (!seg.empty() && s.vaddr >= seg_vaddr && s.vaddr < seg_vaddr + seg.size()) {
       const uint8_t* code = seg.data() + (s.vaddr - seg_vaddr);
@@ -516,18 +496,20 @@ Status attach_pthread_probes(BpfSession& s, const PthreadLib& lib,
       ebpf::StatusTuple st(0);
       {
         StderrNoiseFilter quiet;
-        st = s.bpf().attach_uprobe(lib.path, "", fn, pt->sym_vaddr + pt->offset,
+        st = s.bpf().attach_uprobe(lib.probe_path(), "", fn, pt->sym_vaddr + pt->offset,
                                    ret ? BPF_PROBE_RETURN : BPF_PROBE_ENTRY, lib.pid);
       }
       if (!st.ok()) {
         std::string msg = st.msg();
         msg = msg.substr(0, msg.find('\n'));
-        std::string hint = lib.pid > 0 ? "; is PID " + std::to_string(lib.pid) + " still running?"
-                                       : "";
+        std::string hint = lib.pid > 0 && !pid_exists(static_cast<uint32_t>(lib.pid))
+                               ? "; is PID " + std::to_string(lib.pid) + " still running?"
+                               : "";
         return Error{std::string("cannot attach ") + (ret ? "uretprobe" : "uprobe") + " to " +
                      lib.display + ":" + pthread_fn_name(h.fn) +
                      (pt->offset ? "+" + hex(pt->offset) : "") + ": " + msg + hint};
       }
+      enter_reporting();  // attached: a stop signal now asks for the report
     }
   }
   return std::nullopt;

@@ -8,9 +8,14 @@
 //                                                "on_lock_ret"}, ...});
 //
 // Where the library is: glibc 2.34+ keeps pthread in libc.so.6, older glibc in
-// libpthread.so.0 (preferred when mapped). The file is opened through /proc/PID/root,
-// so containers work. A process with neither mapped is checked for a statically
-// linked glibc (symbols in its executable); otherwise a one-line error says why.
+// libpthread.so.0 (preferred when mapped). The file is opened as untrusted input
+// (common/untrusted_file.h) through /proc/PID/map_files/<range> (the very inode the
+// process maps, so containers and deleted or swapped paths are safe), else through
+// /proc/PID/root without following links; the uprobes are attached to that open file
+// (/proc/self/fd/N), never to a path the target could replace by a FIFO. A process with
+// neither library mapped is checked for a statically linked glibc (symbols in its
+// executable); a kernel thread or anything else gets a one-line error saying why.
+// ELF reading is the suite's one reader, common/elf_file.h.
 //
 // Symbols: resolved from .dynsym honouring symbol versions (pthread_cond_wait has an
 // old GLIBC_2.2.5 compat version; the default @@ version is the one programs call),
@@ -29,10 +34,12 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
+#include "common/untrusted_file.h"
 
 namespace bpfdiag {
 
@@ -58,11 +65,16 @@ struct PthreadLib {
   std::string path;      // path we open, e.g. /proc/123/root/usr/lib/x86_64-linux-gnu/libc.so.6
   std::string display;   // the path as the process sees it (for messages)
   bool static_exe = false;  // glibc linked into the executable
+  std::string map_range;    // "7f00-7f01": its mapping, for /proc/PID/map_files ("" if none)
+  std::shared_ptr<UntrustedFile> file;  // the validated open file (find_pthread_lib)
+  // What libbcc and the uprobe API get: the open file's /proc/self/fd/N, else path.
+  std::string probe_path() const { return file ? file->fd_path() : path; }
 };
 
 // pid 0: every process that maps the same libc as this tool (uprobes without a pid
-// filter). Errors: "no process with PID N", "PID N has no libc.so.6 or
-// libpthread.so.0 mapped and no pthread symbols in its executable (...)".
+// filter). Errors: "no process with PID N", "PID N (kthreadd) is a kernel thread ...",
+// "PID N has no libc.so.6 or libpthread.so.0 mapped and no pthread symbols in its
+// executable (...)", "cannot open ...: <reason>".
 Result<PthreadLib> find_pthread_lib(uint32_t pid);
 // Same, from a maps file's text (unit tests); `root` prefixes mapped paths.
 Result<PthreadLib> pthread_lib_from_maps(const std::string& maps_text, const std::string& root);
@@ -78,7 +90,8 @@ struct ProbeOptions {
   bool at_symbol = false;  // keep every probe on the symbol's first instruction
 };
 
-// Resolves `fns` in lib.path; optional functions that are absent are left out.
+// Resolves `fns` in lib.file (or lib.path, opened as untrusted input when there is no
+// file); optional functions that are absent are left out.
 Result<std::vector<ProbePoint>> resolve_pthread_probes(const PthreadLib& lib,
                                                        const std::vector<PthreadFn>& fns,
                                                        const ProbeOptions& opts);

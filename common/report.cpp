@@ -4,6 +4,33 @@
 
 namespace bpfdiag {
 
+DataQuality DataQuality::with_keys(const std::vector<std::string>& tool_keys) {
+  DataQuality dq;
+  for (auto& k : tool_keys)
+    if (!is_common_key(k)) dq.extra[k] = 0;
+  return dq;
+}
+
+bool DataQuality::is_common_key(const std::string& key) {
+  return key == "lost_events" || key == "lost_stacks" || key == "unmatched_begin" ||
+         key == "unmatched_end" || key == "map_full";
+}
+
+void DataQuality::add(const std::string& key, uint64_t n) {
+  if (key == "lost_events")
+    lost_events += n;
+  else if (key == "lost_stacks")
+    lost_stacks += n;
+  else if (key == "unmatched_begin")
+    unmatched_begin += n;
+  else if (key == "unmatched_end")
+    unmatched_end += n;
+  else if (key == "map_full")
+    map_full += n;
+  else
+    extra[key] += n;
+}
+
 bool DataQuality::clean() const {
   if (lost_events || lost_stacks || unmatched_begin || unmatched_end || map_full) return false;
   for (auto& [k, v] : extra)
@@ -34,7 +61,8 @@ std::string DataQuality::to_text() const {
 }
 
 void emit_json(std::ostream& os, const nlohmann::json& record) {
-  os << record.dump() << '\n';
+  // Names from the traced processes (comm, symbols) need not be UTF-8: replaced, not thrown.
+  os << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   os.flush();
 }
 

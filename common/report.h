@@ -5,6 +5,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,13 @@ struct DataQuality {
   uint64_t unmatched_end = 0;    // ends whose begin predates tracing or was lost
   uint64_t map_full = 0;         // updates dropped because a map was full
   std::map<std::string, uint64_t> extra;  // tool-specific counters
+
+  // A report's fixed key set: the common keys plus these tool-specific ones, all
+  // present (zero) in every record even when nothing happened.
+  static DataQuality with_keys(const std::vector<std::string>& tool_keys);
+  static bool is_common_key(const std::string& key);
+  // Adds to a common counter or a tool-specific one by name.
+  void add(const std::string& key, uint64_t n);
 
   bool clean() const;
   nlohmann::json to_json() const;

@@ -1,27 +1,87 @@
 #include "common/runloop.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "common/parse.h"
 
 namespace bpfdiag {
 namespace {
 
+const int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+// Shared with the signal handler: lock-free atomics only.
+std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_running{false};       // the run loop has started
+std::atomic<char**> g_temp_paths{nullptr};  // null-terminated, removed before _exit
+
 sigset_t stop_set() {
   sigset_t set;
   sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
+  for (int s : kStopSignals) sigaddset(&set, s);
   return set;
 }
 
-int pending_stop_signal(int wait_ms) {
-  sigset_t set = stop_set();
-  struct timespec ts = {wait_ms / 1000, (wait_ms % 1000) * 1000000L};
-  int sig = sigtimedwait(&set, nullptr, &ts);
-  return sig > 0 ? sig : 0;
+// Removes NAME under the directory DIRFD (a file, or a directory with what it holds,
+// DEPTH levels at most) with system calls only (openat, getdents64, unlinkat), so a
+// signal handler may call it while the tree is still being written.
+void remove_tree_at(int dirfd, const char* name, int depth) {
+  if (unlinkat(dirfd, name, 0) == 0 || errno != EISDIR || depth == 0) {
+    unlinkat(dirfd, name, AT_REMOVEDIR);
+    return;
+  }
+  const int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  alignas(8) char buf[2048];
+  for (;;) {
+    const long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+    if (n <= 0) break;
+    for (long off = 0; off < n;) {
+      struct Ent {
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[1];
+      };
+      const Ent* e = reinterpret_cast<const Ent*>(buf + off);
+      off += e->reclen;
+      if (e->name[0] == '.' && (e->name[1] == 0 || (e->name[1] == '.' && e->name[2] == 0)))
+        continue;
+      remove_tree_at(fd, e->name, depth - 1);
+    }
+  }
+  close(fd);
+  unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+
+void remove_temp_paths() {
+  char** paths = g_temp_paths.load();
+  if (!paths) return;
+  const int saved = errno;
+  for (char** p = paths; *p; ++p) remove_tree_at(AT_FDCWD, *p, 8);
+  errno = saved;
+}
+
+void on_stop_signal(int sig) {
+  const int saved = errno;
+  int expected = 0;
+  const bool first = g_stop_signal.compare_exchange_strong(expected, sig);
+  if (!g_running.load() || !first) {
+    // Nothing to report yet (or asked twice): nothing attached outlives the process,
+    // only our temp files would.
+    remove_temp_paths();
+    _exit(128 + sig);
+  }
+  errno = saved;
 }
 
 }  // namespace
@@ -38,12 +98,57 @@ uint64_t realtime_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec;
 }
 
-void block_stop_signals() {
+void install_stop_handlers() {
+  g_running.store(false);  // a fresh start (e.g. a forked child of a finished run)
+  g_stop_signal.store(0);
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocking read or open returns EINTR at once
+  for (int s : kStopSignals) sigaction(s, &sa, nullptr);
   sigset_t set = stop_set();
-  sigprocmask(SIG_BLOCK, &set, nullptr);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);  // e.g. inherited blocked from a parent
+}
+
+void enter_reporting() { g_running.store(true); }
+
+int stop_signal() { return g_running.load() ? g_stop_signal.load() : 0; }
+
+StopSignalsBlocked::StopSignalsBlocked() {
+  sigset_t set = stop_set();
+  sigprocmask(SIG_BLOCK, &set, &old_);
+}
+
+StopSignalsBlocked::~StopSignalsBlocked() { sigprocmask(SIG_SETMASK, &old_, nullptr); }
+
+void register_temp_paths(const std::vector<std::string>& paths) {
+  char** list = nullptr;
+  if (!paths.empty()) {
+    list = new char*[paths.size() + 1];
+    for (size_t i = 0; i < paths.size(); ++i) list[i] = strdup(paths[i].c_str());
+    list[paths.size()] = nullptr;
+  }
+  sigset_t set = stop_set(), old;
+  sigprocmask(SIG_BLOCK, &set, &old);  // the handler never sees a list being freed
+  char** prev = g_temp_paths.exchange(list);
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  if (prev) {
+    for (char** p = prev; *p; ++p) free(*p);
+    delete[] prev;
+  }
+}
+
+std::string banner_until(const Schedule& s) {
+  if (s.duration_ns) return " for " + format_duration(*s.duration_ns) + ".";
+  if (s.interval_ns && s.count) return " for " + std::to_string(*s.count) + " intervals.";
+  return "... Hit Ctrl-C to end.";
 }
 
 int run_loop(const Schedule& s, const RunHooks& hooks) {
+  // A stop signal from now on asks for the final report instead of ending the process.
+  // One that came before (the handler ended the process then) cannot be pending here.
+  g_running.store(true);
   const uint64_t start = monotonic_ns();
   uint64_t next_tick = s.interval_ns ? start + *s.interval_ns : UINT64_MAX;
   const uint64_t end = s.duration_ns ? start + *s.duration_ns : UINT64_MAX;
@@ -53,13 +158,14 @@ int run_loop(const Schedule& s, const RunHooks& hooks) {
     uint64_t now = monotonic_ns();
     uint64_t wake = std::min(next_tick, end);
     int budget = wake <= now ? 0 : static_cast<int>(std::min<uint64_t>((wake - now) / 1000000ULL + 1, 100));
+    if ((sig = stop_signal())) break;
     if (hooks.poll) {
       hooks.poll(budget);
-      sig = pending_stop_signal(0);
-    } else {
-      sig = pending_stop_signal(budget);
+    } else if (budget > 0) {
+      struct timespec ts = {budget / 1000, (budget % 1000) * 1000000L};
+      nanosleep(&ts, nullptr);  // a signal ends it early (EINTR)
     }
-    if (sig) break;
+    if ((sig = stop_signal())) break;
     if (hooks.should_stop && hooks.should_stop()) break;
     now = monotonic_ns();
     if (now >= end) break;

@@ -1,15 +1,46 @@
 // Process lifecycle shared by every tool: SIGINT, SIGTERM and the end of a duration
 // all lead to the final report; interval ticks in between.
 #pragma once
+#include <signal.h>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace bpfdiag {
 
-// Blocks SIGINT/SIGTERM/SIGHUP so they are only consumed by the run loop. Call at the
-// start of main(), before any thread exists.
-void block_stop_signals();
+// Stop signals (SIGINT, SIGTERM, SIGHUP) work at every point of a run:
+//  - until the run loop starts (parsing, compiling, attaching) nothing exists to report
+//    and nothing attached outlives the process (every probe and program is held by a
+//    file descriptor), so a stop signal removes the registered temp files and ends the
+//    process at once with exit 128+signal (130 for Ctrl-C);
+//  - once the run loop has started, it asks the loop to stop and print the final
+//    report; blocking system calls return EINTR instead of holding the report up. A
+//    second stop signal while the report is being made ends the process at once.
+// Call at the start of main(), before any thread exists (tool_main does).
+void install_stop_handlers();
+// From now on a stop signal asks for the final report instead of ending the process.
+// run_loop() calls it, and so does every successful BpfSession attach: once a probe is
+// attached the tool has something to report, even if the signal lands before the loop.
+void enter_reporting();
+// The stop signal received since the run loop started, or 0.
+int stop_signal();
+// Paths a stop signal before the run loop removes (a directory with everything in it,
+// however far it has been written); replaces any earlier list. An empty list clears it.
+void register_temp_paths(const std::vector<std::string>& paths);
+// Holds the stop signals back while alive (they are delivered when it ends), e.g. from
+// creating a temp dir until it is registered, so no signal lands in between.
+class StopSignalsBlocked {
+ public:
+  StopSignalsBlocked();
+  ~StopSignalsBlocked();
+  StopSignalsBlocked(const StopSignalsBlocked&) = delete;
+  StopSignalsBlocked& operator=(const StopSignalsBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
 
 struct Schedule {
   std::optional<uint64_t> interval_ns;  // periodic reports; none: only the final one
@@ -30,6 +61,10 @@ struct RunHooks {
 // Runs until a stop signal, the duration, or `count` intervals. Returns the signal
 // number that stopped it, or 0.
 int run_loop(const Schedule& s, const RunHooks& hooks);
+
+// " for 5 s." with a duration, "... Hit Ctrl-C to end." otherwise: the end of every
+// tool's "Tracing ..." banner.
+std::string banner_until(const Schedule& s);
 
 uint64_t monotonic_ns();
 uint64_t realtime_ns();

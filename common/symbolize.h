@@ -2,10 +2,15 @@
 //
 // Kernel text symbols come from /proc/kallsyms (CONFIG_KALLSYMS_ALL is off on our
 // target, so only functions). User symbols are read from the ELF .symtab/.dynsym of
-// every file a process maps (seen through /proc/PID/root, so containers work; detached
-// debug files under /usr/lib/debug/.build-id are used when present), plus the JIT map
-// /tmp/perf-PID.map. A process's mappings and symbol tables are snapshot the first time
-// the tool sees it (remember()), so its stacks stay resolvable after it exits.
+// every file a process maps (through /proc/PID/map_files, else /proc/PID/root, so
+// deleted files and containers work; detached debug files under
+// /usr/lib/debug/.build-id are used when present), plus the JIT map /tmp/perf-PID.map.
+// All of these are opened as untrusted input (common/untrusted_file.h): a FIFO, a
+// symlink or a huge file there is refused with one warning line, never read.
+// A process's mappings are snapshot the first time the tool sees it (remember()), so
+// its stacks stay resolvable after it exits; symbol tables are per file, shared by
+// every process that maps it. forget_exited() drops processes that are gone once the
+// tool no longer needs them, so long runs under fork-heavy loads stay bounded.
 //
 // PUBLIC API (everything else is an implementation detail):
 //   Symbolizer sym;                      // one per tool; not thread-safe
@@ -15,6 +20,9 @@
 //   sym.data(pid, addr)       -> "cache_lock" / "cache_lock+8" or "[unknown] (prog+0x4040)"
 //   sym.lookup_*(...)         -> the same with structured fields (name, offset, module)
 //   sym.stats()               -> how many lookups failed (for DataQuality)
+//   sym.forget_exited(keep)   -> drop exited processes (after their stacks were printed)
+//   sym.forget_exited_every(interval, still_needed) -> the same, rate-limited, for
+//                                tools that print once at the end (offcputime)
 //   find_user_data_symbol(pid, "cache_lock"), find_kernel_data_symbol(name),
 //   kernel_data_symbol_at(addr) -> name -> address for lock filters
 //   read_kallsyms()           -> the one /proc/kallsyms parser (text + data)
@@ -23,10 +31,13 @@
 // Names are demangled by default (Symbolizer::Options::demangle).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace bpfdiag {
@@ -89,6 +100,7 @@ class Symbolizer {
     uint64_t kernel_unknown = 0;  // kernel addresses with no kallsyms entry
     uint64_t user_unknown = 0;    // user addresses with no symbol
     uint64_t pids_unreadable = 0; // remember() failed: process gone before first sight
+    uint64_t pids_forgotten = 0;  // exited processes dropped by forget_exited()
   };
 
   Symbolizer();
@@ -126,12 +138,25 @@ class Symbolizer {
 
   const Stats& stats() const { return stats_; }
 
+  // Forgets every remembered process that has exited (or whose PID now belongs to a
+  // later process) unless keep(pid) is true, and the symbol tables no remaining process
+  // uses. Call it at a point where the forgotten processes' stacks were printed (after
+  // a report) or will never be asked for. Returns how many were forgotten.
+  size_t forget_exited(const std::function<bool(uint32_t pid)>& keep = {});
+  // At most once per interval_ns: when some remembered process has exited, asks
+  // still_needed() for the pids whose stacks are yet to be printed (e.g. the tgids in
+  // a BPF counts map) and forgets the other exited ones. Cheap to call from a poll loop.
+  size_t forget_exited_every(uint64_t interval_ns, const std::function<std::set<uint32_t>()>& still_needed);
+  size_t remembered_count() const;     // processes currently held (tests, -v)
+  size_t symbol_tables_count() const;  // ELF files currently held
+
  private:
   struct Module;   // one mapped file in one process
   struct Process;  // a snapshot of one process
   bool load_process(uint32_t pid, Process& p);
-  std::shared_ptr<ElfSymbols> elf_for(uint32_t pid, const std::string& path, uint64_t dev,
-                                      uint64_t inode, const std::string& map_files_path);
+  std::shared_ptr<ElfSymbols> elf_for(uint32_t pid, const std::string& path,
+                                      const std::string& map_files_path);
+  std::shared_ptr<const std::string> intern(const std::string& s);
   void load_kallsyms();
   SymbolInfo lookup_in_process(uint32_t pid, uint64_t addr, bool want_data);
 
@@ -140,7 +165,10 @@ class Symbolizer {
   bool kallsyms_loaded_ = false;
   std::vector<KernelSymbol> ksyms_;
   std::map<uint32_t, std::unique_ptr<Process>> procs_;
-  std::map<std::string, std::shared_ptr<ElfSymbols>> elf_cache_;  // key: dev:inode or path
+  // key: UntrustedFile::identity() (dev:inode:mtime:size of the opened file)
+  std::map<std::string, std::shared_ptr<ElfSymbols>> elf_cache_;
+  std::unordered_map<std::string, std::weak_ptr<const std::string>> paths_;  // interned
+  uint64_t last_gc_ns_ = 0;
 };
 
 }  // namespace bpfdiag

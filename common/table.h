@@ -36,6 +36,16 @@ nlohmann::json cell_to_json(const Cell& c);
 int cell_compare(const Cell& a, const Cell& b);
 // Compact duration for tables: "812ns", "12.3us", "4.56ms", "1.23s", "95.0s" (<= 7 chars).
 std::string fmt_ns(uint64_t ns);
+// An address as the suite writes it: "0x7f12a0" (lower case, no padding).
+inline std::string hex_addr(uint64_t v) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  do {
+    out.insert(out.begin(), kDigits[v & 0xf]);
+    v >>= 4;
+  } while (v);
+  return "0x" + out;
+}
 // RFC 4180 quoting: fields with ',', '"' or a newline are quoted, '"' doubled.
 std::string csv_escape(const std::string& s);
 // Splits "a,b,,c" into {"a","b","c"}, trimming spaces.
@@ -50,12 +60,26 @@ struct Column {
   // Text rendering of the cell; empty: cell_to_string(value(row)).
   std::function<std::string(const Row&)> print;
   bool shown_by_default = true;
+  // Other names --sort/--fields accept for this column (e.g. "total" for
+  // "wait_total_ns"); `name` is the one CSV and JSON use.
+  std::vector<std::string> aliases;
 
   Column(std::string n, std::string h, int w, std::function<Cell(const Row&)> v,
-         std::function<std::string(const Row&)> p = {}, bool shown = true)
+         std::function<std::string(const Row&)> p = {}, bool shown = true,
+         std::vector<std::string> a = {})
       : name(std::move(n)), header(std::move(h)), width(w), value(std::move(v)),
-        print(std::move(p)), shown_by_default(shown) {}
+        print(std::move(p)), shown_by_default(shown), aliases(std::move(a)) {}
 };
+
+// A duration column: the raw nanoseconds for CSV, JSON and --sort, fmt_ns() in text.
+//   ns_column<Row>("wait_total_ns", "TOTAL", [](const Row& r) { return r.total_ns; }, true, {"total"})
+template <typename Row, typename Get>
+Column<Row> ns_column(std::string name, std::string header, Get get, bool shown = true,
+                      std::vector<std::string> aliases = {}, int width = 7) {
+  return Column<Row>(
+      std::move(name), std::move(header), width, [get](const Row& r) { return Cell(uint64_t(get(r))); },
+      [get](const Row& r) { return fmt_ns(uint64_t(get(r))); }, shown, std::move(aliases));
+}
 
 template <typename Row>
 class Table {
@@ -100,7 +124,10 @@ class Table {
   bool has_column(const std::string& name) const { return find(name) >= 0; }
   std::string names_list() const {
     std::string s;
-    for (auto& c : cols_) s += (s.empty() ? "" : ", ") + c.name;
+    for (auto& c : cols_) {
+      s += (s.empty() ? "" : ", ") + c.name;
+      for (auto& a : c.aliases) s += " (" + a + ")";
+    }
     return s;
   }
   const std::vector<Column<Row>>& columns() const { return cols_; }
@@ -160,8 +187,11 @@ class Table {
 
  private:
   long find(const std::string& name) const {
-    for (size_t i = 0; i < cols_.size(); ++i)
+    for (size_t i = 0; i < cols_.size(); ++i) {
       if (cols_[i].name == name) return static_cast<long>(i);
+      for (auto& a : cols_[i].aliases)
+        if (a == name) return static_cast<long>(i);
+    }
     return -1;
   }
   static std::string pad(const std::string& s, int width, size_t k) {

@@ -1,10 +1,15 @@
-"""Shared helpers for the integration tests (stdlib only).
+"""Shared helpers for the integration tests (stdlib, plus python3-jsonschema for schemas).
 
 Each test_*.py is run by ctest with BIN, WORKLOADS and SRC in the environment and
-exits 77 (skipped, with the reason printed) when it cannot run here.
+exits 77 (ctest SKIP_RETURN_CODE, with the reason printed) when it cannot run here;
+under CI=true a skip of something scripts/install-deps provides is a failure.
 """
+import difflib
 import json
 import os
+import re
+import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,66 +19,11 @@ BIN = os.environ.get("BIN", os.path.join(os.path.dirname(__file__), "../../build
 WORKLOADS = os.environ.get("WORKLOADS", os.path.join(os.path.dirname(__file__), "../../build/workloads"))
 SRC = os.environ.get("SRC", os.path.join(os.path.dirname(__file__), "../.."))
 SKIP = 77
+CI = os.environ.get("CI") == "true"
+SCHEMA_DIR = os.path.join(SRC, "docs/schema")   # <tool>.schema.json
+GOLDEN_DIR = os.path.join(SRC, "tests/golden")
 
 _failures = []
-
-
-def require_root():
-    if os.geteuid() != 0:
-        print("SKIP: needs root to load BPF programs")
-        sys.exit(SKIP)
-    if not os.path.exists("/sys/kernel/btf/vmlinux"):
-        print("SKIP: kernel has no BTF (/sys/kernel/btf/vmlinux)")
-        sys.exit(SKIP)
-
-
-def tool(name):
-    return os.path.join(BIN, name)
-
-
-def workload(name):
-    return os.path.join(WORKLOADS, name)
-
-
-def run(args, timeout=60, **kw):
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw)
-
-
-def start(args):
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_attached(proc, marker=None, timeout=15.0):
-    """Waits until a tool has attached: for text output its banner line, for JSON a
-    fixed settle time after start (the tools attach in well under a second)."""
-    if marker is None:
-        time.sleep(2.0)
-        return
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if marker in line:
-            return
-        if proc.poll() is not None:
-            break
-    raise AssertionError("tool did not attach: %s" % proc.stderr.read())
-
-
-def stop(proc, timeout=20):
-    """SIGINT, then collect (stdout, stderr, returncode)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=timeout)
-    return out, err, proc.returncode
-
-
-def ndjson(text):
-    recs = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            recs.append(json.loads(line))
-    return recs
 
 
 def check(cond, msg):
@@ -84,43 +34,40 @@ def check(cond, msg):
     return cond
 
 
-def within(actual, expected, rel=None, abs_=None):
-    tol = 0.0
-    if rel is not None:
-        tol = max(tol, abs(expected) * rel)
-    if abs_ is not None:
-        tol = max(tol, abs_)
-    return abs(actual - expected) <= tol
+def finish():
+    _schema_summary()
+    if _failures:
+        print("%d check(s) failed" % len(_failures))
+        sys.exit(1)
+    print("all checks passed")
+    sys.exit(0)
 
 
-def usage_error(args, expect_rc=2):
-    """Runs a tool expecting a one-line error on stderr and exit code expect_rc."""
-    r = run(args, timeout=30)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    check(r.returncode == expect_rc and len(lines) == 1 and r.stdout == "",
-          "%s -> exit %d with one stderr line (got %d, %r)" % (" ".join(args[1:]), expect_rc, r.returncode, r.stderr.strip()))
+# --- environment gates ------------------------------------------------------------------
+def skip(reason, provided=True):
+    """Ends the test as skipped (exit 77). `provided`: CI (CI=true) has this thing
+    (root, BTF, a package scripts/install-deps installs), so there the skip would hide
+    a broken setup and is a failure instead."""
+    if CI and provided:
+        check(False, "CI=true, yet: %s" % reason)
+        finish()
+    print("SKIP: " + reason)
+    sys.exit(SKIP)
 
 
-def leftover_probe_events():
-    """Dynamic probe events that libbcc created (names contain "bcc_") and did not
-    remove; libbcc names them after the tracing process, so any left are ours."""
-    left = []
-    for d in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
-        for f in ("uprobe_events", "kprobe_events"):
-            try:
-                with open(os.path.join(d, f)) as fh:
-                    left += [l.strip() for l in fh if "bcc_" in l]
-            except OSError:
-                pass
-    return left
+def require_root():
+    if os.geteuid() != 0:
+        skip("needs root to load BPF programs")
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        skip("kernel has no BTF (/sys/kernel/btf/vmlinux)")
 
 
-def not_root_error(args):
-    """As an unprivileged user the tool must fail with one clear line and exit 1."""
-    r = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *args], timeout=30)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    check(r.returncode == 1 and len(lines) == 1 and "root" in r.stderr,
-          "not root -> exit 1 with one line naming root (got %d, %r)" % (r.returncode, r.stderr.strip()))
+def need(binary, pkg):
+    """Path of `binary`, or a skip naming the Debian package install-deps installs."""
+    path = shutil.which(binary)
+    if not path:
+        skip("%s not installed (scripts/install-deps installs %s)" % (binary, pkg))
+    return path
 
 
 def require_built(*paths):
@@ -132,9 +79,303 @@ def require_built(*paths):
         finish()
 
 
-def finish():
-    if _failures:
-        print("%d check(s) failed" % len(_failures))
-        sys.exit(1)
-    print("all checks passed")
-    sys.exit(0)
+def tool(name):
+    return os.path.join(BIN, name)
+
+
+def workload(name):
+    return os.path.join(WORKLOADS, name)
+
+
+# --- running tools ----------------------------------------------------------------------
+def run(args, timeout=60, **kw):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def start(args, **kw):
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def wait_for(cond, timeout, what, step=0.01):
+    """Polls cond() until true (returns its value) or fails the check after `timeout` s.
+    A wait for a state, not a fixed sleep standing in for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v or time.monotonic() >= deadline:
+            break
+        time.sleep(step)
+    check(bool(v), "%s (waited up to %.1f s)" % (what, timeout))
+    return v
+
+
+# "Tracing ...", "naptime: tracing ...", "Sampling ...": every tool's banner, printed
+# once its probes are attached, on stdout or (in -j/--csv modes) on stderr.
+_BANNER = re.compile(r"^(\w+: )?(Tracing|tracing|Sampling|sampling)\b")
+
+
+def is_type(rec, tool_name, kind):
+    """rec is a `<tool>.<kind>` record (new envelope) or `<tool>_<kind>` (old name)."""
+    t = rec.get("type") if isinstance(rec, dict) else None
+    return t in ("%s.%s" % (tool_name, kind), "%s_%s" % (tool_name, kind))
+
+
+def _attach_line(line):
+    """What a line says about attaching: the start record or banner, else None."""
+    s = line.strip()
+    if s.startswith("{"):
+        try:
+            rec = json.loads(s)
+        except ValueError:
+            return None
+        t = rec.get("type", "") if isinstance(rec, dict) else ""
+        return "start record %s" % t if re.match(r"^\w+[._]start$", t) else None
+    return "banner %r" % s[:60] if _BANNER.match(s) else None
+
+
+def wait_attached(proc, timeout=15.0):
+    """Waits until a tool started with start() says its probes are attached: the JSON
+    start record ({"type":"<tool>.start",...}) on stdout or the banner line on stdout
+    or stderr. What it read is kept on proc and returned again by stop(). Returns what
+    it saw; fails (and stops the tool) if the tool exits or stays silent."""
+    proc._pre = {"out": b"", "err": b""}
+    streams = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
+    sel = selectors.DefaultSelector()
+    for fd in streams:
+        sel.register(fd, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    seen, partial = None, {"out": b"", "err": b""}
+    try:
+        while seen is None and time.monotonic() < deadline:
+            for key, _ in sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                name = streams[key.fd]
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fd)
+                    continue
+                proc._pre[name] += data
+                partial[name] += data
+                *lines, partial[name] = partial[name].split(b"\n")
+                for l in lines:
+                    seen = seen or _attach_line(l.decode(errors="replace"))
+            if not sel.get_map():
+                break  # both streams closed: the tool ended
+    finally:
+        sel.close()
+    if seen is None:
+        out, err, rc = stop(proc)
+        check(False, "%s attached within %.0f s (rc %s, stderr %r)" % (
+            os.path.basename(proc.args[0]), timeout, rc, err.strip()[-300:]))
+    return seen
+
+
+def stop(proc, timeout=20, sig=signal.SIGINT):
+    """Sends `sig` (SIGINT), then collects (stdout, stderr, returncode), including what
+    wait_attached() read."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    out, err = proc.communicate(timeout=timeout)
+    pre = getattr(proc, "_pre", None)
+    if pre:
+        out = pre["out"].decode(errors="replace") + (out or "")
+        err = pre["err"].decode(errors="replace") + (err or "")
+        proc._pre = None
+    return out, err, proc.returncode
+
+
+def usage_error(args, expect_rc=2):
+    """Runs a tool expecting a one-line error on stderr and exit code expect_rc."""
+    r = run(args, timeout=30)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    check(r.returncode == expect_rc and len(lines) == 1 and r.stdout == "",
+          "%s -> exit %d with one stderr line (got %d, %r)" % (" ".join(args[1:]), expect_rc, r.returncode, r.stderr.strip()))
+
+
+def not_root_error(args):
+    """As an unprivileged user the tool must fail with one clear line and exit 1."""
+    r = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *args], timeout=30)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    check(r.returncode == 1 and len(lines) == 1 and "root" in r.stderr,
+          "not root -> exit 1 with one line naming root (got %d, %r)" % (r.returncode, r.stderr.strip()))
+
+
+def within(actual, expected, rel=None, abs_=None):
+    tol = 0.0
+    if rel is not None:
+        tol = max(tol, abs(expected) * rel)
+    if abs_ is not None:
+        tol = max(tol, abs_)
+    return abs(actual - expected) <= tol
+
+
+# --- BPF objects a process holds, and what outlives it (harness_bpf.py) ------------------
+from harness_bpf import (BASELINE_PROGS, bpf_fds, bpf_prog_ids, held_prog_ids,  # noqa: E402,F401
+                         leftover_bpf_programs, leftover_probe_events)
+
+
+# --- NDJSON and schemas -----------------------------------------------------------------
+_schemas = {}     # tool -> validator, or None when docs/schema/<tool>.schema.json is absent
+_validated = {}   # tool -> records validated
+
+
+def _validator(tool_name):
+    if tool_name not in _schemas:
+        path = os.path.join(SCHEMA_DIR, "%s.schema.json" % tool_name)
+        if not os.path.exists(path):
+            _schemas[tool_name] = None
+        else:
+            try:
+                import jsonschema
+            except ImportError:
+                skip("python3-jsonschema is needed to validate %s (scripts/install-deps installs it)" % path)
+            with open(path) as f:
+                schema = json.load(f)
+            cls = jsonschema.validators.validator_for(schema)
+            cls.check_schema(schema)
+            _schemas[tool_name] = cls(schema)
+    return _schemas[tool_name]
+
+
+def validate_ndjson(tool_name, records):
+    """Validates each record (a dict or a JSON line) against
+    docs/schema/<tool>.schema.json when that file exists; each invalid record is a
+    failed check. Returns how many were validated (0 when there is no schema)."""
+    v = _validator(tool_name)
+    if v is None:
+        _validated.setdefault(tool_name, 0)
+        return 0
+    n = 0
+    for rec in records:
+        if isinstance(rec, str):
+            if not rec.strip():
+                continue
+            rec = json.loads(rec)
+        errs = sorted(v.iter_errors(rec), key=lambda e: list(e.absolute_path))
+        if errs:
+            e = errs[0]
+            check(False, "%s record %s matches docs/schema/%s.schema.json: %s at /%s" % (
+                tool_name, rec.get("type"), tool_name, e.message[:200],
+                "/".join(map(str, e.absolute_path))))
+        n += 1
+    _validated[tool_name] = _validated.get(tool_name, 0) + n
+    return n
+
+
+def validated(tool_name, records):
+    """validate_ndjson, then the records (for chaining)."""
+    validate_ndjson(tool_name, records)
+    return records
+
+
+def validate(tool_name, records):
+    """One check: there are records and every one matches the tool's schema."""
+    n = validate_ndjson(tool_name, records)
+    return check(n > 0 and n == len([r for r in records if not isinstance(r, str) or r.strip()]),
+                 "%d %s records validated against docs/schema/%s.schema.json" % (n, tool_name, tool_name))
+
+
+def schema_verdict(tool_name):
+    """One check: some of the tool's records were validated (each invalid one already
+    failed its own check)."""
+    check(_validated.get(tool_name, 0) > 0, "%d %s records validated against docs/schema/%s.schema.json" % (
+        _validated.get(tool_name, 0), tool_name, tool_name))
+
+
+def ndjson(text, tool_name=None):
+    """Parses NDJSON. Each record is validated against its tool's schema: `tool_name`,
+    or the tool a `<tool>.<kind>` type names (when docs/schema/<tool>.schema.json
+    exists)."""
+    recs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            recs.append(json.loads(line))
+    by_tool = {}
+    for r in recs:
+        t = tool_name
+        if t is None and isinstance(r, dict) and "." in str(r.get("type", "")):
+            t = r["type"].split(".", 1)[0]
+        if t:
+            by_tool.setdefault(t, []).append(r)
+    for t, rs in by_tool.items():
+        validate_ndjson(t, rs)
+    return recs
+
+
+def _schema_summary():
+    if _validated:
+        print("schema: " + ", ".join(
+            ("%s %d records validated" % (t, n)) if _schemas.get(t) else ("%s no schema (not validated)" % t)
+            for t, n in sorted(_validated.items())))
+
+
+# --- golden files -----------------------------------------------------------------------
+def check_golden(name, text):
+    """Compares `text` with tests/golden/<name>; UPDATE_GOLDEN=1 rewrites the file
+    instead (review the diff). A missing file is a failure naming the variable."""
+    path = os.path.join(GOLDEN_DIR, name)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        print("updated golden file %s" % path)
+        return True
+    try:
+        with open(path) as f:
+            want = f.read()
+    except OSError:
+        return check(False, "golden %s exists (UPDATE_GOLDEN=1 writes it)" % name)
+    if want == text:
+        return check(True, "output matches golden %s" % name)
+    diff = difflib.unified_diff(want.splitlines(), text.splitlines(), "golden/" + name, "actual", lineterm="")
+    print("\n".join(list(diff)[:40]))
+    return check(False, "output matches golden %s (UPDATE_GOLDEN=1 rewrites it)" % name)
+
+
+# --- a workload that measures its own ground truth over the tool's window ---------------
+def measure_against_truth(wl, pid, tool_args, tool_name, timeout=120):
+    """`wl` (a Popen with stdin and stdout pipes) is a workload that, told "start" and
+    then "stop" on stdin, prints its own measurement of that window as one JSON line.
+    The tool (tool_args + ["-p", pid], JSON mode) opens the window with its start record
+    and its first "<tool>.summary" (which ends every report) closes it. Returns
+    (rc, stderr, records, truth): records are every record after the start record."""
+    tp = subprocess.Popen(tool_args + ["-p", str(pid)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    records, started, closed = [], False, False
+    for line in tp.stdout:
+        rec = ndjson(line, tool_name)[0]
+        if is_type(rec, tool_name, "start"):
+            started = True
+            wl.stdin.write("start\n")
+            wl.stdin.flush()
+            continue
+        records.append(rec)
+        if is_type(rec, tool_name, "summary") and not closed:
+            closed = True
+            wl.stdin.write("stop\n")
+            wl.stdin.flush()
+    err = tp.stderr.read()
+    rc = tp.wait(timeout=timeout)
+    check(started, "%s printed its start record before its reports" % tool_name)
+    truth = json.loads(wl.stdout.readline()) if closed and started else None
+    return rc, err, records, truth
+
+
+def compare_pool(label, s, truth):
+    """threadpool's summary `s` of a pool vs the workload's own figures: utilisation
+    within 0.1 absolute, busy workers within 15%, data quality clean."""
+    print("%s truth: %s" % (label, json.dumps(truth)))
+    print("%s threadpool: group %s threads %d util %.3f busy %.2f verdict %s (%s); blocked %s; "
+          "work waits: %s" % (label, s["group"], s["thread_count"], s["utilization"], s["busy_avg"],
+                              s["verdict"], s["verdict_reason"], json.dumps(s["blocked_total_ns"]),
+                              s["work_waits"]["description"]))
+    check(abs(s["utilization"] - truth["utilization"]) <= 0.1,
+          "%s: utilisation %.3f vs the workload's own %.3f (within 0.1)" % (
+              label, s["utilization"], truth["utilization"]))
+    # time waiting for a CPU (truth's runnable_avg, ~0 on a quiet box) may count as busy
+    lo, hi = truth["busy_avg"], truth["busy_avg"] + truth.get("runnable_avg", 0.0)
+    check(0.85 * lo <= s["busy_avg"] <= 1.15 * hi,
+          "%s: busy workers %.2f vs the workload's own %.2f (+ %.2f waiting for a CPU) within 15%%" % (
+              label, s["busy_avg"], lo, hi - lo))
+    check(s["data_quality"]["lost_events"] == 0 and s["data_quality"]["map_full"] == 0,
+          "%s: data quality clean: %s" % (label, json.dumps(s["data_quality"])))

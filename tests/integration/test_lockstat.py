@@ -11,7 +11,7 @@
    preemption between its clock reads and the lock; futex tracing sees only the time
    inside the futex syscall. With ~1.4 ms waits that is < 1% normally, but other
    tests share this 2-CPU machine, so we allow 10%.
-2. per-thread view (-t): each worker thread's total within 10% (or 3 ms) of its own.
+2. per-thread view (-P): each worker thread's total within 10% (or 3 ms) of its own.
 3. --uprobes: the pthread_mutex_lock calls counted equal the workload's acquisitions
    and the time within 10%; the call site is update_cache.
 4. kernel locks: mmap_storm's threads contend on their mmap_lock; lockstat -K names it
@@ -19,8 +19,12 @@
 5. bad input: usage errors (exit 2), unknown lock symbol, a PID without libc for
    --uprobes, a stripped static binary, a PID that exits while traced (exit 0 with a
    note), not root; nothing left attached.
+Every NDJSON record of every run is validated against docs/schema/lockstat.schema.json,
+and every -j run starts with a lockstat.start record (the probes are attached).
 """
+import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -33,6 +37,16 @@ LOCKSTAT = tool("lockstat")
 TMP = tempfile.mkdtemp(prefix="lockstat-test-")
 
 
+def wait_banner(proc, timeout=30):
+    """Text mode: the "Tracing ..." banner on stderr says the probes are attached."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line or "Tracing" in line:
+            return
+    raise AssertionError("lockstat did not attach")
+
+
 def traced_run(wl, wargs, largs, timeout=60):
     """Starts the workload (waiting on a go file), attaches lockstat -p PID, then lets
     the workload run; lockstat ends when the workload exits. Returns
@@ -42,14 +56,9 @@ def traced_run(wl, wargs, largs, timeout=60):
         os.unlink(go)
     w = start([workload(wl), "--go-file", go] + wargs)
     pid = int(w.stderr.readline().split()[1])
-    l = start([LOCKSTAT, "-p", str(pid), "-j", "-E", "0"] + largs)
-    err_head = []
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        line = l.stderr.readline()
-        if not line or "Tracing" in line:
-            break
-        err_head.append(line)
+    l = start([LOCKSTAT, "-p", str(pid), "-j", "-n", "0"] + largs)
+    # the first record says the probes are attached (no fixed sleep)
+    first = l.stdout.readline()
     open(go, "w").close()
     wout, _ = w.communicate(timeout=timeout)
     try:
@@ -57,12 +66,15 @@ def traced_run(wl, wargs, largs, timeout=60):
     except subprocess.TimeoutExpired:
         l.kill()
         lout, lerr = l.communicate()
-    return json.loads(wout), ndjson(lout), "".join(err_head) + lerr, l.returncode
+    recs = ndjson(first + lout, "lockstat")
+    check(bool(recs) and recs[0]["type"] == "lockstat.start" and recs[0]["pid"] == [pid],
+          "-j: the first record is lockstat.start for PID %d (%s)" % (pid, first.strip()[:120]))
+    return json.loads(wout), recs, lerr, l.returncode
 
 
 def lock_record(recs, addr):
     for r in recs:
-        if r.get("type") == "lock" and r["addr"] == addr:
+        if r.get("type") == "lockstat.lock" and r["addr"] == addr:
             return r
     return None
 
@@ -86,13 +98,13 @@ MC_ARGS = ["--threads", "4", "--hold-us", "500", "--gap-us", "200", "--hold-mode
 
 def futex_run():
     gt, recs, err, rc = traced_run("mutex_contention", MC_ARGS, ["-U"])
-    r = lock_record(recs, gt["mutex_addr_int"])
+    r = lock_record(recs, gt["mutex_addr"])
     d = {"gt": gt, "rec": r, "recs": recs, "err": err, "rc": rc}
     if r is None:
         d["why"] = "no record for %s: %s" % (gt["mutex_addr"], err.strip())
         return False, d
-    ok = within(r["total_wait_ns"], gt["total_wait_ns"], rel=0.10)
-    d["why"] = "total %d vs %d" % (r["total_wait_ns"], gt["total_wait_ns"])
+    ok = within(r["wait_total_ns"], gt["total_wait_ns"], rel=0.10)
+    d["why"] = "total %d vs %d" % (r["wait_total_ns"], gt["total_wait_ns"])
     return ok, d
 
 
@@ -104,34 +116,33 @@ check(r is not None, "futex mode: a record for the mutex at %s" % gt["mutex_addr
 if r:
     print("     workload: %d acquisitions, %d slow, total wait %.1f ms; lockstat: %d waits, %.1f ms"
           % (gt["acquisitions"], gt["slow_acquisitions"], gt["total_wait_ns"] / 1e6,
-             r["contended"], r["total_wait_ns"] / 1e6))
-    check(within(r["total_wait_ns"], gt["total_wait_ns"], rel=0.10),
+             r["wait_count"], r["wait_total_ns"] / 1e6))
+    check(within(r["wait_total_ns"], gt["total_wait_ns"], rel=0.10),
           "futex mode: total wait %.1f ms within 10%% of the workload's own %.1f ms"
-          % (r["total_wait_ns"] / 1e6, gt["total_wait_ns"] / 1e6))
-    check(r["symbol"] == "cache_lock" and r["addr_hex"] == gt["mutex_addr"],
+          % (r["wait_total_ns"] / 1e6, gt["total_wait_ns"] / 1e6))
+    check(r["symbol"] == "cache_lock" and r["lock"] == "cache_lock" and r["addr"] == gt["mutex_addr"],
           "futex mode: mutex identified as %s at %s (got %r at %s)"
-          % (gt["symbol"], gt["mutex_addr"], r["symbol"], r["addr_hex"]))
+          % (gt["symbol"], gt["mutex_addr"], r["symbol"], r["addr"]))
     check(r["kind"] == "futex-mutex" and r["layer"] == "user" and r["pid"] == gt["pid"],
           "futex mode: kind futex-mutex, layer user, pid %d (got %s/%s/%s)"
           % (gt["pid"], r["kind"], r["layer"], r["pid"]))
     # every slow acquisition blocked at least once; barging can add a few extra waits
-    check(gt["slow_acquisitions"] * 0.9 <= r["contended"] <= gt["acquisitions"] * 1.5,
-          "futex mode: %d waits for %d slow acquisitions" % (r["contended"], gt["slow_acquisitions"]))
-    check(r["waiters"] == gt["threads"], "futex mode: %d waiting threads (got %d)" % (gt["threads"], r["waiters"]))
-    check(r["max_wait_ns"] <= gt["max_wait_ns"] * 1.05 + 100000,
+    check(gt["slow_acquisitions"] * 0.9 <= r["wait_count"] <= gt["acquisitions"] * 1.5,
+          "futex mode: %d waits for %d slow acquisitions" % (r["wait_count"], gt["slow_acquisitions"]))
+    check(r["thread_count"] == gt["threads"], "futex mode: %d waiting threads (got %d)" % (gt["threads"], r["thread_count"]))
+    check(r["wait_max_ns"] <= gt["max_wait_ns"] * 1.05 + 100000,
           "futex mode: max wait %.2f ms <= workload's max %.2f ms"
-          % (r["max_wait_ns"] / 1e6, gt["max_wait_ns"] / 1e6))
-    check(0 < r["p50_ns"] <= r["p95_ns"] <= r["p99_ns"] <= r["max_wait_ns"],
-          "futex mode: 0 < p50 <= p95 <= p99 <= max (%d %d %d %d)"
-          % (r["p50_ns"], r["p95_ns"], r["p99_ns"], r["max_wait_ns"]))
-    check(r["avg_wait_ns"] == r["total_wait_ns"] // max(r["calls"], 1), "futex mode: avg = total / waits")
+          % (r["wait_max_ns"] / 1e6, gt["max_wait_ns"] / 1e6))
+    check(0 < r["wait_p50_ns"] <= r["wait_p90_ns"] <= r["wait_p99_ns"],
+          "futex mode: 0 < p50 <= p90 <= p99 (%d %d %d)" % (r["wait_p50_ns"], r["wait_p90_ns"], r["wait_p99_ns"]))
+    check(r["wait_avg_ns"] == r["wait_total_ns"] // max(r["calls"], 1), "futex mode: avg = total / waits")
     # libc has no frame pointers: the site comes from the user-stack scan at the wait
-    check(r["callsites"] and "update_cache" in r["callsites"][0]["site"],
+    check(r["sites"] and "update_cache" in r["sites"][0]["site"],
           "futex mode: call site is update_cache, the function that called pthread_mutex_lock (%s)"
-          % [c["site"] for c in r["callsites"]])
-    check(r["callsites"] and r["callsites"][0]["stack"][1:3] and "update_cache" in r["callsites"][0]["stack"][1]
-          and "worker" in r["callsites"][0]["stack"][2],
-          "futex mode: stack lock wait <- update_cache <- worker (%s)" % (r["callsites"] and r["callsites"][0]["stack"]))
+          % [c["site"] for c in r["sites"]])
+    check(r["sites"] and r["sites"][0]["user_stack"][1:3] and "update_cache" in r["sites"][0]["user_stack"][1]
+          and "worker" in r["sites"][0]["user_stack"][2] and not r["sites"][0]["user_stack_missing"],
+          "futex mode: stack lock wait <- update_cache <- worker (%s)" % (r["sites"] and r["sites"][0]["user_stack"]))
     check("data_quality" in r and r["data_quality"]["map_full"] == 0 and r["data_quality"]["lost_stacks"] == 0,
           "futex mode: data quality present and clean (%s)" % r.get("data_quality"))
     check(r["reading"].startswith("convoy"), "futex mode: 4 waiters read as a convoy (%s)" % r["reading"])
@@ -140,11 +151,11 @@ if r:
 
 
 def threads_run():
-    gt, recs, err, rc = traced_run("mutex_contention", MC_ARGS, ["-U", "-t", "-L", "cache_lock"])
-    rows = {x["tid"]: x for x in recs if x.get("type") == "thread"}
+    gt, recs, err, rc = traced_run("mutex_contention", MC_ARGS, ["-U", "-P", "-L", "cache_lock"])
+    rows = {x["tid"]: x for x in recs if x.get("type") == "lockstat.thread"}
     bad = []
     for t in gt["per_thread"]:
-        got = rows.get(t["tid"], {}).get("total_wait_ns", 0)
+        got = rows.get(t["tid"], {}).get("wait_total_ns", 0)
         if not within(got, t["wait_ns"], rel=0.10, abs_=3000000):
             bad.append((t["tid"], got, t["wait_ns"]))
     return not bad, {"gt": gt, "rows": rows, "bad": bad, "why": "threads off: %s" % bad, "err": err}
@@ -152,21 +163,21 @@ def threads_run():
 
 d = retry(threads_run, "per-thread view")
 check(len(d["rows"]) == d["gt"]["threads"] and not d["bad"],
-      "-t: one row per worker, each thread's wait within 10%% (or 3 ms) of its own (%s)" % d["bad"])
-check(all(x["top_lock"] == "cache_lock" for x in d["rows"].values()), "-t -L cache_lock: top lock is cache_lock")
+      "-P: one row per worker, each thread's wait within 10%% (or 3 ms) of its own (%s)" % d["bad"])
+check(all(x["top_lock"] == "cache_lock" for x in d["rows"].values()), "-P -L cache_lock: top lock is cache_lock")
 
 # --- 3. --uprobes --------------------------------------------------------------------
 
 
 def uprobe_run():
     gt, recs, err, rc = traced_run("mutex_contention", MC_ARGS, ["--uprobes", "-v"])
-    r = lock_record(recs, gt["mutex_addr_int"])
+    r = lock_record(recs, gt["mutex_addr"])
     d = {"gt": gt, "rec": r, "err": err, "rc": rc}
     if r is None:
         d["why"] = "no record: %s" % err.strip()
         return False, d
-    ok = within(r["total_wait_ns"], gt["total_wait_ns"], rel=0.10)
-    d["why"] = "total %d vs %d" % (r["total_wait_ns"], gt["total_wait_ns"])
+    ok = within(r["wait_total_ns"], gt["total_wait_ns"], rel=0.10)
+    d["why"] = "total %d vs %d" % (r["wait_total_ns"], gt["total_wait_ns"])
     return ok, d
 
 
@@ -177,13 +188,13 @@ if r:
     check(r["kind"] == "pthread" and r["symbol"] == "cache_lock", "--uprobes: kind pthread, symbol cache_lock")
     check(abs(r["calls"] - gt["acquisitions"]) <= 2,
           "--uprobes: %d lock calls timed vs %d acquisitions" % (r["calls"], gt["acquisitions"]))
-    check(within(r["total_wait_ns"], gt["total_wait_ns"], rel=0.10),
+    check(within(r["wait_total_ns"], gt["total_wait_ns"], rel=0.10),
           "--uprobes: time in pthread_mutex_lock %.1f ms within 10%% of the workload's %.1f ms"
-          % (r["total_wait_ns"] / 1e6, gt["total_wait_ns"] / 1e6))
-    check(gt["slow_acquisitions"] * 0.9 <= r["contended"] <= r["calls"],
-          "--uprobes: %d calls blocked (workload: %d slow)" % (r["contended"], gt["slow_acquisitions"]))
-    check(r["callsites"] and "update_cache" in r["callsites"][0]["site"],
-          "--uprobes: exact call site update_cache (%s)" % [c["site"] for c in r["callsites"]][:2])
+          % (r["wait_total_ns"] / 1e6, gt["total_wait_ns"] / 1e6))
+    check(gt["slow_acquisitions"] * 0.9 <= r["wait_count"] <= r["calls"],
+          "--uprobes: %d calls blocked (workload: %d slow)" % (r["wait_count"], gt["slow_acquisitions"]))
+    check(r["sites"] and "update_cache" in r["sites"][0]["site"],
+          "--uprobes: exact call site update_cache (%s)" % [c["site"] for c in r["sites"]][:2])
     check("pthread_mutex_lock" in d["err"], "-v says where the uprobes are")
 
 # --- 4. kernel locks -------------------------------------------------------------------
@@ -191,24 +202,171 @@ if r:
 
 def kernel_run():
     gt, recs, err, rc = traced_run("mmap_storm", ["--threads", "4", "--duration-ms", "2000"], ["-K"])
-    mm = [x for x in recs if x.get("type") == "lock" and x["symbol"] == "mmap_lock"]
+    mm = [x for x in recs if x.get("type") == "lockstat.lock" and x["symbol"] == "mmap_lock"]
     d = {"gt": gt, "mm": mm, "recs": recs, "err": err}
     d["why"] = "no mmap_lock among %s" % [(x.get("kind"), x.get("symbol")) for x in recs][:6]
-    return bool(mm) and mm[0]["contended"] > 0, d
+    return bool(mm) and mm[0]["wait_count"] > 0, d
 
 
 d = retry(kernel_run, "kernel locks")
 check(bool(d["mm"]), "kernel: mmap_storm's mmap_lock reported (%d iterations)" % d["gt"]["iterations"])
 if d["mm"]:
     m = d["mm"][0]
-    stacks = [c["stack"] for c in m["callsites"]]
+    stacks = [c["kernel_stack"] for c in m["sites"]]
     check(m["layer"] == "kernel" and m["kind"].startswith("rwsem"), "kernel: mmap_lock is an rwsem (%s)" % m["kind"])
     check(m["pid"] == d["gt"]["pid"], "kernel: waiters are mmap_storm's threads")
     check(any(len(s) >= 3 for s in stacks), "kernel: call sites carry kernel stacks")
     paths = " ".join(" ".join(s) for s in stacks)
     check(any(k in paths for k in ("munmap", "mmap", "fault")),
-          "kernel: stacks go through mmap/munmap/page fault (%s)" % [c["site"] for c in m["callsites"]])
-    check(m["total_wait_ns"] > 0 and m["p99_ns"] <= m["max_wait_ns"], "kernel: wait numbers consistent")
+          "kernel: stacks go through mmap/munmap/page fault (%s)" % [c["site"] for c in m["sites"]])
+    # columns computed apart must agree: kernel waits are counted once each (calls ==
+    # wait_count), the average is total / calls, the thread list sums to the lock
+    tsum = sum(t["wait_total_ns"] for t in m["threads"])
+    check(m["wait_total_ns"] > 0 and m["calls"] == m["wait_count"]
+          and m["wait_avg_ns"] == m["wait_total_ns"] // m["calls"]
+          and (len(m["threads"]) < m["thread_count"] or tsum == m["wait_total_ns"]),
+          "kernel: wait numbers consistent (calls %d = waits %d, avg %d = %d / calls, threads sum %d = %d)"
+          % (m["calls"], m["wait_count"], m["wait_avg_ns"], m["wait_total_ns"], tsum, m["wait_total_ns"]))
+
+# --- 4b. kernel pairing vs an independent pairing of the same tracepoints ----------------
+# lock:contention_begin/end nest (a semaphore's own spinlock inside its wait, wait_lock
+# spins inside rwsem/mutex slow paths, interrupts while spinning). The old pairing left
+# waits open when lockstat attached under load (begin traced before end) and later
+# closed them with an end whose begin it never saw: rq_lock "spinlock waits" of 161 and
+# 219 ms under MariaDB, and semaphore sleeps merged into their spinlock. Ground truth:
+# perf record of the same tracepoints (near-zero in-window cost), paired here per task
+# (idle: per CPU), an end closing the innermost open wait on its address. lockstat is
+# attached while the workload already runs; the two windows alternate (both attached
+# at once inflate each other's waits).
+LCB = {"SPIN": 1, "READ": 2, "WRITE": 4, "RT": 8, "PERCPU": 16, "MUTEX": 32}
+PERF_LINE = re.compile(r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):\s+lock:contention_(begin|end):"
+                       r"\s+(0x[0-9a-f]+)\s+\((\w+)=([^)]*)\)")
+
+
+def perf_pairing(text):
+    """Spinlock waits (flags == SPIN) from `perf script` text: {addr (int): [wait ns, ...]}."""
+    open_ = {}
+    waits = {}
+    for line in text.splitlines():
+        m = PERF_LINE.match(line)
+        if not m:
+            continue
+        comm, tid, cpu, sec, frac, ev, addr, _, val = m.groups()
+        if comm == "perf" and tid != "0":
+            continue  # the recorder itself (lockstat never traces itself either)
+        ts = int(sec) * 10**9 + int(frac.ljust(9, "0")[:9])
+        st = open_.setdefault(int(tid) if tid != "0" else -1 - int(cpu), [])
+        if ev == "begin":
+            flags = sum(LCB.get(f, 0) for f in val.split("|"))
+            if st and st[-1][0] == addr and flags & 32 and st[-1][2] & 32:
+                continue  # a mutex begins again after each sleep
+            st.append((addr, ts, flags))
+            continue
+        for i in range(len(st) - 1, -1, -1):
+            if st[i][0] == addr:
+                if st[i][2] == 1:
+                    waits.setdefault(int(addr, 16), []).append(ts - st[i][1])
+                del st[i:]
+                break
+    return waits
+
+
+def quantile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0
+
+
+def perf_window(secs):
+    script = ("mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null; "
+              "perf record -q -a -e lock:contention_begin,lock:contention_end -o {d}/k.data -- sleep {s} "
+              ">/dev/null 2>&1 && perf script --ns -i {d}/k.data -F comm,tid,cpu,time,event,trace 2>/dev/null"
+              ).format(d=TMP, s=secs)
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=secs + 120)
+    os.unlink(os.path.join(TMP, "k.data")) if os.path.exists(os.path.join(TMP, "k.data")) else None
+    return perf_pairing(r.stdout)
+
+
+PERF = shutil.which("perf")
+check(bool(PERF), "kernel pairing: perf installed (linux-perf, scripts/install-deps)")
+if PERF:
+    go = os.path.join(TMP, "go")
+    if os.path.exists(go):
+        os.unlink(go)
+    # futex wake storms (run-queue and futex-bucket spinlocks) plus mmap_lock/page-table work
+    crowd = start([workload("mutex_crowd"), "--threads", "64", "--hold-us", "5", "--duration-ms", "30000"])
+    storm = start([workload("mmap_storm"), "--threads", "2", "--duration-ms", "30000"])
+    crowd.stderr.readline()
+    time.sleep(1)
+    res = {}
+    for label in ("ls1", "perf1", "ls2", "perf2"):
+        if label.startswith("perf"):
+            res[label] = perf_window(4)
+            continue
+        r = run([LOCKSTAT, "-K", "-j", "-n", "0", "-d", "4"], timeout=120)
+        recs = ndjson(r.stdout, "lockstat")
+        spins = [x for x in recs if x.get("type") == "lockstat.lock" and x.get("kind") == "spinlock"]
+        dq = next((x["data_quality"] for x in recs if x.get("type") == "lockstat.lock"), {})
+        res[label] = (sum(x["wait_count"] for x in spins), sum(x["wait_total_ns"] for x in spins),
+                      max([x["wait_max_ns"] for x in spins] or [0]), spins, dq)
+    for p in (crowd, storm):
+        p.kill()
+        p.wait()
+    ls_n = res["ls1"][0] + res["ls2"][0]
+    ls_tot = res["ls1"][1] + res["ls2"][1]
+    ls_max = max(res["ls1"][2], res["ls2"][2])
+    pf = {}
+    for label in ("perf1", "perf2"):
+        for a, ws in res[label].items():
+            pf.setdefault(a, []).extend(ws)
+    pf_all = [w for ws in pf.values() for w in ws]
+    pf_n, pf_tot, pf_max = len(pf_all), sum(pf_all), max(pf_all or [0])
+    print("     spinlocks, 2x4 s each: lockstat %d waits %.1f ms max %.3f ms; perf pairing %d waits "
+          "%.1f ms max %.3f ms (totals %.2fx, from different windows); lockstat data quality %s"
+          % (ls_n, ls_tot / 1e6, ls_max / 1e6, pf_n, pf_tot / 1e6, pf_max / 1e6,
+             ls_tot / pf_tot if pf_tot else 0, res["ls2"][4]))
+    check(pf_n > 1000 and ls_n > 1000, "kernel pairing: the workload contends kernel spinlocks (%d / %d waits)"
+          % (ls_n, pf_n))
+    # The windows differ (both attached at once inflate each other's waits), and a few
+    # long waits decide a total over a few thousand, so the distributions are compared
+    # lock by lock: median and p90 of every spinlock with enough waits on both sides.
+    # A mispaired begin/end moves them by orders of magnitude; 35% = 30% + the
+    # histogram's 6.25% bucket error, and 1 us for each tracer's own probe cost inside
+    # the waits it times (sub-microsecond waits are mostly that).
+    # Only locks that were contended alike in both windows are compared: at least 1000
+    # waits on each side and counts within 2x of each other. A lock waited for 2.5x as
+    # often in one window (an unnamed wait-queue lock: 457 vs 1149 waits) had a
+    # different load there, and its p90 (the 46th-longest of 457) followed the load,
+    # not the pairing. Locks left out are listed.
+    rows = {}
+    for x in res["ls1"][3] + res["ls2"][3]:
+        rows.setdefault(int(x["addr"], 16), []).append(x)
+    compared = 0
+    skipped = []
+    for a, xs in rows.items():
+        n = sum(x["wait_count"] for x in xs)
+        m = len(pf.get(a, []))
+        if n < 1000 or m < 1000 or not 0.5 <= n / m <= 2:
+            if n >= 300 and m >= 300:
+                skipped.append("%s %d vs %d waits" % (xs[0].get("symbol") or hex(a), n, m))
+            continue
+        compared += 1
+        big = max(xs, key=lambda x: x["wait_count"])
+        for stat, q in (("p50", 0.5), ("p90", 0.9)):
+            want = quantile(pf[a], q)
+            got = big["wait_%s_ns" % stat]
+            check(abs(got - want) <= 0.35 * want + 1000,
+                  "kernel pairing: %s %s spin wait %d ns vs perf's pairing %d ns (%d vs %d waits)"
+                  % (big.get("symbol") or hex(a), stat, got, want, big["wait_count"], len(pf[a])))
+    check(compared >= 1, "kernel pairing: %d spinlocks with >= 1000 waits and like counts on both sides "
+          "compared (not compared, load differed between windows: %s)" % (compared, skipped))
+    # a spinlock is waited for with preemption off: tens of ms would already be a
+    # stalled vCPU; hundreds of ms are a mispaired begin and end
+    check(ls_max < 20e6, "kernel pairing: no spinlock wait over 20 ms (max %.3f ms; perf's %.3f ms)"
+          % (ls_max / 1e6, pf_max / 1e6))
+    rq = [x for x in res["ls1"][3] + res["ls2"][3] if x.get("symbol") == "rq_lock"]
+    ncpu = os.cpu_count()
+    check(rq and len({x["addr"] for x in rq}) <= ncpu,
+          "kernel: run-queue locks named rq_lock, at most one per CPU (%s)" % sorted({x["addr"] for x in rq}))
 
 # text mode: a table, a reading and the data-quality line
 go = os.path.join(TMP, "go")
@@ -217,7 +375,7 @@ if os.path.exists(go):
 w = start([workload("mutex_contention"), "--go-file", go] + MC_ARGS[:-1] + ["1000"])
 pid = int(w.stderr.readline().split()[1])
 l = start([LOCKSTAT, "-p", str(pid), "-U", "-H"])
-wait_attached(l, "Tracing")
+wait_banner(l)
 open(go, "w").close()
 w.communicate(timeout=30)
 out, err, rc = stop(l)
@@ -228,27 +386,29 @@ check(rc == 0 and "KIND" in out and "cache_lock" in out and "convoy" in out and 
 # only waits of 1.5 ms or more recorded; the shorter ones are counted as such. The
 # threshold sits near the workload's median wait (~1.35 ms: 4 threads queue behind
 # ~0.56 ms sleeps), so both sides get many waits; with 1 ms a run could have none below.
-gt, recs, err, rc = traced_run("mutex_contention", MC_ARGS[:-1] + ["3000"], ["-U", "-m", "1500us", "-L", "cache_lock", "1", "2"])
-locks = [x for x in recs if x.get("type") == "lock"]
+gt, recs, err, rc = traced_run("mutex_contention", MC_ARGS[:-1] + ["3000"], ["-U", "-m", "1500us", "-L", "cache_lock", "-i", "1", "-c", "2"])
+locks = [x for x in recs if x.get("type") == "lockstat.lock"]
 check(rc == 0 and [x["final"] for x in locks] == [False, True] and all(x["symbol"] == "cache_lock" for x in locks),
       "interval mode: two cache_lock records, the last final (%s)" % [(x["final"], x["symbol"]) for x in locks])
 check(all(within(x["interval_ns"], 1e9, rel=0.2) for x in locks), "interval mode: ~1 s intervals")
-check(all(x["p50_ns"] >= 1500000 * 15 // 16 and x["total_wait_ns"] >= 1500000 * x["calls"] for x in locks),
+check(all(x["wait_p50_ns"] >= 1500000 * 15 // 16 and x["wait_total_ns"] >= 1500000 * x["calls"] for x in locks),
       "-m 1500us: every recorded wait >= 1.5 ms")
 # every record carries the counter; the sum shows the shorter waits (the final
 # interval is short -- the workload's exit ends it -- and may legitimately have none)
-check(all("below_min_wait" in x["data_quality"] for x in locks)
-      and sum(x["data_quality"].get("below_min_wait", 0) for x in locks) > 0,
-      "-m 1500us: shorter waits counted as below_min_wait (%s)" % [x["data_quality"] for x in locks])
-check(all(x["total_wait_ns"] <= 1.2e9 * gt["threads"] for x in locks), "interval mode: each report covers its interval only")
+check(all("below_min" in x["data_quality"] for x in locks)
+      and sum(x["data_quality"].get("below_min", 0) for x in locks) > 0,
+      "-m 1500us: shorter waits counted as below_min (%s)" % [x["data_quality"] for x in locks])
+summ = [x for x in recs if x.get("type") == "lockstat.summary"]
+check([x["final"] for x in summ] == [False, True], "interval mode: each report ends with a summary, the last final")
+check(all(x["wait_total_ns"] <= 1.2e9 * gt["threads"] for x in locks), "interval mode: each report covers its interval only")
 
 
 # interval reports drain the maps: summed over all reports, nothing is lost or counted
 # twice, so the total wait matches the workload's own, as in a single report (10%)
 def interval_sum_run():
-    gt, recs, err, rc = traced_run("mutex_contention", MC_ARGS[:-1] + ["3000"], ["-U", "-L", "cache_lock", "300ms"])
-    locks = [x for x in recs if x.get("type") == "lock"]
-    tot = sum(x["total_wait_ns"] for x in locks)
+    gt, recs, err, rc = traced_run("mutex_contention", MC_ARGS[:-1] + ["3000"], ["-U", "-L", "cache_lock", "-i", "300ms"])
+    locks = [x for x in recs if x.get("type") == "lockstat.lock"]
+    tot = sum(x["wait_total_ns"] for x in locks)
     d = {"gt": gt, "locks": locks, "rc": rc, "tot": tot,
          "why": "%d reports, total %d vs %d" % (len(locks), tot, gt["total_wait_ns"])}
     return rc == 0 and len(locks) >= 5 and within(tot, gt["total_wait_ns"], rel=0.10), d
@@ -258,9 +418,35 @@ d = retry(interval_sum_run, "interval sum")
 check(d["rc"] == 0 and len(d["locks"]) >= 5 and within(d["tot"], d["gt"]["total_wait_ns"], rel=0.10),
       "interval mode: %s, within 10%% over the reports" % d["why"])
 
+# --- 4b. map sizes (issue 9 item 8): 2000 threads on one mutex -------------------------
+
+
+def crowd_run(extra):
+    w = start([workload("mutex_crowd"), "--threads", "2000", "--duration-ms", "3000", "--hold-us", "20"])
+    pid = int(w.stderr.readline().split()[1])
+    r = run([LOCKSTAT, "-p", str(pid), "-U", "-j", "-n", "1", "-s", "0"] + extra, timeout=90)
+    wout, _ = w.communicate(timeout=60)
+    summ = [x for x in ndjson(r.stdout, "lockstat") if x.get("type") == "lockstat.summary"]
+    return r, (summ[-1]["data_quality"] if summ else {}), json.loads(wout)
+
+
+r, dq, gt = crowd_run([])
+check(r.returncode == 0 and dq.get("map_full") == 0,
+      "2000 threads on one mutex: maps sized from the target lose nothing (%s, %d acquisitions)"
+      % (dq, gt["acquisitions"]))
+r, dq, gt = crowd_run(["--map-entries", "1024"])
+check(dq.get("map_full", 0) > 0 and "--map-entries" in r.stderr and "WARNING" in r.stderr,
+      "forced small maps: loss counted (%s) and a warning names --map-entries (%r)"
+      % (dq.get("map_full"), [l for l in r.stderr.splitlines() if "WARNING" in l][:1]))
+
 # --- 5. bad input ----------------------------------------------------------------------
+usage_error([LOCKSTAT, "--fields", ""])
+usage_error([LOCKSTAT, "--map-entries", "12"])
 usage_error([LOCKSTAT, "-K", "-U"])
-usage_error([LOCKSTAT, "-k", "bogus"])
+usage_error([LOCKSTAT, "-S", "bogus"])
+usage_error([LOCKSTAT, "1", "2"])      # no positional schedule: -i 1 -c 2
+usage_error([LOCKSTAT, "-k", "total"])  # old flags (-k sort, -E entries) are gone
+usage_error([LOCKSTAT, "-E", "5"])
 usage_error([LOCKSTAT, "-L", "0xzz"])
 usage_error([LOCKSTAT, "-p", "12x"])
 usage_error([LOCKSTAT, "-m", "5 parsecs"])
@@ -276,7 +462,7 @@ sleeper.kill()
 sleeper.wait()
 
 r = run([LOCKSTAT, "--uprobes", "-p", "2", "-d", "1"])  # kthreadd: no libc mapped
-check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "libc" in r.stderr,
+check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and ("libc" in r.stderr or "kernel thread" in r.stderr),
       "--uprobes on a PID without libc -> exit 1, one line (%r)" % r.stderr.strip())
 
 # a PID that does not exist is bad input: exit 2, one line naming it
@@ -306,5 +492,6 @@ if cc:
 
 not_root_error([LOCKSTAT, "-d", "1"])
 check(leftover_probe_events() == [], "no probe events left behind")
+schema_verdict("lockstat")
 shutil.rmtree(TMP, ignore_errors=True)
 finish()

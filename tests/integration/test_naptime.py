@@ -3,7 +3,9 @@
 as ground truth) must be traced with the exact requested length, a slept time that
 covers it, the right clock, the right parent, and interrupted sleeps flagged; filters
 (-p, --comm, -m) must keep exactly what they promise; sleeps in progress at either end
-count as unmatched; bad input exits 2 with one line on stderr.
+count as unmatched; every NDJSON record validates against docs/schema/naptime.schema.json;
+interval reports (-i/-c) split the sleeps between them; bad input exits 2 with one line
+on stderr.
 
 Env: BIN (naptime), WORKLOADS (sleepers). Exit 77 = skipped (not root)."""
 import json
@@ -17,7 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, finish, require_built, require_root, tool, workload  # noqa: E402
+from harness import check, finish, validate, require_built, require_root, tool, workload  # noqa: E402
 
 NAPTIME = tool("naptime")
 SLEEPERS = workload("sleepers")
@@ -45,19 +47,20 @@ def read_line(stream, timeout, what):
 
 
 def start_naptime(args):
+    """Starts naptime and returns once it is attached: its banner on stderr, and in
+    JSON mode the naptime.start record (kept as p.start_record)."""
     p = subprocess.Popen([NAPTIME] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    # JSON mode announces attachment on stderr, text mode on stdout
-    stream = p.stderr if "-j" in args else p.stdout
     try:
-        line = read_line(stream, 60, "naptime to attach")
+        line = read_line(p.stderr, 60, "naptime to attach")
+        p.start_record = json.loads(read_line(p.stdout, 10, "the start record")) if "-j" in args else None
     except RuntimeError:
         p.kill()
         out, err = p.communicate()
         raise RuntimeError(f"naptime did not start: rc={p.returncode} stderr={err.strip()}")
-    if "Hit Ctrl-C" not in line:
+    if not line.startswith("Tracing sleeps") or (p.start_record and p.start_record["type"] != "naptime.start"):
         p.kill()
-        raise RuntimeError(f"unexpected first line from naptime: {line!r}")
+        raise RuntimeError(f"unexpected first output from naptime: {line!r} {p.start_record}")
     return p
 
 
@@ -68,10 +71,9 @@ def stop_naptime(p):
     return out, err
 
 
-def records(out):
+def records(out, start_record=None):
     recs = [json.loads(l) for l in out.splitlines() if l.strip()]
-    for r in recs:
-        check("type" in r, f"record without type: {r}")
+    validate("naptime", ([start_record] if start_record else []) + recs)
     return recs
 
 
@@ -94,7 +96,7 @@ def run_workload_traced(naptime_args, workload_args):
     w.wait(timeout=10)
     time.sleep(0.3)  # let the last events reach the perf buffer
     out, _ = stop_naptime(n)
-    return truth, records(out)
+    return truth, records(out, n.start_record)
 
 
 def match_sleeps(truth, got, label):
@@ -126,15 +128,15 @@ def match_sleeps(truth, got, label):
               f"{what}: interrupted {g['interrupted']} != {t['interrupted']}")
         if t["interrupted"]:
             check(g["error"] == "EINTR", f"{what}: error {g['error']} != EINTR")
-            check(g["slept_ns"] < g["requested_ns"], f"{what}: interrupted but slept {g['slept_ns']}")
+            check(g["sleep_ns"] < g["requested_ns"], f"{what}: interrupted but slept {g['sleep_ns']}")
         else:
             check(g["error"] is None and g["ret"] == 0, f"{what}: error {g['error']} ret {g['ret']}")
-            check(g["slept_ns"] + CLOCK_TOL_NS >= g["requested_ns"],
-                  f"{what}: slept_ns {g['slept_ns']} < requested_ns {g['requested_ns']}")
+            check(g["sleep_ns"] + CLOCK_TOL_NS >= g["requested_ns"],
+                  f"{what}: sleep_ns {g['sleep_ns']} < requested_ns {g['requested_ns']}")
         # the workload's clock reads bracket the syscall (it may be preempted after it,
         # so its number can be much larger, never smaller)
-        check(g["slept_ns"] <= t["slept_ns"] + BRACKET_TOL_NS,
-              f"{what}: slept_ns {g['slept_ns']} > workload-measured {t['slept_ns']}")
+        check(g["sleep_ns"] <= t["slept_ns"] + BRACKET_TOL_NS,
+              f"{what}: sleep_ns {g['sleep_ns']} > workload-measured {t['slept_ns']}")
         check(g["comm"] == "sleepers", f"{what}: comm {g['comm']}")
         check(g["ppid"] == os.getpid(), f"{what}: ppid {g['ppid']} != {os.getpid()}")
         check(g["pcomm"] == my_comm, f"{what}: pcomm {g['pcomm']} != {my_comm}")
@@ -147,7 +149,7 @@ def test_bad_input():
     while os.path.exists(f"/proc/{nx}"):
         nx -= 1
     for args in (["-p", "abc"], ["-p", "-1"], ["-p", str(nx)], ["--bogus"], ["-m", "ten"],
-                 ["-t", "x1"], ["0"]):
+                 ["-t", "x1"], ["5"], ["-d", "0"], ["-s"], ["-c", "2"]):
         r = subprocess.run([NAPTIME] + args, capture_output=True, text=True, timeout=30)
         lines = r.stderr.strip().splitlines()
         check(r.returncode == 2, f"naptime {args}: exit {r.returncode}, expected 2")
@@ -161,31 +163,33 @@ def test_bad_input():
 def test_every_sleep_by_pid():
     truth, recs = run_workload_traced(["-j", "-p", "{pid}"], [])
     pid = truth["pid"]
-    sleeps = [r for r in recs if r["type"] == "sleep"]
-    summaries = [r for r in recs if r["type"] == "summary"]
+    sleeps = [r for r in recs if r["type"] == "naptime.sleep"]
+    summaries = [r for r in recs if r["type"] == "naptime.summary"]
     check(all(r["pid"] == pid for r in sleeps), "-p: a record from another process")
     check({r["tid"] for r in sleeps} <= set(truth["tids"]), "-p: a tid the workload does not have")
     check(len(truth["sleeps"]) == 11, f"workload issued {len(truth['sleeps'])} sleeps, expected 11")
     match_sleeps(truth["sleeps"], sleeps, "-p")
-    check(len(summaries) == 1 and recs[-1]["type"] == "summary", "-p: one final summary record")
+    check(len(summaries) == 1 and recs[-1]["type"] == "naptime.summary", "-p: one final summary record")
+    procs = {r["pid"]: r for r in recs if r["type"] == "naptime.process"}
     if summaries:
         s = summaries[0]
         dq = s["data_quality"]
         check(dq["lost_events"] == 0 and dq["unmatched_begin"] == 0 and dq["unmatched_end"] == 0,
               f"-p: data quality {dq}")
-        check(s["sleeps"] == len(sleeps), f"-p: summary sleeps {s['sleeps']} != {len(sleeps)}")
-        procs = {p["pid"]: p for p in s["processes"]}
+        check(s["sleep_count"] == len(sleeps), f"-p: summary sleep_count {s['sleep_count']} != {len(sleeps)}")
+        check(s["sleep_total_ns"] == sum(r["sleep_ns"] for r in sleeps),
+              f"-p: summary sleep_total_ns {s['sleep_total_ns']} is the sum of the sleep records")
         if pid in procs:
             p = procs[pid]
-            check(p["count"] == len(truth["sleeps"]), f"-p: summary count {p['count']}")
-            check(p["interrupted"] == 1, f"-p: summary interrupted {p['interrupted']}")
+            check(p["sleep_count"] == len(truth["sleeps"]), f"-p: process sleep_count {p['sleep_count']}")
+            check(p["interrupted_count"] == 1, f"-p: process interrupted_count {p['interrupted_count']}")
             want = sum(t["requested_ns"] for t in truth["sleeps"])
-            check(abs(p["requested_ns"] - want) <= 4 * ABS_TOL_NS,
-                  f"-p: summary requested_ns {p['requested_ns']} vs {want}")
-            hist_total = sum(b["count"] for b in p["hist"]["buckets"])
-            check(hist_total == p["count"], f"-p: histogram holds {hist_total} sleeps")
+            check(abs(p["requested_total_ns"] - want) <= 4 * ABS_TOL_NS,
+                  f"-p: process requested_total_ns {p['requested_total_ns']} vs {want}")
+            hist_total = sum(b["count"] for b in p["sleep_hist"]["buckets"])
+            check(hist_total == p["sleep_count"], f"-p: histogram holds {hist_total} sleeps")
         else:
-            check(False, "-p: workload missing from the summary")
+            check(False, "-p: workload missing from the naptime.process records")
     print(f"-p: {len(sleeps)} sleeps traced; ground truth {len(truth['sleeps'])}")
     for t in truth["sleeps"]:
         print(f"   {t['path']:<50} requested {t['requested_ns']:>11} slept {t['slept_ns']:>11}")
@@ -195,7 +199,7 @@ def test_comm_and_min():
     min_ns = 16_000_000
     truth, recs = run_workload_traced(["-j", "--comm", "sleepers", "-m", "16ms"], ["--no-sleep1"])
     pid = truth["pid"]
-    sleeps = [r for r in recs if r["type"] == "sleep"]
+    sleeps = [r for r in recs if r["type"] == "naptime.sleep"]
     check(all(r["comm"] == "sleepers" for r in sleeps), "--comm: a record with another comm")
     mine = [r for r in sleeps if r["pid"] == pid]
     want = [t for t in truth["sleeps"] if t["requested_ns"] >= min_ns]
@@ -208,7 +212,7 @@ def test_comm_and_min():
 def test_tid():
     truth, recs = run_workload_traced(["-j", "-t", "{pid}"], ["--no-sleep1"])
     pid = truth["pid"]
-    sleeps = [r for r in recs if r["type"] == "sleep"]
+    sleeps = [r for r in recs if r["type"] == "naptime.sleep"]
     check(all(r["tid"] == pid for r in sleeps), "-t: a record from another thread")
     want = [t for t in truth["sleeps"] if t["tid"] == pid]
     check(len(want) == 7, f"-t: expected 7 sleeps on the main thread, workload has {len(want)}")
@@ -267,19 +271,19 @@ def stop_cont(pid, after=0.15, stopped=0.1):
 
 
 def check_restarted(recs, pid, length_ns, what):
-    sleeps = [r for r in recs if r["type"] == "sleep" and r["pid"] == pid]
+    sleeps = [r for r in recs if r["type"] == "naptime.sleep" and r["pid"] == pid]
     check(len(sleeps) == 1, f"{what}: one sleep record for the restarted sleep, got {sleeps}")
     if sleeps:
         r = sleeps[0]
         check(r["restarted"] is True and r["interrupted"] is False and r["error"] is None and r["ret"] == 0,
               f"{what}: SIGSTOP/SIGCONT is a transparent restart, not EINTR: {r}")
         # the whole sleep, from the first enter to the final exit of the restart
-        check(length_ns <= r["slept_ns"] < length_ns + 300_000_000,
-              f"{what}: slept {r['slept_ns']} covers the {length_ns} ns request and its restart")
+        check(length_ns <= r["sleep_ns"] < length_ns + 300_000_000,
+              f"{what}: slept {r['sleep_ns']} covers the {length_ns} ns request and its restart")
         check(r["requested_ns"] is not None and abs(r["requested_ns"] - length_ns) < ABS_TOL_NS,
               f"{what}: requested {r['requested_ns']}")
-    summ = [r for r in recs if r["type"] == "summary"]
-    check(len(summ) == 1 and summ[0]["data_quality"].get("restarted_after_signal", 0) >= 1,
+    summ = [r for r in recs if r["type"] == "naptime.summary"]
+    check(len(summ) == 1 and summ[0]["data_quality"]["restarted_after_signal"] >= 1,
           f"{what}: restart counted in data quality: {summ[-1]['data_quality'] if summ else None}")
 
 
@@ -299,7 +303,7 @@ def test_restarted():
         check(child.returncode == 0, f"sleep 0.6 exit {child.returncode}")
         time.sleep(0.3)
         out, _ = stop_naptime(n)
-        check_restarted(records(out), child.pid, 600_000_000, "relative sleep")
+        check_restarted(records(out, n.start_record), child.pid, 600_000_000, "relative sleep")
         # absolute clock_nanosleep (Python >= 3.11's time.sleep -> ERESTARTNOHAND)
         if sys.version_info >= (3, 11):
             py = subprocess.Popen([sys.executable, "-c",
@@ -312,23 +316,59 @@ def test_restarted():
             py.wait()
             time.sleep(0.3)
             out, _ = stop_naptime(n)
-            recs = records(out)
-            abs_sleeps = [r for r in recs if r["type"] == "sleep" and r["abstime"]]
+            recs = records(out, n.start_record)
+            abs_sleeps = [r for r in recs if r["type"] == "naptime.sleep" and r["abstime"]]
             check(len(abs_sleeps) == 1, f"python's time.sleep is one absolute sleep: {recs}")
             check_restarted(recs, py.pid, 600_000_000, "absolute sleep")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_intervals():
+    """-i 1 -c 3 on a process sleeping 100 ms in a loop: three reports, each holding the
+    sleeps that ended in its window (about ten), together exactly the sleep records;
+    --summary drops the sleep records and keeps the per-process ones."""
+    py = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"])
+    try:
+        for extra in ([], ["--summary"]):
+            n = start_naptime(["-j", "-i", "1", "-c", "3", "-p", str(py.pid)] + extra)
+            out, err = n.communicate(timeout=30)
+            check(n.returncode == 0, f"-i 1 -c 3 {extra}: exit {n.returncode} {err.strip()[-200:]}")
+            recs = records(out, n.start_record)
+            sums = [r for r in recs if r["type"] == "naptime.summary"]
+            sleeps = [r for r in recs if r["type"] == "naptime.sleep"]
+            procs = [r for r in recs if r["type"] == "naptime.process"]
+            check([r["final"] for r in sums] == [False, False, True],
+                  f"-i 1 -c 3 {extra}: three summaries, the last final: {[r['final'] for r in sums]}")
+            counts = [r["sleep_count"] for r in sums]
+            check(all(8 <= c <= 11 for c in counts), f"-i {extra}: about ten 100 ms sleeps per 1 s report: {counts}")
+            check(all(r["sleep_total_ns"] <= r["interval_ns"] * 1.05 for r in sums),
+                  f"-i {extra}: slept no more than each window: {[(r['sleep_total_ns'], r['interval_ns']) for r in sums]}")
+            check(len(procs) == 3 and all(p["pid"] == py.pid for p in procs),
+                  f"-i {extra}: one naptime.process record per report ({len(procs)})")
+            if extra:
+                check(not sleeps, f"--summary: no sleep records ({len(sleeps)})")
+            else:
+                check(len(sleeps) == sum(counts), f"-i: {len(sleeps)} sleep records == {sum(counts)} in the summaries")
+            print(f"-i 1 -c 3 {extra}: sleeps per report {counts}")
+    finally:
+        py.kill()
+        py.wait()
+
+
 def main():
     require_root()
     require_built(NAPTIME, SLEEPERS)
+    with open(os.path.join(os.environ.get("SRC", os.path.join(os.path.dirname(__file__), "../..")),
+                           "tests", "golden", "naptime_report.ndjson")) as fh:
+        validate("naptime", [json.loads(l) for l in fh if l.strip()])  # every record type
     test_bad_input()
     test_every_sleep_by_pid()
     test_comm_and_min()
     test_tid()
     test_unmatched_and_text()
     test_restarted()
+    test_intervals()
     finish()
 
 

@@ -12,6 +12,11 @@ windows are aligned with signals: SIGUSR1 to the server when threadpool starts
 tracing, SIGTERM when its summary arrives.
 Then bad input: single-threaded PID, PATTERN matching nothing, invalid pattern,
 missing -p, and a process exiting mid-run.
+Data loss (issue 9): 2000 threads on one mutex (lock_crowd). With the default map
+sizes (from the target's thread count) nothing is lost and the verdict is
+blocked-on-locks; with --map-entries 64 the untracked threads are counted, the
+verdict is withheld ("uncertain") and a warning on stderr names --map-entries.
+Every NDJSON line is validated against docs/schema/threadpool.schema.json.
 If Debian's apache2 and ab are installed: Apache httpd (worker MPM, one child with 16
 worker threads, a CGI that sleeps 20 ms) under ab -c 8; threadpool's busy_avg and
 utilisation against mod_status BusyWorkers sampled every 100 ms over the same
@@ -29,11 +34,20 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, finish, require_built, require_root, tool, workload  # noqa: E402
+from harness import SKIP, SRC, check, finish, ndjson, require_built, require_root, schema_verdict, tool, workload  # noqa: E402
+
+def parse(line):
+    """One NDJSON record, validated against threadpool.schema.json."""
+    return ndjson(line, "threadpool")[0]
+
+
+def records(text):
+    return ndjson(text, "threadpool")
 
 TOOL = tool("threadpool")
 SERVER = workload("pool_server")
 LOAD = workload("pool_load")
+CROWD = workload("lock_crowd")
 
 
 def close_to(name, got, want, rel=0.10, abs_floor=0.0):
@@ -55,17 +69,17 @@ def run_config(server_args, clients, duration=6):
                              "--duration", str(duration + 8)], stdout=subprocess.PIPE, text=True)
     time.sleep(1.5)  # warm up
     tool = subprocess.Popen([TOOL, "-p", str(ready["pid"]), "--threads", "^worker", "-j",
-                             "2", str(duration)],
+                             "-i", "2", "-d", str(duration)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     summary, intervals = None, []
     for line in tool.stdout:
-        rec = json.loads(line)
-        if rec["type"] == "threadpool_start":
+        rec = parse(line)
+        if rec["type"] == "threadpool.start":
             srv.send_signal(signal.SIGUSR1)
-        elif rec["type"] == "threadpool_summary":
+        elif rec["type"] == "threadpool.group" and rec["final"]:  # the whole run
             srv.send_signal(signal.SIGTERM)
             summary = rec
-        elif rec["type"] == "threadpool_interval":
+        elif rec["type"] == "threadpool.group":
             intervals.append(rec)
     err = tool.stderr.read()
     rc = tool.wait()
@@ -86,29 +100,31 @@ def evaluate(name, expect, res, clients):
     results.append((s["verdict"] == expect,
                     "%s: verdict %s (want %s): %s" % (name, s["verdict"], expect, s["verdict_reason"])))
     results.append(close_to(name + " utilization", s["utilization"], truth["utilization"]))
-    results.append(close_to(name + " queue wait avg ns", s["queue_wait_ns"]["avg"],
+    results.append(close_to(name + " queue wait avg ns", s["queue_wait_avg_ns"],
                             truth["queue_wait_avg_ns"], abs_floor=25000))
-    results.append(close_to(name + " service avg ns", s["service_ns"]["avg"], truth["service_avg_ns"]))
-    results.append(close_to(name + " response avg ns", s["response_ns"]["avg"],
+    results.append(close_to(name + " service avg ns", s["service_avg_ns"], truth["service_avg_ns"]))
+    results.append(close_to(name + " response avg ns", s["response_avg_ns"],
                             truth["response_avg_ns"]))
-    results.append(close_to(name + " requests", s["requests"], truth["requests"], rel=0.05))
-    results.append((s["threads"] == truth["workers"],
-                    "%s: threads %d == workers %d" % (name, s["threads"], truth["workers"])))
+    # a rate, not a count: the two windows start and end a signal's delivery apart
+    results.append(close_to(name + " requests/s", 1e9 * s["request_count"] / s["interval_ns"],
+                            1e9 * truth["requests"] / truth["window_ns"], rel=0.05))
+    results.append((s["thread_count"] == truth["workers"],
+                    "%s: threads %d == workers %d" % (name, s["thread_count"], truth["workers"])))
     results.append((len(intervals) >= 2 and all("verdict" in r for r in intervals),
                     "%s: %d interval records" % (name, len(intervals))))
     if truth.get("lock_wait_ns"):
         # pool_server times lock() as a whole; threadpool counts the futex sleeps in
         # it (not the runnable time after a wake-up), hence the wider tolerance
-        results.append(close_to(name + " lock wait ns (total)", s["blocked_ns"]["lock"],
+        results.append(close_to(name + " lock wait ns (total)", s["blocked_total_ns"]["lock"],
                                 truth["lock_wait_ns"], rel=0.20))
     dq = s["data_quality"]
     results.append((dq["lost_events"] == 0 and dq["map_full"] == 0,
                     "%s: data quality %s" % (name, json.dumps(dq))))
     # unmatched begin = requests unanswered when tracing ended: closed-loop clients
-    # have at most one outstanding each; only the final interval can have any
+    # have at most one outstanding each; only the last interval can have any
     results.append((dq["unmatched_begin"] <= clients and
-                    all(r["data_quality"]["unmatched_begin"] == 0 for r in intervals if not r["final"]),
-                    "%s: unmatched begin %d <= %d clients, 0 in non-final intervals" % (
+                    all(r["data_quality"]["unmatched_begin"] == 0 for r in intervals[:-1]),
+                    "%s: unmatched begin %d <= %d clients, 0 in all but the last interval" % (
                         name, dq["unmatched_begin"], clients)))
     # interval records carry per-interval counts, the summary the run's totals: the
     # intervals (one group, so one record each) add up to the summary
@@ -124,14 +140,9 @@ def evaluate(name, expect, res, clients):
 
 
 def config_test(name, server_args, clients, expect):
-    # other engineers run BPF tests on this 2-CPU machine too: retry once on a miss
-    for attempt in range(3):
-        results = evaluate(name, expect, run_config(server_args, clients), clients)
-        if all(ok for ok, _ in results) or attempt == 2:
-            break
-        print("retrying %s (attempt %d): %s" % (name, attempt + 1,
-                                                "; ".join(m for ok, m in results if not ok)))
-    for ok, msg in results:
+    """One run: every figure is compared with what pool_server measured of itself in
+    the same window (between threadpool's start record and its final report)."""
+    for ok, msg in evaluate(name, expect, run_config(server_args, clients), clients):
         check(ok, msg)
 
 
@@ -151,42 +162,79 @@ def bad_input():
     check(rc == 2, "bad PID: " + err.strip())
 
     single = subprocess.Popen(["sleep", "30"])
-    rc, out, err = run_tool(["-p", str(single.pid), "1", "1"])
+    rc, out, err = run_tool(["-p", str(single.pid), "-i", "1", "-d", "1"])
     single.kill()
     single.wait()
     check(rc == 1 and "single thread" in err and len(err.strip().splitlines()) == 1,
           "single-threaded PID: " + err.strip())
 
     srv, ready = start_server(["--workers", "2"])
-    rc, out, err = run_tool(["-p", str(ready["pid"]), "--threads", "nomatch", "1", "1"])
+    rc, out, err = run_tool(["-p", str(ready["pid"]), "--threads", "nomatch", "-i", "1", "-d", "1"])
     check(rc == 1 and "matches --threads 'nomatch'" in err and "worker-0" in err,
           "PATTERN matching nothing: " + err.strip())
     srv.send_signal(signal.SIGTERM)
     srv.wait()
 
     # a PID that does not exist is bad input: exit 2, one line
-    rc, out, err = run_tool(["-p", "4000000", "1"])
+    rc, out, err = run_tool(["-p", "4000000", "-i", "1"])
     check(rc == 2 and "no process with PID 4000000" in err and len(err.strip().splitlines()) == 1,
           "absent PID: rc %d: %s" % (rc, err.strip()))
 
     # the process exits mid-run: a final report that says so, exit 0
     srv, ready = start_server(["--workers", "3", "--exit-after", "2.5"])
     t0 = time.time()
-    rc, out, err = run_tool(["-p", str(ready["pid"]), "-j", "1", "20"])
+    rc, out, err = run_tool(["-p", str(ready["pid"]), "-j", "-i", "1", "-d", "20"])
     took = time.time() - t0
     srv.wait()
-    recs = [json.loads(l) for l in out.splitlines() if l.strip()]
-    summ = [r for r in recs if r["type"] == "threadpool_summary"]
-    check(rc == 0 and took < 10 and summ and all(r["target_exited"] for r in summ),
-          "process exiting mid-run: rc %d after %.1fs, %d summaries, target_exited %s" % (
-              rc, took, len(summ), [r["target_exited"] for r in summ]))
-    reports = [r for r in recs if r["type"] in ("threadpool_interval", "threadpool_summary")]
-    check(reports and all("data_quality" in r and ("group" in r or r.get("groups") == [])
-                          for r in reports),
-          "process exiting mid-run: every report carries data_quality (%d reports)" % len(reports))
-    rc, out, err = run_tool(["-p", str(ready["pid"]), "1"])
+    recs = records(out)
+    summ = [r for r in recs if r["type"] == "threadpool.summary"]
+    final = [r for r in summ if r["final"]]
+    check(rc == 0 and took < 10 and len(final) == 1 and final[0] is recs[-1] and final[0]["target_exited"],
+          "process exiting mid-run: rc %d after %.1fs, final summary last, target_exited %s" % (
+              rc, took, [r["target_exited"] for r in final]))
+    # every report (each interval and the whole run) ends with a summary record
+    check(recs and recs[0]["type"] == "threadpool.start" and len(summ) >= 2 and
+          all(recs[i + 1]["type"] in ("threadpool.group", "threadpool.summary")
+              for i, r in enumerate(recs[:-1]) if r["type"] == "threadpool.summary"),
+          "process exiting mid-run: start record, then reports each ending with a summary (%d)" % len(summ))
+    rc, out, err = run_tool(["-p", str(ready["pid"]), "-i", "1"])
     check(rc == 2 and "no process" in err and len(err.strip().splitlines()) == 1,
           "PID gone before start: rc %d: %s" % (rc, err.strip()))
+
+
+def loss_test():
+    crowd = subprocess.Popen([CROWD, "--threads", "2000", "--hold-us", "100", "--duration-ms",
+                              "20000"], stdout=subprocess.PIPE, text=True)
+    try:
+        ready = json.loads(crowd.stdout.readline())
+        for args, small in ((["-j", "-i", "3", "-d", "3"], False),
+                            (["--map-entries", "64", "-j", "-i", "2", "-d", "2"], True)):
+            rc, out, err = run_tool(["-p", str(ready["pid"])] + args, timeout=90)
+            recs = records(out)
+            summ = [r for r in recs if r["type"] == "threadpool.group" and r["final"] and r["group"] == "crowd"]
+            if not check(rc == 0 and len(summ) == 1, "crowd %s: rc %d, summary for group crowd: %s" % (
+                    args, rc, err.strip())):
+                continue
+            s = summ[0]
+            dq = s["data_quality"]
+            desc = "threads %d verdict %s (%s), data quality %s, stderr %r" % (
+                s["thread_count"], s["verdict"], s["verdict_reason"], json.dumps(dq), err.strip())
+            if small:
+                check(s["verdict"] == "uncertain" and dq["threads_untracked"] > 0 and
+                      "--map-entries" in s["verdict_reason"] and "WARNING" in err and
+                      "--map-entries" in err, "crowd, --map-entries 64: verdict withheld, loss "
+                      "warned naming the option: " + desc)
+            else:
+                check(s["thread_count"] == 2000 and dq["map_full"] == 0 and dq["threads_untracked"] == 0
+                      and dq["lost_events"] == 0 and "WARNING" not in err,
+                      "crowd, default map sizes: 2000 threads, nothing lost: " + desc)
+                check(s["verdict"] == "blocked-on-locks" and
+                      s["blocked_total_ns"]["lock"] > 0.5 * s["accounted_total_ns"],
+                      "crowd, default map sizes: blocked-on-locks, lock %.0f%% of the time: %s" % (
+                          100.0 * s["blocked_total_ns"]["lock"] / max(s["accounted_total_ns"], 1), desc))
+    finally:
+        crowd.kill()
+        crowd.wait()
 
 
 APACHE_CONF = """ServerRoot {d}
@@ -267,9 +315,9 @@ def apache_test():
                                  base + "/cgi/slow"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         time.sleep(2)
-        tool = subprocess.Popen([TOOL, "-p", str(child), "-j", "2", "6"],
+        tool = subprocess.Popen([TOOL, "-p", str(child), "-j", "-i", "2", "-d", "6"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        first = json.loads(tool.stdout.readline())
+        first = parse(tool.stdout.readline())
         samples = []
         t_end = time.monotonic() + 5.8
         while time.monotonic() < t_end:
@@ -278,15 +326,15 @@ def apache_test():
                 if line.startswith("BusyWorkers:"):
                     samples.append(int(line.split()[1]) - 1)  # minus the status request's worker
             time.sleep(0.1)
-        summ = [json.loads(l) for l in tool.stdout if '"threadpool_summary"' in l]
+        summ = [r for r in map(parse, tool.stdout) if r["type"] == "threadpool.group" and r["final"]]
         tool.wait()
         load.terminate()
         load.wait()
-        check(first["type"] == "threadpool_start" and len(summ) >= 1,
+        check(first["type"] == "threadpool.start" and len(summ) >= 1,
               "apache: threadpool ran (%d summaries)" % len(summ))
         if not summ or not samples:
             return
-        pool = max(summ, key=lambda r: r["threads"])
+        pool = max(summ, key=lambda r: r["thread_count"])
         busy = sum(samples) / len(samples)
         ok, msg = close_to("apache busy workers (mod_status BusyWorkers)", pool["busy_avg"], busy)
         check(ok, msg + " over %d samples; work waits: %s" % (len(samples), pool["work_waits"]["description"]))
@@ -303,14 +351,16 @@ def apache_test():
 
 def main():
     require_root()
-    require_built(TOOL, SERVER, LOAD)
+    require_built(TOOL, SERVER, LOAD, CROWD)
     config_test("cpu-starved", ["--workers", "4", "--cpu-us", "2000"], 6, "cpu-starved")
     config_test("blocking", ["--workers", "4", "--cpu-us", "100", "--block-us", "3000"], 2,
                 "blocked-on-io")
     config_test("locks", ["--workers", "4", "--cpu-us", "100", "--lock-us", "1000"], 4,
                 "blocked-on-locks")
     bad_input()
+    loss_test()
     apache_test()
+    schema_verdict("threadpool")
     finish()
 
 

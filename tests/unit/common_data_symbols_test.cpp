@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "common/data_symbols.h"
+#include "tests/unit/test_env.h"
+
+using bpfdiag_test::require_env;
 
 // A C++ static (mangled _ZL...) and an extern "C" global, like the locks users name.
 static pthread_mutex_t ds_test_static_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -109,10 +112,7 @@ TEST_CASE("read_kallsyms: one parser splits text and data, drops hidden addresse
 
 TEST_CASE("kernel data symbols: name and address lookups agree with /proc/kallsyms") {
   auto k = bpfdiag::read_kallsyms();
-  if (k.data.empty()) {
-    MESSAGE("skipped: no kernel data symbols visible (not root or kptr_restrict)");
-    return;
-  }
+  if (!require_env(!k.data.empty(), "no kernel data symbols visible (not root or kptr_restrict)")) return;
   const auto& d = k.data.back();
   auto a = bpfdiag::find_kernel_data_symbol(d.name);
   CHECK(std::find(a.begin(), a.end(), d.addr) != a.end());

@@ -8,8 +8,10 @@
 
 #include "common/bpf_maps.h"
 #include "common/proc.h"
+#include "tests/unit/test_env.h"
 
 using namespace bpfdiag;
+using bpfdiag_test::require_env;
 
 TEST_CASE("CounterDeltas reports per-interval increments of cumulative counters") {
   CounterDeltas d;
@@ -40,10 +42,7 @@ struct FdTable {  // the one thing drain_hash needs from a bcc table
 }  // namespace
 
 TEST_CASE("drain_hash moves every entry out of a real BPF hash map") {
-  if (geteuid() != 0) {
-    MESSAGE("skipped: creating a BPF map needs root");
-    return;
-  }
+  if (!require_env(geteuid() == 0, "creating a BPF map needs root")) return;
   int fd = bcc_create_map(BPF_MAP_TYPE_HASH, "drain_test", sizeof(uint32_t), sizeof(uint64_t), 64, 0);
   REQUIRE(fd >= 0);
   for (uint32_t k = 1; k <= 10; ++k) {

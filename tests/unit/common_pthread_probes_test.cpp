@@ -1,6 +1,7 @@
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <pthread.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -8,6 +9,9 @@
 #include <vector>
 
 #include "common/pthread_probes.h"
+#include "tests/unit/test_env.h"
+
+using bpfdiag_test::require_env;
 
 using namespace bpfdiag;
 
@@ -153,4 +157,49 @@ TEST_CASE("find_pthread_lib errors are one clear line") {
   auto gone = find_pthread_lib(4194303);
   REQUIRE_FALSE(gone);
   CHECK(gone.error().find("no process with PID") != std::string::npos);
+}
+
+TEST_CASE("find_pthread_lib: a kernel thread is named as such, not 'statically linked'") {
+  auto k = find_pthread_lib(2);  // kthreadd
+  REQUIRE_FALSE(k);
+  CHECK(k.error().find("is a kernel thread") != std::string::npos);
+  CHECK(k.error().find("statically linked") == std::string::npos);
+  CHECK(k.error().find('\n') == std::string::npos);
+}
+
+TEST_CASE("find_pthread_lib: permission denied gives no 'still running?' hint") {
+  if (!require_env(geteuid() == 0, "not root: cannot drop to nobody")) return;
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(fds[0]);
+    std::string msg = "setuid failed";
+    if (setgid(65534) == 0 && setuid(65534) == 0) {
+      auto r = bpfdiag::find_pthread_lib(1);
+      msg = r ? "ok" : r.error();
+    }
+    (void)!write(fds[1], msg.data(), msg.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string msg;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status;
+  waitpid(child, &status, 0);
+  MESSAGE(msg);
+  CHECK(msg.find("Permission denied") != std::string::npos);
+  CHECK(msg.find("still running") == std::string::npos);
+}
+
+TEST_CASE("find_pthread_lib: the library is held open and probed through its fd") {
+  auto lib = find_pthread_lib(0);
+  REQUIRE(lib);
+  REQUIRE(lib->file.get() != nullptr);
+  CHECK(lib->probe_path().rfind("/proc/self/fd/", 0) == 0);
+  CHECK(lib->display.find("libc.so") != std::string::npos);
 }

@@ -9,6 +9,9 @@
 #include "common/btf.h"
 #include "common/kheaders.h"
 #include "common/report.h"
+#include "tests/unit/test_env.h"
+
+using bpfdiag_test::require_env;
 
 using namespace bpfdiag;
 
@@ -50,10 +53,7 @@ TEST_CASE("ebpf listing shows cflags as defines") {
 
 TEST_CASE("BTF offsets, with alternative names and anonymous members") {
   auto btf = KernelBtf::load();
-  if (!btf) {
-    MESSAGE("skipped: " << btf.error());
-    return;
-  }
+  if (!require_env(static_cast<bool>(btf), btf ? std::string() : btf.error())) return;
   auto pid = (*btf)->field_offset("task_struct", {"pid"});
   REQUIRE(pid.ok());
   CHECK(*pid > 0);
@@ -81,10 +81,7 @@ TEST_CASE("header shim is written with the version and embedded headers") {
 }
 
 TEST_CASE("a BPF compile error is one line") {
-  if (geteuid() != 0) {
-    MESSAGE("skipped: needs root");
-    return;
-  }
+  if (!require_env(geteuid() == 0, "compiling BPF needs root")) return;
   auto s = BpfSession::load("int broken(void *ctx) { return undeclared_thing; }\n", {});
   REQUIRE_FALSE(s.ok());
   CHECK(s.error().find("cannot compile BPF program") == 0);

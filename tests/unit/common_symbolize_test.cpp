@@ -5,9 +5,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <sys/stat.h>
 #include <string>
 
 #include "common/symbolize.h"
+#include "tests/unit/test_env.h"
+
+using bpfdiag_test::require_env;
 
 // Known symbols of this test binary: a non-static function and data objects.
 extern "C" __attribute__((noinline)) int bpfdiag_symtest_function(int x) {
@@ -136,10 +141,7 @@ TEST_CASE("symbolize: JIT symbols from /tmp/perf-PID.map") {
 
 TEST_CASE("symbolize: kernel symbols from kallsyms") {
   Symbolizer sym;
-  if (!sym.kernel_symbols_available()) {
-    MESSAGE("kallsyms addresses not readable (not root or kptr_restrict); skipped");
-    return;
-  }
+  if (!require_env(sym.kernel_symbols_available(), "kallsyms addresses not readable (not root or kptr_restrict)")) return;
   // find "schedule" in kallsyms ourselves
   std::ifstream f("/proc/kallsyms");
   std::string line;
@@ -160,4 +162,139 @@ TEST_CASE("symbolize: kernel symbols from kallsyms") {
   CHECK(sym.lookup_kernel(addr).module == "[kernel]");
   CHECK(sym.kernel(0x1234) == "[unknown]");
   CHECK(sym.stats().kernel_unknown == 1);
+}
+
+namespace {
+// A child that waits on a pipe until told to exit.
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  Child() {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      // close every inherited fd but our read end (other children's write ends too,
+      // or they would never see EOF)
+      for (int f = 3; f < 1024; ++f)
+        if (f != fds[0]) close(f);
+      char c;
+      (void)!read(fds[0], &c, 1);
+      _exit(0);
+    }
+    close(fds[0]);
+    fd = fds[1];
+  }
+  void exit_and_reap() {
+    close(fd);
+    int status;
+    waitpid(pid, &status, 0);
+  }
+};
+}  // namespace
+
+TEST_CASE("symbolize: forget_exited drops exited processes, keeps live and kept ones") {
+  Symbolizer sym;
+  uint32_t self = static_cast<uint32_t>(getpid());
+  CHECK(sym.remember(self));
+  size_t tables = sym.symbol_tables_count();
+  CHECK(tables > 0);
+  Child a, b;
+  CHECK(sym.remember(static_cast<uint32_t>(a.pid)));
+  CHECK(sym.remember(static_cast<uint32_t>(b.pid)));
+  // the children map the same files: their symbol tables are shared, not copied
+  CHECK(sym.symbol_tables_count() == tables);
+  CHECK(sym.remembered_count() == 3);
+  CHECK(sym.forget_exited() == 0);  // all alive
+  a.exit_and_reap();
+  b.exit_and_reap();
+  // b's stacks are still to be printed: kept
+  CHECK(sym.forget_exited([&](uint32_t pid) { return pid == static_cast<uint32_t>(b.pid); }) == 1);
+  CHECK_FALSE(sym.remembered(static_cast<uint32_t>(a.pid)));
+  CHECK(sym.remembered(static_cast<uint32_t>(b.pid)));
+  auto addr = reinterpret_cast<uint64_t>(&bpfdiag_symtest_function);
+  CHECK(sym.user(static_cast<uint32_t>(b.pid), addr) == "bpfdiag_symtest_function");
+  CHECK(sym.forget_exited() == 1);
+  CHECK(sym.remembered_count() == 1);
+  CHECK(sym.remembered(self));
+  CHECK(sym.stats().pids_forgotten == 2);
+  CHECK(sym.user(self, addr) == "bpfdiag_symtest_function");
+}
+
+TEST_CASE("symbolize: forgetting keeps memory bounded over many short-lived processes") {
+  Symbolizer sym;
+  uint32_t self = static_cast<uint32_t>(getpid());
+  sym.remember(self);
+  size_t tables = sym.symbol_tables_count();
+  for (int round = 0; round < 5; ++round) {
+    for (int i = 0; i < 20; ++i) {
+      Child c;
+      sym.remember(static_cast<uint32_t>(c.pid));
+      c.exit_and_reap();
+    }
+    sym.forget_exited();
+    CHECK(sym.remembered_count() == 1);
+    CHECK(sym.symbol_tables_count() == tables);
+  }
+}
+
+TEST_CASE("symbolize: forget_exited_every asks what is needed only when someone exited") {
+  Symbolizer sym;
+  sym.remember(static_cast<uint32_t>(getpid()));
+  int asked = 0;
+  auto needed = [&] {
+    ++asked;
+    return std::set<uint32_t>{};
+  };
+  CHECK(sym.forget_exited_every(0, needed) == 0);
+  CHECK(asked == 0);  // nobody exited
+  Child c;
+  sym.remember(static_cast<uint32_t>(c.pid));
+  c.exit_and_reap();
+  CHECK(sym.forget_exited_every(3600ULL * 1000000000ULL, needed) == 0);  // rate-limited
+  CHECK(asked == 0);
+  CHECK(sym.forget_exited_every(0, [&] {
+    ++asked;
+    return std::set<uint32_t>{static_cast<uint32_t>(c.pid)};
+  }) == 0);  // still needed
+  CHECK(asked == 1);
+  CHECK(sym.forget_exited_every(0, needed) == 1);
+  CHECK(asked == 2);
+}
+
+TEST_CASE("symbolize: hostile perf maps are refused without blocking or reading") {
+  uint32_t pid = static_cast<uint32_t>(getpid());
+  std::string path = "/tmp/perf-" + std::to_string(pid) + ".map";
+  long* region = new long[64];
+  auto base = reinterpret_cast<uint64_t>(region);
+  unlink(path.c_str());
+  // a FIFO: an open() for reading would block forever
+  REQUIRE(mkfifo(path.c_str(), 0644) == 0);
+  {
+    Symbolizer sym;
+    CHECK(sym.user(pid, base).rfind("[unknown]", 0) == 0);  // returns: the FIFO was never opened
+  }
+  unlink(path.c_str());
+  // a symlink to /dev/zero: endless data
+  REQUIRE(symlink("/dev/zero", path.c_str()) == 0);
+  {
+    Symbolizer sym;
+    CHECK(sym.user(pid, base).rfind("[unknown]", 0) == 0);
+  }
+  unlink(path.c_str());
+  if (geteuid() == 0) {
+    // a map planted by another user for our (root) process
+    {
+      std::ofstream f(path);
+      char line[64];
+      std::snprintf(line, sizeof line, "%lx 40 planted\n", static_cast<unsigned long>(base));
+      f << line;
+    }
+    REQUIRE(chown(path.c_str(), 65534, 65534) == 0);
+    Symbolizer sym;
+    CHECK(sym.user(pid, base + 4) != "planted");
+    unlink(path.c_str());
+  }
+  delete[] region;
 }

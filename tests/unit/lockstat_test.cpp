@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include "tests/unit/golden.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,7 +9,7 @@
 #include <sstream>
 
 #include "hist.h"
-#include "tools/lockstat/lockstat.h"
+#include "tools/lockstat/internal.h"
 
 using namespace lockstat;
 
@@ -88,21 +90,24 @@ Names fake_names() {
 TEST_CASE("lockstat: parse defaults and options") {
   auto c = parse({});
   REQUIRE(c);
-  CHECK(c->sort == "total");
+  CHECK(c->sort == "wait_total_ns");
   CHECK(c->entries == 10);
-  CHECK(c->top == 3);
+  CHECK(c->stacks == 3);
   CHECK(!c->uprobes);
   // -p PIDs must exist (checked at parse time): this process and its parent
   const uint32_t me = static_cast<uint32_t>(getpid()), parent = static_cast<uint32_t>(getppid());
-  auto d = parse({"-p", std::to_string(me) + "," + std::to_string(parent), "--tid", "56", "-L", "0x7f00,cache_lock", "-m", "2ms", "-k", "max",
-                  "-E", "0", "-s", "5", "-t", "-H", "--csv", "1", "3"});
+  auto d = parse({"-p", std::to_string(me) + "," + std::to_string(parent), "-t", "56", "-L", "0x7f00,cache_lock", "-m", "2ms", "-S", "max",
+                  "-n", "0", "-s", "5", "-P", "-H", "--csv", "-i", "1", "-c", "3"});
   REQUIRE(d);
   CHECK(d->pids == std::vector<uint32_t>{me, parent});
   CHECK(d->tids == std::vector<uint32_t>{56});
   CHECK(d->lock_addrs == std::vector<uint64_t>{0x7f00});
   CHECK(d->lock_names == std::vector<std::string>{"cache_lock"});
   CHECK(d->min_wait_ns == 2000000);
-  CHECK(d->threads_view);
+  CHECK(d->per_thread);
+  CHECK(d->entries == 0);
+  CHECK(d->stacks == 5);
+  CHECK(d->sort == "max");
   CHECK(d->csv);
   CHECK(*d->schedule.interval_ns == 1000000000ULL);
   CHECK(*d->schedule.count == 3);
@@ -116,19 +121,29 @@ TEST_CASE("lockstat: bad input is an error value") {
   CHECK(!parse({"-j", "--csv"}));
   CHECK(parse({"-L", "0xzz"}).error().find("invalid lock address '0xzz'") == 0);
   CHECK(parse({"-L", "12ab"}).error().find("invalid lock '12ab'") == 0);
-  CHECK(parse({"-k", "bogus"}).error().find("unknown sort key 'bogus'") == 0);
-  CHECK(parse({"-F", "kind,nope"}).error().find("unknown field 'nope'") == 0);
-  CHECK(parse({"-t", "-k", "top_lock"}));        // thread view has its own columns
-  CHECK(!parse({"-t", "-k", "waiters"}));
+  CHECK(parse({"-S", "bogus"}).error().find("unknown sort key 'bogus'") == 0);
+  CHECK(parse({"--fields", "kind,nope"}).error().find("unknown field 'nope'") == 0);
+  CHECK(parse({"-P", "-S", "top_lock"}));        // thread view has its own columns
+  CHECK(!parse({"-P", "-S", "waiters"}));
+  CHECK(parse({"-S", "wait_p99_ns"}));            // vocabulary names and short names
+  CHECK(parse({"--fields", "kind,contended,wait_total_ns,p90"}));
+  // the old flags are gone: -k (sort), -E (entries), -F (fields), --tid, positional
+  CHECK(!parse({"-k", "max"}));
+  CHECK(!parse({"-E", "5"}));
+  CHECK(!parse({"-F", "kind"}));
+  CHECK(!parse({"1"}));
+  CHECK(!parse({"-c", "3"}));  // a count needs an interval
   CHECK(!parse({"-p", "0"}));
   CHECK(!parse({"-p", "12x"}));
-  // a PID that does not exist is bad input (exit 2), named in one line
-  auto gone = parse({"-p", "1," + std::to_string(4000000)});
-  REQUIRE(!gone);
-  CHECK(gone.error().find("no process with PID 4000000") != std::string::npos);
-  CHECK(gone.error().find('\n') == std::string::npos);
-  CHECK(!parse({"-E", "-1"}));
+  // (a PID that does not exist is refused by tool_main: test_cli_hardening.py)
+  CHECK(!parse({"-n", "-1"}));
+  // an empty field list is refused, not an empty table
+  CHECK(parse({"--fields", ""}).error().find("needs a non-empty value") != std::string::npos);
+  CHECK(!parse({"--fields", "+"}));
+  CHECK(!parse({"--map-entries", "10"}));
+  CHECK(parse({"--map-entries", "100000"})->map_entries == 100000);
   CHECK(!parse({"1", "2", "3"}));
+  CHECK(!parse({"-j", "-P", "--csv"}));
 }
 
 TEST_CASE("lockstat: kernel lock kinds from contention_begin flags") {
@@ -145,7 +160,8 @@ TEST_CASE("lockstat: kernel lock kinds from contention_begin flags") {
   CHECK(kernel_lock_kind(LS_LCB_PERCPU | LS_LCB_READ) == "pcpu-sem:R");
   CHECK(kernel_lock_kind(LS_LCB_WRITE | LS_KID_MMAP_LOCK) == "rwsem:W");
   CHECK(user_lock_kind(LS_KIND_FUTEX, LS_FUTEX_LOCKWORD) == "futex-mutex");
-  CHECK(user_lock_kind(LS_KIND_FUTEX, LS_FUTEX_BITSET) == "futex");
+  CHECK(user_lock_kind(LS_KIND_FUTEX, LS_FUTEX_BITSET) == "futex-sync");
+  CHECK(user_lock_kind(LS_KIND_FUTEX, LS_FUTEX_PLAIN) == "futex");
   CHECK(user_lock_kind(LS_KIND_FUTEX, LS_FUTEX_PI) == "futex-pi");
   CHECK(user_lock_kind(LS_KIND_PTHREAD, 0) == "pthread");
   CHECK(is_kernel_lock_frame("_raw_spin_lock_irqsave"));
@@ -166,7 +182,7 @@ TEST_CASE("lockstat: locks are grouped, named, ranked and read") {
   CHECK(rows[0].symbol == "mmap_lock");
   CHECK(rows[0].pid == 200);
   CHECK(rows[0].sites.at(0).site == "__vm_munmap");
-  CHECK(reading(rows[0]).rfind("long hold: 1 waiter", 0) == 0);
+  CHECK(reading(rows[0]).rfind("long hold: 1 thread", 0) == 0);
   const auto& u = rows[1];
   CHECK(u.kind == "futex-mutex");
   CHECK(u.symbol == "cache_lock");
@@ -184,7 +200,7 @@ TEST_CASE("lockstat: locks are grouped, named, ranked and read") {
   CHECK(u.sites[0].contended == 40);
   CHECK(reading(u).rfind("convoy: 4 threads", 0) == 0);
 
-  auto byc = parse({"-k", "contended"});
+  auto byc = parse({"-S", "contended"});
   CHECK(build_locks(sample(), fake_names(), *byc)[0].symbol == "cache_lock");
   auto named = parse({"-L", "cache_lock"});
   auto only = build_locks(sample(), fake_names(), *named);
@@ -193,7 +209,7 @@ TEST_CASE("lockstat: locks are grouped, named, ranked and read") {
 }
 
 TEST_CASE("lockstat: per-thread view") {
-  auto c = parse({"-t"});
+  auto c = parse({"-P"});
   auto rows = build_threads(sample(), fake_names(), *c);
   REQUIRE(rows.size() == 5);
   CHECK(rows[0].tid == 201);
@@ -208,7 +224,7 @@ TEST_CASE("lockstat: text, CSV and JSON reports") {
   s.dq.lost_stacks = 3;
   std::ostringstream txt;
   std::ostringstream txt_err;
-  render(txt, txt_err, *parse({}), s, fake_names(), 1000000000ULL, true);
+  render(txt, txt_err, *parse({}), s, fake_names(), bpfdiag::Window{0, 1000000000ULL, true});
   std::string t = txt.str();
   CHECK(t.find("KIND           PID    CONT   TOTAL     MAX     P50     P99 WTR LOCK\n") == 0);
   CHECK(t.find("rwsem:W        200       2  10.0ms  6.00ms") != std::string::npos);
@@ -219,42 +235,52 @@ TEST_CASE("lockstat: text, CSV and JSON reports") {
   CHECK(txt_err.str().empty());
 
   std::ostringstream csv, csv_err;
-  render(csv, csv_err, *parse({"--csv", "-F", "kind,lock,contended,total"}), s, fake_names(), 0, true);
-  CHECK(csv.str() == "kind,lock,contended,total\nrwsem:W,mmap_lock,2,10000000\nfutex-mutex,cache_lock,40,8000000\n");
+  render(csv, csv_err, *parse({"--csv", "--fields", "kind,lock,contended,total"}), s, fake_names(), bpfdiag::Window{0, 0, true});
+  CHECK(csv.str() == "kind,lock,wait_count,wait_total_ns\nrwsem:W,mmap_lock,2,10000000\nfutex-mutex,cache_lock,40,8000000\n");
   // the data-quality line goes to the error stream, one line, keeping the CSV pure
   CHECK(csv_err.str().rfind("data quality: lost events 0, lost stacks 3", 0) == 0);
   const std::string ce = csv_err.str();
   CHECK(std::count(ce.begin(), ce.end(), '\n') == 1);
   std::ostringstream tcsv, tcsv_err;
-  render(tcsv, tcsv_err, *parse({"-t", "--csv", "-F", "tid,total"}), s, fake_names(), 0, true);
-  CHECK(tcsv.str().rfind("tid,total\n", 0) == 0);
+  render(tcsv, tcsv_err, *parse({"-P", "--csv", "--fields", "tid,total"}), s, fake_names(), bpfdiag::Window{0, 0, true});
+  CHECK(tcsv.str().rfind("tid,wait_total_ns\n", 0) == 0);
   CHECK(tcsv.str().find("data quality") == std::string::npos);
   CHECK(tcsv_err.str().rfind("data quality: lost events 0, lost stacks 3", 0) == 0);
 
   std::ostringstream js, js_err;
-  render(js, js_err, *parse({"-j", "-H"}), s, fake_names(), 5, true);
+  render(js, js_err, *parse({"-j", "-H"}), s, fake_names(), bpfdiag::Window{7, 5, true});
   std::istringstream in(js.str());
   std::string line;
   std::vector<nlohmann::json> recs;
   while (std::getline(in, line)) recs.push_back(nlohmann::json::parse(line));
   REQUIRE(recs.size() == 3);
   auto& u = recs[1];
-  CHECK(u["type"] == "lock");
+  CHECK(u["type"] == "lockstat.lock");
+  CHECK(u["time_ns"] == 7);
+  CHECK(u["interval_ns"] == 5);
   CHECK(u["kind"] == "futex-mutex");
   CHECK(u["pid"] == 100);
-  CHECK(u["addr"] == 0x5000);
+  CHECK(u["addr"] == "0x5000");
   CHECK(u["symbol"] == "cache_lock");
-  CHECK(u["contended"] == 40);
-  CHECK(u["total_wait_ns"] == 8000000);
-  CHECK(u["max_wait_ns"] == 400000);
-  CHECK(u["avg_wait_ns"] == 200000);
-  CHECK(u["p99_ns"].get<uint64_t>() >= u["p50_ns"].get<uint64_t>());
+  CHECK(u["wait_count"] == 40);
+  CHECK(u["wait_total_ns"] == 8000000);
+  CHECK(u["wait_max_ns"] == 400000);
+  CHECK(u["wait_avg_ns"] == 200000);
+  CHECK(u["thread_count"] == 4);
   CHECK(u["threads"].size() == 4);
-  CHECK(u["callsites"][0]["stack"][1] == "update_cache");
-  CHECK(u["hist"]["buckets"][0]["count"] == 40);
+  CHECK(u["sites"][0]["user_stack"][1] == "update_cache");
+  CHECK(u["sites"][0]["user_stack_missing"] == false);
+  CHECK(u["wait_hist"]["buckets"][0]["count"] == 40);
   CHECK(u["data_quality"]["lost_stacks"] == 3);
-  CHECK(recs[2]["type"] == "summary");
-  CHECK(recs[2]["total_wait_ns"] == 18000000);
+  CHECK(u["data_quality"]["below_min"] == 0);  // fixed keys: present when zero
+  CHECK(recs[0]["sites"][0].contains("kernel_stack"));
+  CHECK(recs[2]["type"] == "lockstat.summary");
+  CHECK(recs[2]["wait_total_ns"] == 18000000);
+  CHECK(recs[2]["lock_count"] == 2);
+  CHECK(recs[2]["thread_count"] == 5);
+  // JSON keys are the table's column names: --fields/--sort/CSV name the same thing
+  const auto lt = lock_table(false);
+  for (const auto& col : lt.columns()) CHECK_MESSAGE(u.contains(col.name), col.name);
   CHECK(js_err.str().empty());
 }
 
@@ -270,7 +296,7 @@ TEST_CASE("lockstat: BPF text and mode flags") {
   CHECK(has(f, "-DTGID_OK(x)=(1)"));  // no -p/--tid: everything passes
   CHECK(has(f, "-DTID_OK(x)=(1)"));
   CHECK(!has(f, "-DFILTER_ADDRS"));
-  auto k = *bpf_cflags(*parse({"-K", "-p", "1", "--tid", "7,8"}), false);
+  auto k = *bpf_cflags(*parse({"-K", "-p", "1", "-t", "7,8"}), false);
   CHECK(!has(k, "-DUSER_FUTEX"));
   CHECK(has(k, "-DTGID_OK(x)=((x)==1)"));
   CHECK(has(k, "-DTID_OK(x)=((x)==7||(x)==8)"));
@@ -286,4 +312,188 @@ TEST_CASE("lockstat: BPF text and mode flags") {
   CHECK(has(u, "-DMIN_WAIT_NS=5000ULL"));
   // a symbolic name is matched after symbolization, so no in-kernel address filter
   CHECK(!has(*bpf_cflags(*parse({"-L", "mmap_lock"}), false), "-DFILTER_ADDRS"));
+}
+
+// --- what a wait is ---------------------------------------------------------------------
+
+namespace {
+
+// One user lock in process 100 waited on by `tids`, each `per` ns in `n` waits, with
+// the given futex flags, timeouts and wakers.
+Snapshot one_lock(uint32_t flags, std::vector<uint32_t> tids, uint64_t per, uint64_t n, uint64_t timedout,
+                  std::vector<std::pair<uint32_t, uint64_t>> wakers, uint64_t window = 1000000000ULL) {
+  Snapshot s;
+  s.window_ns = window;
+  for (uint32_t t : tids) {
+    auto w = wait(LS_KIND_FUTEX, 100, t, 0x6000, n, per, per / n * 2, flags);
+    w.val.timedout = timedout;
+    s.waits.push_back(w);
+    add_hist(s, w, per / n, n);
+    s.comms[t] = "t";
+  }
+  for (auto [tid, cnt] : wakers) {
+    lockstat_wkey k{};
+    k.addr = 0x6000;
+    k.pid = 100;
+    k.waker = tid;
+    s.wakers.push_back({k, cnt});
+  }
+  return s;
+}
+
+LockRow only_row(const Snapshot& s, Names n = fake_names()) {
+  auto rows = build_locks(s, n, *parse({}));
+  REQUIRE(rows.size() == 1);
+  return rows[0];
+}
+
+}  // namespace
+
+TEST_CASE("lockstat: waits are classed by what they are") {
+  // glibc mutex (FUTEX_WAIT on a word of 2): contention, whoever wakes
+  auto m = only_row(one_lock(LS_FUTEX_LOCKWORD, {101, 102}, 850000000, 1000, 0, {{101, 500}, {102, 499}}));
+  CHECK(m.cls == WaitClass::Contention);
+  // a thread waiting 85% of its time is not "light"
+  CHECK(m.max_share > 0.84);
+  CHECK(reading(m).find("light") == std::string::npos);
+  CHECK(reading(m).rfind("contended: 2 threads", 0) == 0);
+  CHECK(reading(m).find("85%") != std::string::npos);
+  // a lightly used mutex is light
+  auto l = only_row(one_lock(LS_FUTEX_LOCKWORD, {101, 102, 103}, 20000000, 100, 0, {}));
+  CHECK(reading(l).rfind("light: 3 threads", 0) == 0);
+  // many threads, long waits, most of their time: a convoy behind long holds
+  auto cv = only_row(one_lock(LS_FUTEX_LOCKWORD, {101, 102, 103, 104}, 700000000, 200, 0, {}));
+  CHECK(reading(cv).rfind("convoy behind long holds: 4 threads", 0) == 0);
+
+  // an idle work queue's semaphore (FUTEX_WAIT_BITSET), released by a producer that
+  // never waits on it: idle, not "convoy behind long holds"
+  auto q = only_row(one_lock(LS_FUTEX_BITSET, {101, 102, 103, 104}, 900000000, 10, 0, {{100, 40}}));
+  CHECK(q.cls == WaitClass::Idle);
+  CHECK(reading(q).rfind("idle: 4 threads wait for work", 0) == 0);
+  CHECK(reading(q).find("convoy") == std::string::npos);
+  // the same semaphore used as a lock: released by the threads that also wait on it
+  auto sl = only_row(one_lock(LS_FUTEX_BITSET, {101, 102, 103}, 300000000, 300, 0, {{101, 100}, {102, 100}, {103, 99}}));
+  CHECK(sl.cls == WaitClass::Contention);
+  // a condition variable nobody signalled in the window
+  CHECK(only_row(one_lock(LS_FUTEX_BITSET | LS_FUTEX_TIMED, {101}, 500000000, 1, 0, {})).cls == WaitClass::Condition);
+  // timed waits that ran to their timeout (MariaDB's background threads, sleeps)
+  auto t = only_row(one_lock(LS_FUTEX_BITSET | LS_FUTEX_TIMED, {101}, 1000000000, 10, 10, {}));
+  CHECK(t.cls == WaitClass::Timed);
+  CHECK(reading(t).rfind("timed wait: 100% of waits", 0) == 0);
+  // InnoDB-style custom lock: plain FUTEX_WAIT, any word value: contention ...
+  CHECK(only_row(one_lock(LS_FUTEX_PLAIN, {101, 102}, 100000000, 100, 0, {{101, 50}, {102, 50}})).cls ==
+        WaitClass::Contention);
+  // ... unless producers that never wait on it wake it (an event)
+  CHECK(only_row(one_lock(LS_FUTEX_PLAIN, {101, 102}, 100000000, 100, 0, {{100, 100}})).cls == WaitClass::Idle);
+
+  // CPython's GIL: by symbol (_PyRuntime)
+  Names gil = fake_names();
+  gil.lock_symbol = [](uint32_t, uint64_t) -> std::string { return "_PyRuntime+432"; };
+  auto g = only_row(one_lock(LS_FUTEX_BITSET | LS_FUTEX_TIMED, {101, 102}, 800000000, 100, 30, {{101, 50}}), gil);
+  CHECK(g.cls == WaitClass::Gil);
+  CHECK(reading(g).rfind("GIL: 2 threads", 0) == 0);
+  Names path = fake_names();
+  path.frames = [](const lockstat_key&) -> std::vector<std::string> {
+    return {"__futex_abstimed_wait_common", "take_gil", "PyEval_RestoreThread"};
+  };
+  // a stale take_gil frame does not make an idle queue's semaphore the GIL
+  CHECK(only_row(one_lock(LS_FUTEX_BITSET, {101, 102}, 800000000, 100, 0, {{100, 50}}), path).cls == WaitClass::Idle);
+  CHECK(std::string(wait_class_name(WaitClass::Idle)) == "idle");
+}
+
+TEST_CASE("lockstat: only contention is ranked; other waits are apart") {
+  Snapshot s = sample();
+  auto q = one_lock(LS_FUTEX_BITSET, {105, 106, 107}, 3000000000ULL, 10, 0, {{100, 30}});
+  for (auto& w : q.waits) s.waits.push_back(w);
+  for (auto& h : q.hist) s.hist.push_back(h);
+  s.wakers = q.wakers;
+  s.window_ns = 1000000000ULL;
+  std::ostringstream out, err;
+  render(out, err, *parse({}), s, fake_names(), bpfdiag::Window{0, 1000000000ULL, true});
+  std::string t = out.str();
+  auto apart = t.find("Waits that are not lock contention");
+  REQUIRE(apart != std::string::npos);
+  // the 9 s idle queue comes after every contended lock despite the largest total
+  CHECK(t.find("cache_lock") < apart);
+  CHECK(t.find("mmap_lock") < apart);
+  CHECK(t.find("idle: 3 threads wait for work", apart) != std::string::npos);
+  // the thread view ranks contention only
+  auto threads = build_threads(s, fake_names(), *parse({"-P"}));
+  for (const auto& r : threads) CHECK((r.tid < 105 || r.tid > 107));
+  std::ostringstream js, jerr;
+  render(js, jerr, *parse({"-j"}), s, fake_names(), bpfdiag::Window{0, 1000000000ULL, true});
+  CHECK(js.str().find("\"class\":\"idle\"") != std::string::npos);
+  CHECK(js.str().find("\"other_lock_count\":1") != std::string::npos);
+}
+
+TEST_CASE("lockstat: call-site wrappers, rq_lock, map sizes") {
+  CHECK(is_wrapper_frame("psi_mutex_lock"));
+  CHECK(is_wrapper_frame("inline_mysql_mutex_lock"));
+  CHECK(is_wrapper_frame("PyThread_acquire_lock_timed"));
+  CHECK(!is_wrapper_frame("tdc_acquire_share(THD*, TABLE_LIST*, unsigned int, TABLE**)"));
+  CHECK(!is_wrapper_frame("update_cache"));
+  CHECK(is_rq_lock_frame("raw_spin_rq_lock_nested"));
+  CHECK(!is_rq_lock_frame("try_to_wake_up"));
+  // a spinlock taken through raw_spin_rq_lock_nested is named rq_lock
+  Snapshot s;
+  s.waits.push_back(wait(LS_KIND_KERNEL, 0, 0, 0xffff888627c2ba40ULL, 3, 3000, 2000, LS_LCB_SPIN, 9));
+  Names n = fake_names();
+  n.frames = [](const lockstat_key&) -> std::vector<std::string> {
+    return {"queued_spin_lock_slowpath", "raw_spin_rq_lock_nested", "try_to_wake_up"};
+  };
+  n.lock_symbol = [](uint32_t, uint64_t) -> std::string { return ""; };
+  auto rows = build_locks(s, n, *parse({}));
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].symbol == "rq_lock");
+  CHECK(rows[0].kind == "spinlock");
+  // map sizes follow the target: 2000 threads need more than the 16384 default
+  CHECK(map_entries_for_threads(10) == 16384);
+  CHECK(map_entries_for_threads(2000) == 16384);
+  CHECK(map_entries_for_threads(4000) == 32768);
+  Config c;
+  c.map_entries = 32768;
+  auto sizes = map_sizes(c);
+  CHECK(sizes[0] == std::make_pair(std::string("STATS_ENTRIES"), uint64_t(32768)));
+  CHECK(sizes[1].second == 8 * 32768);
+}
+
+// --- golden files: whole reports from a fixed model (tests/golden/lockstat_*) --------
+
+namespace {
+
+using bpfdiag_test::check_golden;
+
+// sample() plus an idle queue (not contention), a wait class apart and data quality.
+Snapshot golden_fixture() {
+  Snapshot s = sample();
+  auto q = one_lock(LS_FUTEX_BITSET, {105, 106, 107}, 3000000000ULL, 10, 0, {{100, 30}});
+  for (auto& w : q.waits) s.waits.push_back(w);
+  for (auto& h : q.hist) s.hist.push_back(h);
+  for (auto& [t, c] : q.comms) s.comms[t] = c;
+  s.wakers = q.wakers;
+  s.window_ns = 1000000000ULL;
+  s.dq.add("lost_stacks", 2);
+  s.dq.add("stale_begins", 1);
+  s.dq.add("unmatched_begin", 3);
+  return s;
+}
+
+std::string report(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  render(out, err, *parse(std::move(args)), golden_fixture(), fake_names(),
+         bpfdiag::Window{1700000000000000000ULL, 1000000000ULL, true});
+  return out.str() + err.str();
+}
+
+}  // namespace
+
+TEST_CASE("golden: lock view text, NDJSON and CSV") {
+  check_golden("lockstat_locks.txt", report({"-H"}));
+  check_golden("lockstat_locks.ndjson", report({"-j", "-H"}));
+  check_golden("lockstat_locks.csv", report({"--csv", "--fields", "+layer,comm,addr,calls,avg,p90"}));
+}
+
+TEST_CASE("golden: per-thread view text and NDJSON") {
+  check_golden("lockstat_threads.txt", report({"-P"}));
+  check_golden("lockstat_threads.ndjson", report({"-P", "-j", "-n", "3"}));
 }

@@ -48,7 +48,7 @@ TEST_CASE("naptime parse: defaults and options") {
   CHECK_FALSE(c->schedule.duration_ns.has_value());
 
   std::string self = std::to_string(getpid());
-  c = parse({"-s", "-j", "-p", self + ",1", "-t", self, "--comm", "sleepers", "-m", "10ms", "5"});
+  c = parse({"--summary", "-j", "-p", self + ",1", "-t", self, "--comm", "sleepers", "-m", "10ms", "-d", "5"});
   REQUIRE(c.ok());
   CHECK(c->summary);
   CHECK(c->json);
@@ -64,9 +64,13 @@ TEST_CASE("naptime parse: defaults and options") {
   c = parse({"--comm", "a-very-long-command-name"});  // the kernel keeps 15 characters
   REQUIRE(c.ok());
   CHECK(c->comm == "a-very-long-com");
-  c = parse({"500ms"});
+  c = parse({"-d", "500ms"});
   REQUIRE(c.ok());
   CHECK(*c->schedule.duration_ns == 500000000ULL);
+  c = parse({"-i", "2", "-c", "3"});
+  REQUIRE(c.ok());
+  CHECK(*c->schedule.interval_ns == 2000000000ULL);
+  CHECK(*c->schedule.count == 3);
 }
 
 TEST_CASE("naptime parse: bad input is an error value") {
@@ -85,18 +89,20 @@ TEST_CASE("naptime parse: bad input is an error value") {
   CHECK_FALSE(parse({"-m", "10parsecs"}).ok());
   CHECK_FALSE(parse({"--comm", ""}).ok());
   CHECK_FALSE(parse({"--bogus"}).ok());
-  CHECK_FALSE(parse({"0"}).ok());     // duration 0
-  CHECK_FALSE(parse({"-3"}).ok());    // negative duration
-  CHECK_FALSE(parse({"abc"}).ok());   // non-numeric duration
-  CHECK_FALSE(parse({"1", "2"}).ok());  // only [duration]
+  CHECK_FALSE(parse({"-s"}).ok());          // -s is --stacks in the suite: not naptime's
+  CHECK_FALSE(parse({"5"}).ok());           // no positional schedule: -d 5
+  CHECK_FALSE(parse({"-d", "0"}).ok());     // duration 0
+  CHECK_FALSE(parse({"-d", "-3"}).ok());    // negative duration
+  CHECK_FALSE(parse({"-d", "abc"}).ok());   // non-numeric duration
+  CHECK_FALSE(parse({"-c", "2"}).ok());     // a count needs an interval
   auto e = parse({"--bogus"});
   CHECK(e.error().find('\n') == std::string::npos);
 }
 
-TEST_CASE("naptime help: usage line and examples") {
-  std::string h = kHelp;
-  CHECK(h.find("USAGE: naptime [-h] [-s] [-p PID[,PID]] [-t TID] [--comm NAME] [-m MIN] "
-               "[-j] [--ebpf] [duration]\n") != std::string::npos);
+TEST_CASE("naptime help: generated, usage line and examples") {
+  std::string h = bpfdiag::render_help(tool_spec());
+  CHECK(h.find("USAGE: naptime [-p PID[,PID]] [-t TID[,TID]] [--comm NAME] [-m TIME] [--summary] [-j] "
+               "[--ebpf] [-h] [-i TIME] [-c N] [-d TIME]\n") != std::string::npos);
   CHECK(h.find("EXAMPLES:\n  naptime  ") != std::string::npos);
   auto c = parse({"-h"});
   REQUIRE(c.ok());
@@ -232,7 +238,8 @@ TEST_CASE("naptime render: a fixed sleep as text") {
         "TIME     PPID   PCOMM           PID    COMM              SECONDS     SLEPT NOTE\n");
   Sleep s = decode(fixed_event(), {});
   std::ostringstream os;
-  render_sleep(os, c, s);
+  auto dq = bpfdiag::DataQuality::with_keys(dq_keys());
+  render_sleep(os, c, s, dq);
   // TIME is local wall-clock time; the rest of the line is fixed
   std::string line = os.str();
   REQUIRE(line.size() > 9);
@@ -243,7 +250,7 @@ TEST_CASE("naptime render: a fixed sleep as text") {
   s.ret = -4;
   s.requested_ns.reset();
   os.str("");
-  render_sleep(os, c, s);
+  render_sleep(os, c, s, dq);
   CHECK(os.str().substr(8) ==
         " 1      systemd         1975   iscsid                  ?  1.500123 MONO abs EINTR\n");
 
@@ -252,33 +259,40 @@ TEST_CASE("naptime render: a fixed sleep as text") {
   s.restarted = true;
   s.requested_ns = 1500000000;
   os.str("");
-  render_sleep(os, c, s);
+  render_sleep(os, c, s, dq);
   CHECK(os.str().substr(8) ==
         " 1      systemd         1975   iscsid           1.500000  1.500123 restarted\n");
 }
 
-TEST_CASE("naptime render: a fixed sleep as JSON, and the summary") {
+TEST_CASE("naptime render: a fixed sleep as JSON, and the report records") {
   Config c;
   c.json = true;
   Sleep s = decode(fixed_event(), {1000, 0});
   std::ostringstream os;
-  render_sleep(os, c, s);
+  auto dq = bpfdiag::DataQuality::with_keys(dq_keys());
+  dq.lost_events = 7;
+  render_sleep(os, c, s, dq);
   auto j = nlohmann::json::parse(os.str());
-  CHECK(j["type"] == "sleep");
+  CHECK(j["type"] == "naptime.sleep");
+  CHECK(j["schema"] == bpfdiag::kSchemaVersion);
+  CHECK(j["interval_ns"] == 0);  // an event
+  CHECK(j["final"] == false);
   CHECK(j["pid"] == 1975);
   CHECK(j["tid"] == 1976);
   CHECK(j["ppid"] == 1);
   CHECK(j["comm"] == "iscsid");
   CHECK(j["pcomm"] == "systemd");
   CHECK(j["requested_ns"] == 1500000000ULL);
-  CHECK(j["slept_ns"] == 1500123456ULL);
+  CHECK(j["sleep_ns"] == 1500123456ULL);
   CHECK(j["clock"] == "CLOCK_REALTIME");
   CHECK(j["abstime"] == false);
   CHECK(j["interrupted"] == false);
   CHECK(j["restarted"] == false);
   CHECK(j["syscall"] == "clock_nanosleep");
   CHECK(j["error"].is_null());
-  CHECK(j["time_ns"] == 6500124456ULL);
+  CHECK(j["time_ns"] == 6500124456ULL);  // when the sleep ended
+  CHECK(j["data_quality"]["lost_events"] == 7);
+  CHECK(j["data_quality"]["restarted_after_signal"] == 0);  // fixed key set
   CHECK(os.str().back() == '\n');
 
   Summary sum;
@@ -287,30 +301,38 @@ TEST_CASE("naptime render: a fixed sleep as JSON, and the summary") {
   s.interrupted = true;
   s.slept_ns = 1000;
   sum.add(s);
-  bpfdiag::DataQuality dq;
   dq.unmatched_begin = 2;
   os.str("");
-  render_summary(os, c, sum, dq, 42);
-  auto r = nlohmann::json::parse(os.str());
-  CHECK(r["type"] == "summary");
-  CHECK(r["sleeps"] == 2);
-  CHECK(r["duration_ns"] == 42);
+  render_report(os, c, sum, dq, bpfdiag::Window{99, 42, true});
+  std::vector<nlohmann::json> recs;
+  std::istringstream in(os.str());
+  for (std::string l; std::getline(in, l);) recs.push_back(nlohmann::json::parse(l));
+  REQUIRE(recs.size() == 2);
+  auto& p = recs[0];
+  CHECK(p["type"] == "naptime.process");
+  CHECK(p["sleep_count"] == 2);
+  CHECK(p["interrupted_count"] == 1);
+  CHECK(p["restarted_count"] == 0);
+  CHECK(p["requested_total_ns"] == 3000000000ULL);
+  CHECK(p["sleep_total_ns"] == 1500124456ULL);
+  auto& r = recs[1];
+  CHECK(r["type"] == "naptime.summary");
+  CHECK(r["sleep_count"] == 2);
+  CHECK(r["interrupted_count"] == 1);
+  CHECK(r["sleep_total_ns"] == 1500124456ULL);
+  CHECK(r["process_count"] == 1);
+  CHECK(r["interval_ns"] == 42);
+  CHECK(r["final"] == true);
   CHECK(r["data_quality"]["unmatched_begin"] == 2);
-  REQUIRE(r["processes"].size() == 1);
-  CHECK(r["processes"][0]["count"] == 2);
-  CHECK(r["processes"][0]["interrupted"] == 1);
-  CHECK(r["processes"][0]["restarted"] == 0);
-  CHECK(r["processes"][0]["requested_ns"] == 3000000000ULL);
-  CHECK(r["processes"][0]["slept_ns"] == 1500124456ULL);
-  CHECK(r["hist"]["buckets"].size() == 2);
+  CHECK(r["sleep_hist"]["buckets"].size() == 2);
 
   c.json = false;
   c.summary = true;
   os.str("");
-  render_summary(os, c, sum, dq, 42);
+  render_report(os, c, sum, dq, bpfdiag::Window{99, 42, true});
   std::string t = os.str();
   CHECK(t.find("PID     COMM              SLEEPS   INTR   REQUESTED_S       SLEPT_S\n"
                "1975    iscsid                 2      1      3.000000      1.500124\n") == 0);
   CHECK(t.find("     usecs               : count     distribution\n") != std::string::npos);
-  CHECK(t.find("data quality: lost events 0, lost stacks 0, unmatched begin 2") != std::string::npos);
+  CHECK(t.find("data quality: lost events 7, lost stacks 0, unmatched begin 2") != std::string::npos);
 }

@@ -26,14 +26,24 @@ bpfdiag::Result<Config> parse(std::vector<std::string> args) {
 
 constexpr int kFutex = 202;
 
-ThreadTimes thread_with(std::vector<std::pair<WaitKey, WaitTimes>> waits, uint64_t on = 0,
-                        uint64_t rq = 0) {
+// One wait of a thread: blocked `blk` ns (runnable `rq` ns after the wake-ups), ended
+// by `wake` (default: a thread outside the pool).
+struct W {
+  WaitKey k;
+  uint64_t blk = 0, rq = 0, count = 1;
+  int wake = kByProcess;
+};
+
+ThreadTimes thread_with(std::vector<W> waits, uint64_t on = 0, uint64_t rq = 0) {
   ThreadTimes t;
   t.on_ns = on;
   t.rq_ns = rq;
-  for (auto& [k, w] : waits) {
-    t.waits[k] = w;
-    t.blk_ns += w.blk_ns;
+  for (auto& w : waits) {
+    auto& x = t.waits[w.k];
+    x.blk_ns[w.wake] += w.blk;
+    x.wake_rq_ns[w.wake] += w.rq;
+    x.count += w.count;
+    t.blk_ns += w.blk;
   }
   return t;
 }
@@ -42,7 +52,7 @@ ThreadTimes thread_with(std::vector<std::pair<WaitKey, WaitTimes>> waits, uint64
 
 TEST_CASE("parse_args: pid, pattern, interval and duration") {
   const std::string self = std::to_string(getpid());  // -p must name a live process
-  auto c = parse({"-p", self, "--threads", "^worker", "-P", "-j", "2", "10"});
+  auto c = parse({"-p", self, "--threads", "^worker", "-P", "-j", "-i", "2", "-d", "10"});
   REQUIRE(c.ok());
   CHECK(c->pid == static_cast<uint32_t>(getpid()));
   CHECK(*c->pattern == "^worker");
@@ -50,7 +60,7 @@ TEST_CASE("parse_args: pid, pattern, interval and duration") {
   CHECK(c->json);
   CHECK(*c->schedule.interval_ns == 2000000000ULL);
   CHECK(*c->schedule.duration_ns == 10000000000ULL);
-  auto d = parse({"-p", "1", "500ms"});
+  auto d = parse({"-p", "1", "-i", "500ms"});
   REQUIRE(d.ok());
   CHECK(*d->schedule.interval_ns == 500000000ULL);
   CHECK(!d->schedule.duration_ns);
@@ -67,19 +77,22 @@ TEST_CASE("parse_args: errors are values") {
   // can never be live); --ebpf needs no process
   CHECK(parse({"-p", "4194304"}).error() == "no process with PID 4194304");
   CHECK(parse({"-p", "4194304", "--ebpf"}).ok());
-  CHECK(!parse({"-p", "1", "1", "2", "3"}).ok());
-  CHECK(!parse({"-p", "1", "1x"}).ok());
-  CHECK(!parse({"-p", "1", "1ms"}).ok());  // interval below 100 ms
+  CHECK(!parse({"-p", "1", "1"}).ok());  // no positional schedule: -i/-c/-d
+  CHECK(!parse({"-p", "1", "-i", "1x"}).ok());
+  CHECK(!parse({"-p", "1", "-c", "3"}).ok());  // a count needs an interval
+  CHECK(!parse({"-p", "1,2"}).ok());           // one process
   CHECK(!parse({"-p", "1", "--bogus"}).ok());
   CHECK(parse({"-h"})->help);
 }
 
 TEST_CASE("help has usage, options and examples") {
-  std::string h = kHelp;
-  CHECK(h.find("USAGE: threadpool [-h] -p PID") != std::string::npos);
+  std::string h = help_text();
+  CHECK(h.find("USAGE: threadpool [-p PID] [--threads PATTERN] [-a] [-T] [-P] [-H] [-j] [--map-entries N] "
+               "[-i TIME] [-c N] [-d TIME] [--ebpf] [-h]\n") != std::string::npos);
   CHECK(h.find("OPTIONS:") != std::string::npos);
+  CHECK(h.find("--max-threads") == std::string::npos);  // the older name is hidden
   CHECK(h.find("EXAMPLES:") != std::string::npos);
-  CHECK(h.find("  threadpool -p 1234 1 ") != std::string::npos);
+  CHECK(h.find("  threadpool -p 1234 -i 1 ") != std::string::npos);
 }
 
 TEST_CASE("wait classification") {
@@ -114,52 +127,58 @@ TEST_CASE("thread names group without their numbers") {
   CHECK(group_of_name("w#3:1") == "w");
 }
 
-TEST_CASE("work-wait inference picks the condition variable most workers park on") {
-  WaitKey cond{kFutex, 9, 0x1000}, lock{kFutex, 0, 0x2000}, other_cond{kFutex, 9, 0x3000};
+TEST_CASE("a wait is what ended it: producer, peer, timeout, runtime lock") {
+  WaitKey cond{kFutex, 9, 0x1000}, mutex{kFutex, 0, 0x2000}, own{kFutex, 9, 0x3000};
   std::map<uint32_t, ThreadTimes> g;
   for (uint32_t tid = 1; tid <= 4; ++tid)
-    g[tid] = thread_with({{cond, {1000, 10, 5}}, {lock, {900000, 0, 50}}});
-  g[5] = thread_with({{other_cond, {9000000, 0, 1}}});  // more time, but one thread
-  auto w = infer_work_waits(g, 5);
+    g[tid] = thread_with({{cond, 1000, 10, 5, kByProcess},   // the acceptor hands work over
+                          {mutex, 9000, 0, 50, kByPeer},      // a peer releases the lock
+                          {own, 500, 0, 3, kTimedOut}});      // a timed wait runs out
+  auto w = infer_work_waits(g, 4);
   CHECK(w.found);
-  CHECK(!w.guessed);
-  CHECK(w.futexes.size() == 1);
-  CHECK(w.is_idle(1, cond));
-  CHECK(!w.is_idle(1, lock));
-  CHECK(!w.is_idle(5, other_cond));
-  CHECK(w.description.find("condition wait on 0x1000 (4/5 threads") == 0);
-  CHECK(w.is_idle(1, WaitKey{288, 0, 0}));  // accept4 is always a work wait
+  CHECK(w.category(1, cond, kByProcess) == kIdle);
+  CHECK(w.category(1, mutex, kByPeer) == kLock);
+  CHECK(w.category(1, own, kTimedOut) == kSleep);
+  // a mutex held by a thread outside the pool is still a lock
+  CHECK(w.category(1, mutex, kByProcess) == kLock);
+  // in progress (unseen): what usually ends that wait for that thread
+  CHECK(w.category(1, cond, kUnseen) == kIdle);
+  CHECK(w.category(1, mutex, kUnseen) == kLock);
+  CHECK(w.category(1, own, kUnseen) == kSleep);
+  // nothing known: a condition wait is waiting for a producer, a mutex for its holder
+  CHECK(w.category(9, WaitKey{kFutex, 9, 0x9000}, kUnseen) == kIdle);
+  CHECK(w.category(9, WaitKey{kFutex, 0, 0x9000}, kUnseen) == kLock);
+  CHECK(w.description.find("condition wait") != std::string::npos);
+  CHECK(w.description.find("4/4 threads") != std::string::npos);
   CHECK(w.queue_users == std::set<uint32_t>{1, 2, 3, 4});
-  CHECK(w.excluded == 0);
+  CHECK(w.category(1, WaitKey{288, 0, 0}, kByOther) == kIdle);  // accept4
+  CHECK(w.category(1, WaitKey{230, 0, 0}, kByPeer) == kSleep);  // clock_nanosleep
+  CHECK(w.category(1, WaitKey{0, 0, 0}, kByOther) == kIo);      // read
+  // the GIL: neither busy nor idle, whoever ends the wait
+  auto gil = infer_work_waits(g, 4, 0, {{0x2000, "GIL (_PyRuntime+432)"}});
+  CHECK(gil.category(1, mutex, kByPeer) == kGil);
+  CHECK(gil.category(1, mutex, kTimedOut) == kGil);
+  CHECK(gil.description.find("GIL (_PyRuntime+432)") != std::string::npos);
 }
 
-TEST_CASE("work-wait inference: plain futex only as a marked guess, events listed") {
-  WaitKey lock{kFutex, 0, 0x2000};
+TEST_CASE("a queue word a producer wakes is idle even when peers pass wake-ups on") {
+  // CPython's SimpleQueue / the JVM's LinkedBlockingQueue: a getter that took an item
+  // wakes the next getter, so most wake-ups come from peers
+  WaitKey q{kFutex, 9, 0x1000}, lock{kFutex, 9, 0x2000};
   std::map<uint32_t, ThreadTimes> g;
-  g[1] = thread_with({{lock, {100, 0, 1}}});
-  g[2] = thread_with({{lock, {100, 0, 1}}, {WaitKey{232, 0, 0}, {50, 0, 1}}});
+  for (uint32_t tid = 1; tid <= 3; ++tid)
+    g[tid] = thread_with({{q, 800, 0, 9, kByPeer}, {q, 200, 0, 3, kByProcess},
+                          {lock, 500, 0, 4, kByPeer}});
   auto w = infer_work_waits(g, 3);
-  CHECK(w.guessed);
-  CHECK(w.is_idle(1, lock));
-  CHECK(w.description.find("guessed") != std::string::npos);
-  CHECK(w.description.find("epoll_wait") != std::string::npos);
-  // one thread on a plain futex out of 4: not enough to call it the work queue
-  std::map<uint32_t, ThreadTimes> h;
-  h[1] = thread_with({{lock, {100, 0, 1}}});
-  auto none = infer_work_waits(h, 4);
-  CHECK(!none.found);
-  CHECK(none.futexes.empty());
-  CHECK(none.description.find("none seen") == 0);
-  // one thread of three on a condition variable: its own wait, not the pool's queue
-  std::map<uint32_t, ThreadTimes> k;
-  k[1] = thread_with({{WaitKey{kFutex, 9, 0x5000}, {100, 0, 1}}});
-  k[2] = thread_with({{WaitKey{35, 0, 0}, {100, 0, 1}}});
-  k[3] = thread_with({{WaitKey{35, 0, 0}, {100, 0, 1}}});
-  CHECK(!infer_work_waits(k, 3).found);
-  // a group of one thread may park alone
-  std::map<uint32_t, ThreadTimes> one;
-  one[1] = k[1];
-  CHECK(infer_work_waits(one, 1).futexes.size() == 1);
+  CHECK(w.work_words.count(0x1000));
+  CHECK(w.category(1, q, kByPeer) == kIdle);
+  CHECK(w.category(1, lock, kByPeer) == kLock);  // never woken from outside: contention
+  // JVM threads park on their own words: one word per thread, described as such
+  std::map<uint32_t, ThreadTimes> jvm;
+  for (uint32_t tid = 1; tid <= 3; ++tid)
+    jvm[tid] = thread_with({{WaitKey{kFutex, 9, 0x1000 * tid}, 100, 0, 2, kByProcess}});
+  auto j = infer_work_waits(jvm, 3);
+  CHECK(j.description.find("3 words, one per thread") != std::string::npos);
 }
 
 TEST_CASE("poll is a work wait for a listener, I/O for queue workers; main thread left out") {
@@ -167,9 +186,10 @@ TEST_CASE("poll is a work wait for a listener, I/O for queue workers; main threa
   // pipe while serving; the listener waits in epoll; the main thread reads a pipe.
   WaitKey cond{kFutex, 9, 0x1000}, poll{7, 0, 0}, epoll{232, 0, 0}, rd{0, 0, 0};
   std::map<uint32_t, ThreadTimes> g;
-  g[100] = thread_with({{rd, {5000, 0, 1}}});  // main thread, tid == pid
-  g[101] = thread_with({{epoll, {4000, 0, 9}}});
-  for (uint32_t tid = 102; tid < 106; ++tid) g[tid] = thread_with({{cond, {10, 0, 3}}, {poll, {900, 0, 3}}});
+  g[100] = thread_with({{rd, 5000, 0, 1}});  // main thread, tid == pid
+  g[101] = thread_with({{epoll, 4000, 0, 9, kByOther}});
+  for (uint32_t tid = 102; tid < 106; ++tid)
+    g[tid] = thread_with({{cond, 10, 0, 3}, {poll, 900, 0, 3, kByOther}});
   auto w = infer_work_waits(g, 6, 100);
   CHECK(w.is_idle(101, epoll));
   CHECK(!w.is_idle(102, poll));
@@ -177,13 +197,17 @@ TEST_CASE("poll is a work wait for a listener, I/O for queue workers; main threa
   CHECK(w.excluded == 100);
   CHECK(w.description.find("main thread 100 left out") != std::string::npos);
   CHECK(w.description.find("epoll_wait (outside queue workers)") != std::string::npos);
-  // a main thread that waits for work itself stays in
-  g[100] = thread_with({{cond, {10, 0, 1}}});
+  // a main thread that waits for work where the workers do stays in
+  g[100] = thread_with({{cond, 10, 0, 1}});
   CHECK(infer_work_waits(g, 6, 100).excluded == 0);
+  // CPython: the main thread waits for results on its own words (woken by workers,
+  // from its point of view a producer): idle for it, but not where workers wait
+  g[100] = thread_with({{WaitKey{kFutex, 9, 0x7000}, 5000, 0, 9}});
+  CHECK(infer_work_waits(g, 6, 100).excluded == 100);
   // nobody waits for work: nothing to compare with, nobody left out
   std::map<uint32_t, ThreadTimes> h;
-  h[100] = thread_with({{rd, {5000, 0, 1}}});
-  h[101] = thread_with({{rd, {5000, 0, 1}}});
+  h[100] = thread_with({{rd, 5000, 0, 1}});
+  h[101] = thread_with({{rd, 5000, 0, 1}});
   CHECK(infer_work_waits(h, 2, 100).excluded == 0);
 }
 
@@ -203,21 +227,29 @@ TEST_CASE("queue depth from accept/read spans") {
 
 TEST_CASE("delta subtracts per field and per wait") {
   WaitKey k{kFutex, 9, 0x10};
-  ThreadTimes a = thread_with({{k, {100, 10, 2}}}, 50, 20);
+  ThreadTimes a = thread_with({{k, 100, 10, 2}}, 50, 20);
   a.rq_hist[3] = 4;
-  ThreadTimes b = thread_with({{k, {300, 30, 5}}, {WaitKey{0, 0, 0}, {7, 0, 1}}}, 80, 25);
+  ThreadTimes b = thread_with({{k, 300, 30, 5}, {WaitKey{0, 0, 0}, 7, 0, 1}}, 80, 25);
   b.rq_hist[3] = 6;
   b.rq_hist[5] = 1;
   auto d = delta(b, &a);
   CHECK(d.on_ns == 30);
   CHECK(d.rq_ns == 5);
-  CHECK(d.waits[k].blk_ns == 200);
-  CHECK(d.waits[k].wake_rq_ns == 20);
+  CHECK(d.waits[k].blk() == 200);
+  CHECK(d.waits[k].wake_rq() == 20);
   CHECK(d.waits[k].count == 3);
-  CHECK(d.waits[(WaitKey{0, 0, 0})].blk_ns == 7);
+  CHECK(d.waits[(WaitKey{0, 0, 0})].blk() == 7);
   CHECK(d.rq_hist[3] == 2);
   CHECK(d.rq_hist[5] == 1);
   CHECK(delta(a, &b).on_ns == 0);  // counters reset (tid reuse): clamp, never wrap
+  // a wait shown in progress (unseen) last time and resolved now: the delta's total
+  // is the real one, not the whole wait again
+  ThreadTimes p, q;
+  p.waits[k].blk_ns[kUnseen] = 900;  // 900 ns in progress at the last snapshot
+  q.waits[k].blk_ns[kByProcess] = 1000;  // ended at 1000 ns, by a producer
+  auto e = delta(q, &p);
+  CHECK(e.waits[k].blk() == 100);
+  CHECK(e.waits[k].blk_ns[kByProcess] == 100);
 }
 
 namespace {
@@ -230,13 +262,12 @@ GroupReport pool(uint64_t on, uint64_t rq, uint64_t idle, uint64_t lock, uint64_
   g.name = "worker";
   g.threads = 4;
   g.interval_ns = 1000000000ULL;
-  g.work.futexes.insert(cond);
   g.work.found = true;
   std::map<uint32_t, ThreadTimes> d;
   std::map<uint32_t, std::string> names;
   for (uint32_t tid = 1; tid <= 4; ++tid) {
-    d[tid] = thread_with({{cond, {idle / 4, 0, 1}}, {mutex, {lock / 4, 0, 1}}, {rd, {io / 4, 0, 1}},
-                          {nap, {sleep / 4, 0, 1}}},
+    d[tid] = thread_with({{cond, idle / 4, 0, 1, kByProcess}, {mutex, lock / 4, 0, 1, kByPeer},
+                          {rd, io / 4, 0, 1, kByOther}, {nap, sleep / 4, 0, 1, kTimedOut}},
                          on / 4, rq / 4);
     d[tid].rq_hist[hist_fine_index(1000)] = 10;
     names[tid] = "worker-" + std::to_string(tid);
@@ -262,9 +293,8 @@ TEST_CASE("aggregate: wake-up latency after a work wait counts as idle, not runn
   GroupReport g;
   g.threads = 1;
   g.interval_ns = 100;
-  g.work.futexes.insert(cond);
   std::map<uint32_t, ThreadTimes> d;
-  d[1] = thread_with({{cond, {50, 10, 1}}}, 30, 20);  // 20 runnable, 10 of it after the wait
+  d[1] = thread_with({{cond, 50, 10, 1}}, 30, 20);  // 20 runnable, 10 of it after the wait
   aggregate(g, d, {});
   CHECK(g.idle_ns == 60);
   CHECK(g.rq_ns == 10);
@@ -288,7 +318,7 @@ TEST_CASE("verdicts") {
 
   auto sleepy = pool(200000000, 0, 2000000000, 0, 0, 1800000000);
   decide_verdict(sleepy);
-  CHECK(sleepy.verdict == "blocked-other");
+  CHECK(sleepy.verdict == "sleeping");
 
   auto idle = pool(400000000, 0, 3600000000, 0, 0, 0);
   decide_verdict(idle);
@@ -310,6 +340,68 @@ TEST_CASE("verdicts") {
   CHECK(none.verdict == "no-data");
 }
 
+TEST_CASE("verdicts: the GIL is named; busy excludes waiting for it") {
+  // 4 workers always have work, one runs at a time: 1 s on CPU, 3 s waiting for the GIL
+  WaitKey gil{kFutex, 9, 0x5000};
+  GroupReport g;
+  g.name = "python3";
+  g.threads = 4;
+  g.interval_ns = 1000000000ULL;
+  g.work = infer_work_waits({}, 4, 0, {{0x5000, "GIL (_PyRuntime+432)"}});
+  std::map<uint32_t, ThreadTimes> d;
+  for (uint32_t tid = 1; tid <= 4; ++tid)
+    d[tid] = thread_with({{gil, 750000000, 0, 100, kByPeer}}, 250000000, 0);
+  aggregate(g, d, {});
+  CHECK(g.blocked_ns[kGil] == 3000000000ULL);
+  CHECK(g.busy_avg == doctest::Approx(1.0));
+  CHECK(g.utilization == doctest::Approx(0.25));
+  decide_verdict(g);
+  CHECK(g.verdict == "blocked-on-gil");
+  CHECK(g.why.find("GIL 75%") != std::string::npos);
+}
+
+TEST_CASE("verdicts: data loss qualifies or withholds the verdict and names the option") {
+  auto locks = pool(500000000, 50000000, 1500000000, 1950000000, 0, 0);
+  locks.dropped = 3;
+  locks.map_entries = 1024;
+  decide_verdict(locks);
+  CHECK(locks.verdict == "blocked-on-locks");  // little lost: qualified, kept
+  CHECK(locks.why.find("data lost") != std::string::npos);
+  CHECK(locks.why.find("--map-entries 4096") != std::string::npos);
+  // pool threads untracked (threads map full): withheld
+  auto untracked = pool(500000000, 50000000, 1500000000, 1950000000, 0, 0);
+  untracked.untracked = 1000;
+  untracked.map_entries = 1024;
+  decide_verdict(untracked);
+  CHECK(untracked.verdict == "uncertain");
+  CHECK(untracked.why.find("verdict withheld (would be blocked-on-locks)") == 0);
+  CHECK(untracked.why.find("--map-entries") != std::string::npos);
+  // more than 5% of the time in waits the map could not hold: withheld
+  auto lost = pool(500000000, 50000000, 1500000000, 1950000000, 0, 0);
+  lost.unattributed_ns = lost.accounted_ns / 10;
+  lost.dropped = 98016;
+  decide_verdict(lost);
+  CHECK(lost.verdict == "uncertain");
+}
+
+TEST_CASE("map sizes: from the target, or --max-threads") {
+  Config c;
+  CHECK(map_sizes(c, 10).threads == 1024);
+  CHECK(map_sizes(c, 2001).threads == 8192);
+  CHECK(map_sizes(c, 2001).waits == 131072);
+  CHECK(map_sizes(c, 2001).hist == 262144);
+  c.map_entries = 100;
+  CHECK(map_sizes(c, 2001).threads == 100);
+  CHECK(map_sizes(c, 2001).waits == 65536);
+  auto r = parse({"-p", std::to_string(getpid()), "--map-entries", "50000"});
+  REQUIRE(r);
+  CHECK(r->map_entries == 50000);
+  CHECK(parse({"-p", std::to_string(getpid()), "--max-threads", "2000"})->map_entries == 2000);  // alias
+  CHECK(!parse({"-p", std::to_string(getpid()), "--map-entries", "10"}));
+  CHECK(!parse({"-p", std::to_string(getpid()), "--map-entries", "x"}));
+  CHECK(!parse({"-p", std::to_string(getpid()), "--map-entries", "99", "--max-threads", "99"}));
+}
+
 TEST_CASE("render: JSON record fields and text block") {
   auto g = pool(1000000000, 1000000000, 2000000000, 0, 0, 0);
   g.req.requests = 3;
@@ -325,27 +417,36 @@ TEST_CASE("render: JSON record fields and text block") {
   ReportMeta m;
   m.pid = 42;
   m.comm = "srv";
-  m.interval_ns = 1000000000ULL;
-  bpfdiag::DataQuality dq;
+  m.window.interval_ns = 1000000000ULL;
+  bpfdiag::DataQuality dq = empty_quality();
   dq.lost_events = 7;
   std::ostringstream os;
   render(os, c, m, {g}, dq);
-  auto j = nlohmann::json::parse(os.str());
-  CHECK(j["type"] == "threadpool_interval");
-  CHECK(j["threads"] == 4);
+  std::istringstream lines(os.str());
+  std::string line;
+  std::vector<nlohmann::json> recs;
+  while (std::getline(lines, line)) recs.push_back(nlohmann::json::parse(line));
+  REQUIRE(recs.size() == 2);
+  auto j = recs[0];
+  CHECK(j["type"] == "threadpool.group");
+  CHECK(j["thread_count"] == 4);
   CHECK(j["utilization"].get<double>() == doctest::Approx(0.5));
-  CHECK(j["requests"] == 3);
-  CHECK(j["queue_wait_ns"]["p50"].is_number_unsigned());
-  CHECK(j["queue_wait_ns"]["avg"] == 2000);
-  CHECK(j["service_ns"].contains("p99"));
-  CHECK(j["response_ns"].contains("p95"));
-  CHECK(j["runnable_ns"].contains("p50"));
-  CHECK(j["runnable_hist"]["buckets"].is_array());
-  CHECK(j["blocked_ns"].contains("lock"));
-  CHECK(j["blocked_ns"].contains("io"));
+  CHECK(j["request_count"] == 3);
+  CHECK(j["queue_wait_p50_ns"].is_number_unsigned());
+  CHECK(j["queue_wait_avg_ns"] == 2000);
+  CHECK(j["service_p99_ns"].is_number_unsigned());
+  CHECK(j["response_p90_ns"].is_number_unsigned());
+  CHECK(j["dispatch_p50_ns"].is_number_unsigned());
+  CHECK(j["dispatch_hist"]["buckets"].is_array());
+  CHECK(j["blocked_total_ns"].contains("lock"));
+  CHECK(j["blocked_total_ns"].contains("io"));
   CHECK(j["data_quality"]["lost_events"] == 7);
+  CHECK(j["data_quality"]["threads_untracked"] == 0);  // fixed keys, zero when nothing happened
   CHECK(j["verdict"] == g.verdict);
-  CHECK(j["per_thread"].size() == 4);
+  CHECK(j["threads"].size() == 4);
+  CHECK(recs[1]["type"] == "threadpool.summary");
+  CHECK(recs[1]["group_count"] == 1);
+  CHECK(recs[1]["thread_count"] == 4);
 
   c.json = false;
   c.per_thread = true;
@@ -363,7 +464,7 @@ TEST_CASE("render: JSON record fields and text block") {
 
 TEST_CASE("BPF text uses raw tracepoints and no kernel headers") {
   std::string t = bpf_text();
-  for (const char* p : {"RAW_TRACEPOINT_PROBE(sched_switch)", "RAW_TRACEPOINT_PROBE(sched_wakeup)",
+  for (const char* p : {"RAW_TRACEPOINT_PROBE(sched_switch)", "RAW_TRACEPOINT_PROBE(sched_waking)",
                         "RAW_TRACEPOINT_PROBE(sys_enter)", "RAW_TRACEPOINT_PROBE(sys_exit)",
                         "BPF_PERF_OUTPUT(reqs)"})
     CHECK(t.find(p) != std::string::npos);
@@ -394,9 +495,9 @@ TEST_CASE("render: no pool threads still gives a record with data quality") {
   ReportMeta m;
   m.pid = 42;
   m.comm = "srv";
-  m.interval_ns = 1000000000ULL;
+  m.window.interval_ns = 1000000000ULL;
   m.target_exited = true;
-  bpfdiag::DataQuality dq;
+  bpfdiag::DataQuality dq = empty_quality();
   dq.extra["closed_unread"] = 2;
   for (bool summary : {false, true}) {
     m.summary = summary;
@@ -405,9 +506,8 @@ TEST_CASE("render: no pool threads still gives a record with data quality") {
     std::string out = os.str();
     REQUIRE(std::count(out.begin(), out.end(), '\n') == 1);
     auto j = nlohmann::json::parse(out);
-    CHECK(j["type"] == (summary ? "threadpool_summary" : "threadpool_interval"));
-    CHECK(j["groups"].is_array());
-    CHECK(j["groups"].empty());
+    CHECK(j["type"] == "threadpool.summary");
+    CHECK(j["group_count"] == 0);
     CHECK(j["pid"] == 42);
     CHECK(j["target_exited"] == true);
     CHECK(j["data_quality"]["closed_unread"] == 2);
@@ -418,4 +518,48 @@ TEST_CASE("render: no pool threads still gives a record with data quality") {
   render(txt, c, m, {}, dq);
   CHECK(txt.str().find("no pool activity") != std::string::npos);
   CHECK(txt.str().find("data quality: lost events 0") != std::string::npos);
+}
+
+TEST_CASE("a main thread that hands the workers work is left out, even if it shares a lock") {
+  // CPython: main submits (wakes the workers' queue waits) and shares a
+  // threading.Semaphore's lock with them; the workers' queue is woken by main
+  WaitKey q{kFutex, 9, 0x1000}, sem{kFutex, 9, 0x2000};
+  std::map<uint32_t, ThreadTimes> g;
+  g[100] = thread_with({{sem, 900, 0, 9, kByProcess}});  // main, woken by workers
+  for (uint32_t tid = 101; tid <= 104; ++tid)
+    g[tid] = thread_with({{q, 800, 0, 9, kByPeer}, {q, 10, 0, 1, kByMain},
+                          {sem, 100, 0, 2, kByMain}});
+  auto w = infer_work_waits(g, 5, 100);
+  CHECK(w.excluded == 100);
+  CHECK(!w.main_in_pool);
+  CHECK(w.category(101, q, kByPeer) == kIdle);  // 1.1% from main: a work word
+  CHECK(w.category(101, q, kByMain) == kIdle);
+  CHECK(w.description.find("4/4 threads") != std::string::npos);
+  // a main thread that is one of the workers: its wake-ups are a peer's
+  std::map<uint32_t, ThreadTimes> h;
+  WaitKey m{kFutex, 0, 0x3000};
+  for (uint32_t tid = 100; tid <= 103; ++tid)
+    h[tid] = thread_with({{q, 500, 0, 3, kByProcess}, {m, 100, 0, 3, tid == 101 ? kByMain : kByPeer}});
+  auto x = infer_work_waits(h, 4, 100);
+  CHECK(x.excluded == 0);
+  CHECK(x.main_in_pool);
+  CHECK(x.category(101, m, kByMain) == kLock);
+}
+
+TEST_CASE("--threads patterns cannot crash or hang the tool (issue 9 item 3)") {
+  // std::regex overflowed the stack on deep nesting and backtracked exponentially
+  std::string deep = std::string(30000, '(') + "a" + std::string(30000, ')');
+  auto r = parse({"-p", "1", "--threads", deep});
+  REQUIRE(!r);
+  CHECK(r.error().find("longer than 256") != std::string::npos);
+  std::string evil;
+  for (int i = 0; i < 40; ++i) evil += "(a*)*";
+  evil += "b";
+  auto re = compile_pattern(evil, nullptr);
+  REQUIRE(re);
+  CHECK(!pattern_search(*re, std::string(15, 'a') + "c"));  // returns (no backtracking blow-up)
+  CHECK(pattern_search(*compile_pattern("^pool-[0-9]+-thread", nullptr), "pool-1-thread-3"));
+  std::string err;
+  CHECK(!compile_pattern("((", &err));
+  CHECK(!err.empty());
 }

@@ -25,7 +25,7 @@
 //   {"type":"mutex_contention","pid":P,"mutex_addr":"0x...","mutex_addr_int":A,
 //    "symbol":"cache_lock","threads":N,"hold_ns_target":H,"duration_ns":D,
 //    "acquisitions":n,"total_wait_ns":W,"max_wait_ns":M,"slow_acquisitions":s,
-//    "hold_ns":total held,"ops_per_sec":r,"cpu_ns":c,"cpu_ns_per_op":x,"private":false,
+//    "hold_ns":total held,"hold_p50_ns":median hold (us resolution),"ops_per_sec":r,"cpu_ns":c,"cpu_ns_per_op":x,"private":false,
 //    "per_thread":[{"tid":t,"acquisitions":n,"wait_ns":w,"max_wait_ns":m},...]}
 // total_wait_ns is the sum over every acquisition of the time spent inside
 // pthread_mutex_lock (fast path, spinning and blocking included); slow_acquisitions
@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -63,7 +64,10 @@ struct alignas(64) ThreadStats {
   pthread_mutex_t own = PTHREAD_MUTEX_INITIALIZER;  // --private
   long tid = 0;
   unsigned long long acquisitions = 0, wait_ns = 0, max_wait_ns = 0, slow = 0, hold_ns = 0, cpu_ns = 0;
+  std::vector<uint32_t> hold_us;  // holds by whole microseconds; the last slot is 100 ms or more
 };
+
+constexpr size_t kHoldSlots = 100001;
 
 Opts g_opts;
 std::atomic<bool> g_stop{false};
@@ -114,11 +118,13 @@ __attribute__((noinline)) void update_cache(ThreadStats& st, pthread_mutex_t* m)
   if (w > st.max_wait_ns) st.max_wait_ns = w;
   if (w >= 10000) st.slow++;
   st.hold_ns += t2 - t1;
+  st.hold_us[std::min<size_t>((t2 - t1) / 1000, kHoldSlots - 1)]++;
 }
 
 __attribute__((noinline)) void* worker(void* arg) {
   auto& st = *static_cast<ThreadStats*>(arg);
   st.tid = syscall(SYS_gettid);
+  st.hold_us.assign(kHoldSlots, 0);
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   pthread_mutex_t* m = g_opts.private_locks ? &st.own : &cache_lock;
   struct timespec c0, c1;
@@ -171,8 +177,10 @@ int main(int argc, char** argv) {
   unsigned long long dur = now_ns() - start;
 
   unsigned long long acq = 0, wait = 0, maxw = 0, slow = 0, hold = 0, cpu = 0;
+  std::vector<unsigned long long> holds(kHoldSlots, 0);
   std::string per;
   for (auto& s : g_stats) {
+    for (size_t i = 0; i < s.hold_us.size(); ++i) holds[i] += s.hold_us[i];
     acq += s.acquisitions, wait += s.wait_ns, slow += s.slow, hold += s.hold_ns, cpu += s.cpu_ns;
     if (s.max_wait_ns > maxw) maxw = s.max_wait_ns;
     char buf[200];
@@ -180,17 +188,24 @@ int main(int argc, char** argv) {
                   per.empty() ? "" : ",", s.tid, s.acquisitions, s.wait_ns, s.max_wait_ns);
     per += buf;
   }
+  // the median hold as this process measured it (to the microsecond: the slot's middle)
+  unsigned long long seen = 0, hold_p50 = 0;
+  for (size_t i = 0; i < holds.size() && acq; ++i)
+    if ((seen += holds[i]) * 2 >= acq) {
+      hold_p50 = i * 1000 + 500;
+      break;
+    }
   const void* addr = g_opts.private_locks ? static_cast<const void*>(&g_stats[0].own)
                                           : static_cast<const void*>(&cache_lock);
   std::printf(
       "{\"type\":\"mutex_contention\",\"pid\":%d,\"mutex_addr\":\"%p\",\"mutex_addr_int\":%llu,"
       "\"symbol\":\"%s\",\"threads\":%ld,\"hold_ns_target\":%llu,\"duration_ns\":%llu,"
       "\"acquisitions\":%llu,\"total_wait_ns\":%llu,\"max_wait_ns\":%llu,\"slow_acquisitions\":%llu,"
-      "\"hold_ns\":%llu,\"ops_per_sec\":%.1f,\"cpu_ns\":%llu,\"cpu_ns_per_op\":%.2f,\"private\":%s,"
+      "\"hold_ns\":%llu,\"hold_p50_ns\":%llu,\"ops_per_sec\":%.1f,\"cpu_ns\":%llu,\"cpu_ns_per_op\":%.2f,\"private\":%s,"
       "\"per_thread\":[%s]}\n",
       getpid(), addr, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(addr)),
       g_opts.private_locks ? "" : "cache_lock", g_opts.threads, g_opts.hold_us * 1000ULL, dur, acq,
-      wait, maxw, slow, hold, acq * 1e9 / static_cast<double>(dur), cpu, acq ? cpu / static_cast<double>(acq) : 0.0,
+      wait, maxw, slow, hold, hold_p50, acq * 1e9 / static_cast<double>(dur), cpu, acq ? cpu / static_cast<double>(acq) : 0.0,
       g_opts.private_locks ? "true" : "false",
       per.c_str());
   return 0;

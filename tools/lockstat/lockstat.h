@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/histogram.h"
+#include "common/options.h"
+#include "common/output.h"
 #include "common/report.h"
 #include "common/result.h"
 #include "common/runloop.h"
@@ -25,7 +27,7 @@ struct Config {
   bool json = false;
   bool csv = false;
   bool ebpf = false;
-  bool threads_view = false;  // -t: one row per thread
+  bool per_thread = false;    // -P: one row per thread
   bool timestamp = false;     // -T
   bool hist = false;          // -H: per-lock histograms
   bool uprobes = false;       // --uprobes: exact pthread mode
@@ -33,22 +35,33 @@ struct Config {
   bool user_only = false;     // -U
   bool verbose = false;       // -v
   std::vector<uint32_t> pids;            // -p
-  std::vector<uint32_t> tids;            // --tid
+  std::vector<uint32_t> tids;            // -t
   std::vector<uint64_t> lock_addrs;      // -L 0x...
   std::vector<std::string> lock_names;   // -L name
   uint64_t min_wait_ns = 0;              // -m
-  std::string sort = "total";            // -k
-  std::string fields;                    // -F
-  size_t entries = 10;                   // -E (0: all)
-  size_t top = 3;                        // -s: waiters and call sites shown per lock
-  bpfdiag::Schedule schedule;
+  std::string sort = "wait_total_ns";    // -S
+  std::string fields;                    // --fields
+  size_t entries = 10;                   // -n (0: all)
+  size_t stacks = 3;                     // -s: waiters and call sites shown per lock
+  uint64_t map_entries = 0;              // --map-entries (0: sized from the target)
+  bpfdiag::Schedule schedule;            // -i/-c/-d
 };
 
-extern const char kHelp[];
+// The option table (generated --help, USAGE, man page SYNOPSIS).
+const bpfdiag::ToolSpec& spec();
+const char* help_text();
 
 bpfdiag::Result<Config> parse_args(int argc, char** argv);
 
+// The data-quality keys of every lockstat record (zeros when nothing happened).
+bpfdiag::DataQuality empty_dq();
+
 std::string bpf_text();
+// BPF map sizes (-D name=value) for a config: --map-entries, or what run() derived
+// from the target's thread count (Config::map_entries), or the defaults.
+std::vector<std::pair<std::string, uint64_t>> map_sizes(const Config& c);
+// Map size for `threads` traced threads: 8 entries each, at least 16384, a power of 2.
+uint64_t map_entries_for_threads(uint64_t threads);
 // Mode, filter and map-size defines (plus optional BTF offsets when `btf` is true).
 bpfdiag::Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf = true);
 
@@ -62,9 +75,22 @@ struct RawWait {
 struct Snapshot {
   std::vector<RawWait> waits;
   std::vector<std::pair<lockstat_hkey, uint64_t>> hist;
+  std::vector<std::pair<lockstat_wkey, uint64_t>> wakers;  // futex mode: who woke waiters
   std::map<uint32_t, std::string> comms;  // tid -> comm
-  bpfdiag::DataQuality dq;
+  uint64_t window_ns = 0;                 // time covered (0: unknown)
+  bpfdiag::DataQuality dq = empty_dq();
 };
+
+// What a wait is, decided per lock from the futex op and word, timeouts, who woke the
+// waiters, the call path and the lock's symbol. Only Contention is ranked as locks.
+enum class WaitClass {
+  Contention,  // waiting for a lock another thread holds
+  Gil,         // a runtime's global lock (CPython's GIL)
+  Idle,        // a condition/semaphore wait ended by producers: waiting for work
+  Condition,   // a condition/semaphore wait with no waker seen yet
+  Timed,       // timed waits that ran to their timeout: sleeps and polls
+};
+const char* wait_class_name(WaitClass c);
 
 // Name lookups the aggregation needs; the real ones come from the symbolizer.
 struct Names {
@@ -99,7 +125,15 @@ struct LockRow {
   uint64_t contended = 0;  // waits (futex/kernel) or calls that blocked (pthread)
   uint64_t calls = 0;      // pthread: lock calls measured; else == contended
   uint64_t total_ns = 0, max_ns = 0;
-  uint64_t p50_ns = 0, p95_ns = 0, p99_ns = 0;
+  uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0;
+  uint32_t futex_flags = 0;  // LS_FUTEX_* OR-ed over the waits
+  bool spin = false;         // kernel: spinning waits (ls_kernel_spins), apart from sleeping ones
+  uint64_t timedout = 0;     // waits that ran to their timeout
+  uint64_t wakes = 0;        // waits ended by a wake whose waker was seen
+  uint64_t peer_wakes = 0;   // ... by a thread that also waited on this lock
+  size_t wakers = 0;         // distinct waking threads
+  double max_share = 0;      // largest share of the window one waiter spent waiting
+  WaitClass cls = WaitClass::Contention;
   bpfdiag::Histogram hist;
   std::vector<WaiterRow> waiters;  // sorted by total wait
   std::vector<SiteRow> sites;      // sorted by total wait
@@ -111,7 +145,7 @@ struct ThreadRow {
   uint32_t pid = 0, tid = 0;
   std::string comm;
   uint64_t contended = 0, calls = 0, total_ns = 0, max_ns = 0;
-  uint64_t p50_ns = 0, p95_ns = 0, p99_ns = 0;
+  uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0;
   size_t locks = 0;
   std::string top_lock;
   bpfdiag::Histogram hist;
@@ -125,17 +159,35 @@ std::string user_lock_kind(uint32_t kind, uint32_t flags);
 // True for kernel frames that belong to the lock implementation (skipped when
 // choosing a kernel lock's call site).
 bool is_kernel_lock_frame(const std::string& frame);
-// One-line reading: convoy vs long hold.
+// True for instrumentation/shim frames skipped when choosing a user call site
+// (psi_mutex_lock, inline_mysql_mutex_lock, PyThread_acquire_lock_timed, ...).
+bool is_wrapper_frame(const std::string& frame);
+// True for kernel frames that take a per-CPU run-queue lock (named rq_lock, as perf).
+bool is_rq_lock_frame(const std::string& frame);
+// The class of a user lock row from its evidence (flags, timeouts, wakers, symbol,
+// call paths); kernel rows are contention.
+WaitClass classify(const LockRow& r);
+// One-line reading from the class, the waiters' share of time spent waiting and
+// the hold evidence (wait lengths).
 std::string reading(const LockRow& r);
 
 // Groups raw waits into locks (and threads), applying name filters from `c`.
 std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config& c);
 std::vector<ThreadRow> build_threads(const Snapshot& s, const Names& n, const Config& c);
 
-// Renders one report (text, CSV or NDJSON) to `os`; with --csv the data-quality line
-// goes to `err` (stderr in the tool) so the CSV stays machine-readable.
+// One report's rows, built once: contended locks (ranked), the other waits (apart),
+// and with -P the threads waiting on contended locks (on any lock named by -L).
+struct Report {
+  std::vector<LockRow> locks;
+  std::vector<LockRow> other;
+  std::vector<ThreadRow> threads;  // -P only
+};
+Report build_report(const Snapshot& s, const Names& n, const Config& c);
+
+// Renders one report (text, CSV or NDJSON records covering `w`) to `os`; with --csv
+// the data-quality line goes to `err` (stderr in the tool) so the CSV stays pure.
 void render(std::ostream& os, std::ostream& err, const Config& c, const Snapshot& s, const Names& n,
-            uint64_t interval_ns, bool final);
+            const bpfdiag::Window& w);
 
 bpfdiag::Status run(const Config& c);
 

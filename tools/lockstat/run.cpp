@@ -1,6 +1,7 @@
 // lockstat's runtime: resolve lock filters, load and attach, poll, report.
 #include <bcc/BPF.h>
 #include <bcc/libbpf.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,113 +9,29 @@
 #include <set>
 #include <tuple>
 
+#include "common/bpf_counters.h"
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
 #include "common/cli.h"
 #include "common/data_symbols.h"
+#include "common/debuginfo_hint.h"
 #include "common/proc.h"
 #include "common/pthread_probes.h"
 #include "common/stacks.h"
 #include "common/symbolize.h"
-#include "tools/lockstat/lockstat.h"
+#include "common/target.h"
+#include "common/tool.h"
+#include "tools/lockstat/internal.h"
+#include "tools/lockstat/resolver.h"
 
 namespace lockstat {
 using namespace bpfdiag;
 
 namespace {
 
-// Names for the report, from the symbolizer and the BPF stack table.
-class Resolver {
- public:
-  explicit Resolver(ebpf::BPFStackTable table) : table_(std::move(table)) {}
-  Symbolizer& sym() { return sym_; }
-
-  // Futex mode's user-stack scans (stack id -> words at the user sp), per report.
-  void set_scans(std::map<int32_t, std::vector<uint64_t>> scans) { scans_ = std::move(scans); }
-
-  Names names() {
-    Names n;
-    n.lock_symbol = [this](uint32_t pid, uint64_t addr) -> std::string {
-      if (pid == 0) return kernel_data_symbol_at(addr);
-      SymbolInfo s = sym_.lookup_data(pid, addr);
-      return s.found ? format_data_symbol(s) : "";
-    };
-    n.frames = [this](const lockstat_key& k) {
-      std::vector<std::string> out;
-      if (k.kind == LS_KIND_KERNEL) {
-        for (uint64_t a : addrs(k)) out.push_back(sym_.kernel(a));
-        return out;
-      }
-      // user: the frame-pointer walk, with the lock call's caller found by the stack
-      // scan put back in front of the first frame outside the C library
-      SymbolInfo caller = k.kind == LS_KIND_FUTEX ? scanned_caller(k) : SymbolInfo{};
-      bool inserted = !caller.found;
-      for (uint64_t a : addrs(k)) {
-        SymbolInfo s = sym_.lookup_user(k.pid, a);
-        if (!inserted && !in_libc(s)) {
-          if (s.name != caller.name) out.push_back(format_symbol(caller, false));
-          inserted = true;
-        }
-        out.push_back(format_symbol(s, false));
-      }
-      if (!inserted) out.push_back(format_symbol(caller, false));
-      return out;
-    };
-    n.site = [this](const lockstat_key& k, const std::vector<std::string>& frames) -> std::string {
-      if (k.kind == LS_KIND_PTHREAD && k.caller) return sym_.user(k.pid, k.caller, true);
-      if (k.kind == LS_KIND_KERNEL) {
-        for (const auto& f : frames)
-          if (!is_kernel_lock_frame(f)) return f;
-        return frames.empty() ? "" : frames.front();
-      }
-      // futex: the caller of the lock function, else the first frame outside libc
-      SymbolInfo caller = scanned_caller(k);
-      if (caller.found) return format_symbol(caller, true);
-      for (uint64_t a : addrs(k)) {
-        SymbolInfo s = sym_.lookup_user(k.pid, a);
-        if (!in_libc(s)) return format_symbol(s, false);
-      }
-      return frames.empty() ? "" : frames.front();
-    };
-    return n;
-  }
-
- private:
-  static bool in_libc(const SymbolInfo& s) {
-    const std::string& m = s.module;
-    return m.find("libc.so") != std::string::npos || m.find("libpthread") != std::string::npos ||
-           m.find("ld-linux") != std::string::npos;
-  }
-  // The innermost word of the scanned user stack that looks like a return address
-  // into code outside the C library: inside a known function but not at its first
-  // byte, and not a pointer to a global (the mutex's own address is usually saved on
-  // the stack too; the code lookup alone would attribute it to the sizeless _fini
-  // that precedes the data segments).
-  SymbolInfo scanned_caller(const lockstat_key& k) {
-    auto it = scans_.find(k.stack_id);
-    if (k.stack_id < 0 || it == scans_.end()) return {};
-    for (uint64_t w : it->second) {
-      if (w < 4096) continue;
-      SymbolInfo s = sym_.lookup_user(k.pid, w);
-      if (!s.found || s.offset == 0 || in_libc(s) || s.name == "_fini" || s.name == "_init") continue;
-      if (sym_.lookup_data(k.pid, w).found) continue;
-      return s;
-    }
-    return {};
-  }
-  const std::vector<uint64_t>& addrs(const lockstat_key& k) {
-    auto key = std::make_tuple(k.kind == LS_KIND_KERNEL ? 0u : k.pid, k.stack_id);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
-    return cache_[key] = stack_addrs(table_, k.stack_id);
-  }
-  Symbolizer sym_;
-  ebpf::BPFStackTable table_;
-  std::map<std::tuple<uint32_t, int32_t>, std::vector<uint64_t>> cache_;
-  std::map<int32_t, std::vector<uint64_t>> scans_;
-};
-
-bool is_kernel_identity(const std::string& name) { return name == "mmap_lock" || name == "siglock"; }
+bool is_kernel_identity(const std::string& name) {
+  return name == "mmap_lock" || name == "siglock" || name == "rq_lock";
+}
 
 // Turns -L symbol names into addresses where possible; identity names stay names.
 Status resolve_lock_names(Config& c) {
@@ -161,37 +78,99 @@ Status fill_addr_filter(ebpf::BPF& bpf, const std::vector<uint64_t>& addrs) {
   auto t = bpf.get_hash_table<uint64_t, uint8_t>("addr_filter");
   for (uint64_t a : addrs) {
     auto st = t.update_value(a, 1);
-    if (st.code() != 0) {
-      char b[24];
-      std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(a));
-      return Error{"cannot add lock " + std::string(b) + " to the BPF address filter: " + st.msg()};
-    }
+    if (st.code() != 0)
+      return Error{"cannot add lock " + hex_addr(a) + " to the BPF address filter: " + st.msg()};
   }
   return std::nullopt;
+}
+
+// Threads the maps must hold: the targets' threads, or every thread on the system.
+uint64_t traced_threads(const Config& c) {
+  uint64_t n = 0;
+  if (c.pids.empty()) {
+    FILE* f = std::fopen("/proc/loadavg", "re");  // "0.1 0.2 0.3 running/total last"
+    unsigned long run = 0, total = 0;
+    if (f) {
+      if (std::fscanf(f, "%*s %*s %*s %lu/%lu", &run, &total) != 2) total = 0;
+      std::fclose(f);
+    }
+    return total;
+  }
+  for (uint32_t pid : c.pids) {
+    std::string dir = "/proc/" + std::to_string(pid) + "/task";
+    if (DIR* d = opendir(dir.c_str())) {
+      while (dirent* e = readdir(d))
+        if (e->d_name[0] != '.') ++n;
+      closedir(d);
+    }
+  }
+  return n;
+}
+
+// Once per binary: how to get function names when the target's binary is stripped.
+void hint_debuginfo(uint32_t pid, std::set<std::string>& done) {
+  char buf[4096];
+  std::string exe = "/proc/" + std::to_string(pid) + "/exe";
+  ssize_t n = readlink(exe.c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return;
+  std::string path(buf, size_t(n));
+  if (!done.insert(path).second) return;
+  std::string h = debuginfo_hint(exe, path);
+  if (!h.empty()) std::fprintf(stderr, "lockstat: %s\n", h.c_str());
+}
+
+// BPF counters -> data-quality keys (both lost-stack slots count as lost_stacks).
+const std::vector<CounterSlot> kCounters = {
+    {LS_CNT_LOST_USTACK, "lost_stacks"},    {LS_CNT_LOST_KSTACK, "lost_stacks"},
+    {LS_CNT_MAP_FULL, "map_full"},          {LS_CNT_UNMATCHED_END, "unmatched_end"},
+    {LS_CNT_BELOW_MIN, "below_min"},        {LS_CNT_SCAN_FAILED, "stack_scans_failed"},
+    {LS_CNT_STALE_BEGIN, "stale_begins"},   {LS_CNT_NEST_OVERFLOW, "nest_overflow"}};
+
+bool has_flag(const std::vector<std::string>& flags, const std::string& prefix) {
+  for (const auto& f : flags)
+    if (f.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// The start record's fields: targets, probes attached and the effective options.
+nlohmann::json start_fields(const Config& c, uint64_t probes) {
+  nlohmann::json locks = nlohmann::json::array();
+  for (uint64_t a : c.lock_addrs) locks.push_back(hex_addr(a));
+  for (const auto& n : c.lock_names) locks.push_back(n);
+  nlohmann::json j = {{"probes", probes},
+                      {"options",
+                       {{"view", c.per_thread ? "threads" : "locks"},
+                        {"user_locks", !c.kernel_only},
+                        {"kernel_locks", !c.user_only},
+                        {"uprobes", c.uprobes},
+                        {"locks", locks},
+                        {"min_ns", c.min_wait_ns},
+                        {"sort", c.sort},
+                        {"entries", c.entries},
+                        {"stacks", c.stacks},
+                        {"hist", c.hist},
+                        {"map_entries", c.map_entries}}}};
+  if (!c.pids.empty()) j["pid"] = c.pids;
+  if (!c.tids.empty()) j["tid"] = c.tids;
+  return j;
 }
 
 }  // namespace
 
 Status run(const Config& c0) {
   Config c = c0;
-  if (c.ebpf) {
-    auto flags = bpf_cflags(c);
-    if (!flags) return Error{flags.error()};
-    std::cout << ebpf_listing(bpf_text(), *flags);
-    return std::nullopt;
-  }
   std::vector<std::string> tps;
   if (!c.kernel_only) tps.push_back("syscalls:sys_enter_futex");
   if (!c.user_only) tps.push_back("lock:contention_begin");
-  if (auto st = preflight(tps)) return st;
-  if (auto st = check_pids_exist(c.pids)) return st;
-  if (auto st = resolve_lock_names(c)) return st;
-
   // --uprobes: find every target's pthread functions before loading anything
   std::vector<std::pair<PthreadLib, std::vector<ProbePoint>>> libs;
-  if (c.uprobes) {
+  if (!c.ebpf) {
+    // the root/BTF check first, so an unprivileged user hears about root first
+    if (auto st = preflight(tps)) return st;
+    if (auto st = resolve_lock_names(c)) return st;
+    if (!c.map_entries) c.map_entries = map_entries_for_threads(traced_threads(c));
     std::vector<uint32_t> targets = c.pids.empty() ? std::vector<uint32_t>{0} : c.pids;
-    for (uint32_t pid : targets) {
+    for (uint32_t pid : c.uprobes ? targets : std::vector<uint32_t>{}) {
       auto lib = find_pthread_lib(pid);
       if (!lib) return Error{lib.error()};
       auto pts = resolve_pthread_probes(
@@ -200,17 +179,23 @@ Status run(const Config& c0) {
       libs.emplace_back(*lib, *pts);
     }
   }
-
   auto flags = bpf_cflags(c);
   if (!flags) return Error{flags.error()};
-  auto loaded = BpfSession::load(bpf_text(), *flags);
+  auto loaded = load_tool(ToolPlan{"lockstat", bpf_text(), *flags, c.ebpf, tps});
   if (!loaded) return Error{loaded.error()};
-  auto& session = *loaded.value();
+  if (!*loaded) return std::nullopt;  // --ebpf
+  auto& session = **loaded;
   auto& bpf = session.bpf();
   if (!c.lock_addrs.empty() && c.lock_names.empty())
     if (auto st = fill_addr_filter(bpf, c.lock_addrs)) return st;
 
   // attach
+  uint64_t probes = 0;
+  auto attach_tp = [&](const std::string& tp, const std::string& fn) -> Status {
+    if (auto st = session.attach_tracepoint(tp, fn)) return st;
+    ++probes;
+    return std::nullopt;
+  };
   std::string what;
   if (!c.kernel_only) {
     std::vector<std::string> calls = {"futex"};
@@ -220,8 +205,7 @@ Status run(const Config& c0) {
       for (const char* dir : {"enter", "exit"}) {
         if (c.uprobes && std::string(dir) == "exit") continue;  // only marks blocked calls
         std::string tp = "syscalls:sys_" + std::string(dir) + "_" + sc;
-        if (auto st = session.attach_tracepoint(tp, "tracepoint__syscalls__sys_" + std::string(dir) + "_" + sc))
-          return st;
+        if (auto st = attach_tp(tp, "tracepoint__syscalls__sys_" + std::string(dir) + "_" + sc)) return st;
       }
     }
     what = c.uprobes ? "pthread_mutex_lock calls" : "futex waits";
@@ -233,36 +217,40 @@ Status run(const Config& c0) {
              {PthreadFn::MutexTimedlock, "on_lock", "on_lock_ret"},
              {PthreadFn::MutexClocklock, "on_lock", "on_lock_ret"}}))
       return st;
+    probes += 2 * pts.size();  // uprobe + uretprobe each
     if (c.verbose)
       for (const auto& p : pts)
         std::fprintf(stderr, "lockstat: uprobe on %s:%s\n", lib.display.c_str(), describe_probe_point(p).c_str());
   }
   if (!c.user_only) {
-    if (auto st = session.attach_tracepoint("lock:contention_begin", "tracepoint__lock__contention_begin"))
-      return st;
-    if (auto st = session.attach_tracepoint("lock:contention_end", "tracepoint__lock__contention_end"))
-      return st;
+    // ends first: a wait that began before its end was traced would stay open and
+    // stretch a later wait on the same lock (an end without a begin is only counted)
+    if (auto st = attach_tp("lock:contention_end", "tracepoint__lock__contention_end")) return st;
+    if (auto st = attach_tp("lock:contention_begin", "tracepoint__lock__contention_begin")) return st;
     what += std::string(what.empty() ? "" : " + ") + "kernel locks";
   }
-  std::string banner = "Tracing " + what + "... Hit Ctrl-C to end.";
-  if (c.json || c.csv) std::fprintf(stderr, "%s\n", banner.c_str());
-  else std::cout << banner << std::endl;
-
+  const bool wakers = has_flag(*flags, "-DWAKERS");
+  if (wakers)
+    if (auto st = attach_tp("sched:sched_waking", "tracepoint__sched__sched_waking")) return st;
+  // names and symbols of the targets, and their identity for the exec/exit policy, are
+  // read before the start record: an exec after it is then always seen as one
   Resolver res(bpf.get_stack_table("stacks"));
   for (uint32_t pid : c.pids) res.sym().remember(pid);
+  TargetWatch watch(c.pids, [&](uint32_t pid) { res.sym().refresh(pid); });  // common/target.h
+  announce_attached(std::cout, "lockstat", c.json, "Tracing " + what + banner_until(c.schedule),
+                    start_fields(c, probes), empty_dq());
   Names names = res.names();
 
   auto stats = bpf.get_hash_table<lockstat_key, lockstat_val>("stats");
   auto hist = bpf.get_hash_table<lockstat_hkey, uint64_t>("hist");
   auto comms = bpf.get_hash_table<uint32_t, lockstat_comm>("comms");
-  auto counters = bpf.get_array_table<uint64_t>("counters");
   std::vector<std::string> start_maps;
   if (!c.kernel_only) start_maps.push_back(c.uprobes ? "plock_start" : "futex_start");
   if (!c.user_only) start_maps.push_back("klock_start");
+  std::set<std::string> hinted;
 
-  bool has_scans = false;
-  for (const auto& f : *flags)
-    if (f.rfind("-DOFF_TASK_STACK=", 0) == 0) has_scans = true;
+  const bool has_scans = has_flag(*flags, "-DOFF_TASK_STACK=");
+  const bool has_rq_locks = has_flag(*flags, "-DRQ_CPUS=");
   std::set<uint32_t> seen_pids;
   auto remember_new = [&]() {
     for (auto& [k, v] : stats.get_table_offline())
@@ -271,7 +259,7 @@ Status run(const Config& c0) {
   uint64_t last = monotonic_ns(), last_scan = 0;
   CounterDeltas counter_deltas;              // counters are cumulative in BPF
   std::map<uint32_t, std::string> comm_of;   // tid -> comm, kept across intervals
-  bool target_gone = false;
+  Status failed;
 
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
@@ -282,13 +270,6 @@ Status run(const Config& c0) {
       last_scan = now;
     }
   };
-  hooks.should_stop = [&]() {
-    if (c.pids.empty()) return false;
-    for (uint32_t p : c.pids)
-      if (proc_running(p)) return false;  // a zombie has exited
-    target_gone = true;
-    return true;
-  };
   hooks.report = [&](bool final) {
     remember_new();
     Snapshot s;
@@ -298,23 +279,22 @@ Status run(const Config& c0) {
     // kept here across intervals; draining keeps the BPF map from filling up.
     for (auto& [k, v] : drain_hash<lockstat_key, lockstat_val>(stats)) s.waits.push_back({k, v});
     for (auto& kv : drain_hash<lockstat_hkey, uint64_t>(hist)) s.hist.push_back(kv);
+    if (wakers) {
+      auto wt = bpf.get_hash_table<lockstat_wkey, uint64_t>("wakers");
+      for (auto& kv : drain_hash<lockstat_wkey, uint64_t>(wt)) s.wakers.push_back(kv);
+    }
     for (auto& [tid, cm] : drain_hash<uint32_t, lockstat_comm>(comms))
       comm_of[tid] = std::string(cm.comm, strnlen(cm.comm, sizeof cm.comm));
     s.comms = comm_of;
-    std::vector<uint64_t> d(LS_CNT_MAX, 0);
-    for (int i = 0; i < LS_CNT_MAX; ++i) {
-      uint64_t v = 0;
-      counters.get_value(i, v);
-      d[i] = counter_deltas.delta(i, v);
-    }
-    auto delta = [&](int i) { return d[i]; };
-    s.dq.lost_stacks = delta(LS_CNT_LOST_USTACK) + delta(LS_CNT_LOST_KSTACK);
-    s.dq.map_full = delta(LS_CNT_MAP_FULL);
-    s.dq.unmatched_end = delta(LS_CNT_UNMATCHED_END);
+    if (auto st = add_bpf_counters(bpf, kCounters, s.dq, &counter_deltas)) failed = st;
     // waits still in progress (or whose end was never seen)
     for (const auto& m : start_maps) s.dq.unmatched_begin += count_entries(bpf.get_table(m).get_fd());
-    if (c.min_wait_ns) s.dq.extra["below_min_wait"] = delta(LS_CNT_BELOW_MIN);
-    if (delta(LS_CNT_SCAN_FAILED)) s.dq.extra["stack_scans_failed"] = delta(LS_CNT_SCAN_FAILED);
+    if (has_rq_locks) {
+      std::set<uint64_t> rq;
+      for (uint64_t a : bpf.get_array_table<uint64_t>("rq_locks").get_table_offline())
+        if (a) rq.insert(a);
+      res.set_rq_locks(std::move(rq));
+    }
     if (has_scans) {
       std::map<int32_t, std::vector<uint64_t>> sc;
       for (auto& [id, words] : bpf.get_hash_table<int32_t, lockstat_scan>("scans").get_table_offline())
@@ -322,17 +302,21 @@ Status run(const Config& c0) {
       res.set_scans(std::move(sc));
     }
     uint64_t now = monotonic_ns();
-    render(std::cout, std::cerr, c, s, names, now - last, final);
+    s.window_ns = now - last;
+    render(std::cout, std::cerr, c, s, names, window_ending_now(now - last, final));
+    if (s.dq.map_full)
+      std::fprintf(stderr,
+                   "lockstat: WARNING: %llu waits or details were not recorded because BPF maps were "
+                   "full (%llu entries); rerun with --map-entries %llu\n",
+                   static_cast<unsigned long long>(s.dq.map_full), static_cast<unsigned long long>(c.map_entries),
+                   static_cast<unsigned long long>(std::min<uint64_t>(c.map_entries * 4, 1u << 22)));
+    if (final)
+      for (uint32_t p : seen_pids) hint_debuginfo(p, hinted);
     if (!c.json && !c.csv && !final) std::cout << "\n";
     last = now;
   };
-  run_loop(c.schedule, hooks);
-  if (target_gone) {
-    std::string who;
-    for (uint32_t p : c.pids) who += (who.empty() ? "" : ",") + std::to_string(p);
-    std::fprintf(stderr, "lockstat: PID %s exited; report above covers its lifetime under tracing\n", who.c_str());
-  }
-  return std::nullopt;
+  if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;
+  return failed;
 }
 
 }  // namespace lockstat

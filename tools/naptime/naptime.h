@@ -1,5 +1,10 @@
 // naptime: trace sleeps (nanosleep and clock_nanosleep) with the requested length, the
 // time actually slept, the parent process, and whether the sleep was interrupted.
+//
+//   cli.cpp     the option table (ToolSpec), parsing into Config, BPF cflags
+//   model.cpp   decoding events, clock and errno names, per-process totals
+//   render.cpp  text lines and tables, NDJSON records
+//   run.cpp     the skeleton: load, attach, start record, run loop, reports
 #pragma once
 #include <cstdint>
 #include <map>
@@ -10,7 +15,11 @@
 
 #include <linux/types.h>
 
+#include <nlohmann/json.hpp>
+
 #include "common/histogram.h"
+#include "common/options.h"
+#include "common/output.h"
 #include "common/report.h"
 #include "common/result.h"
 #include "common/runloop.h"
@@ -23,17 +32,17 @@ namespace naptime {
 
 struct Config {
   bool help = false;
-  bool summary = false;  // -s
+  bool summary = false;  // --summary: per-process tables instead of a line per sleep
   bool json = false;
   bool ebpf = false;
   std::vector<uint32_t> pids;  // -p
   std::vector<uint32_t> tids;  // -t
   std::string comm;            // --comm (at most 15 characters, as the kernel keeps)
   uint64_t min_ns = 0;         // -m: minimum requested length
-  bpfdiag::Schedule schedule;  // [duration]
+  bpfdiag::Schedule schedule;  // -d, -i, -c
 };
 
-extern const char kHelp[];
+const bpfdiag::ToolSpec& tool_spec();
 
 bpfdiag::Result<Config> parse_args(int argc, char** argv);
 
@@ -75,6 +84,9 @@ struct Sleep {
 };
 Sleep decode(const naptime_event& ev, const ClockOffsets& off);
 
+// The data_quality keys of every record (the common ones plus these, always present).
+const std::vector<std::string>& dq_keys();
+
 // Per-process totals for the summary.
 struct ProcStats {
   std::string comm;
@@ -83,6 +95,7 @@ struct ProcStats {
   bpfdiag::Histogram slept;  // ns
 };
 
+// The totals of one report (an interval, or the whole run).
 class Summary {
  public:
   void add(const Sleep& s);
@@ -90,21 +103,28 @@ class Summary {
   const bpfdiag::Histogram& all() const { return all_; }        // ns
   const bpfdiag::Histogram& all_us() const { return all_us_; }  // the same in us
   uint64_t count() const { return all_.count(); }
+  uint64_t interrupted() const { return interrupted_; }
+  uint64_t restarted() const { return restarted_; }
+  uint64_t requested_ns() const { return requested_ns_; }
+  uint64_t slept_ns() const { return slept_ns_; }
 
  private:
   std::map<uint32_t, ProcStats> procs_;
   bpfdiag::Histogram all_, all_us_;
+  uint64_t interrupted_ = 0, restarted_ = 0, requested_ns_ = 0, slept_ns_ = 0;
 };
 
 // Column header of the per-sleep text output.
 void render_header(std::ostream& os);
-// One sleep: a text line or a "sleep" NDJSON record (not flushed: the run loop
-// flushes once per batch of events).
-void render_sleep(std::ostream& os, const Config& c, const Sleep& s);
-// The final report: text summary (-s) or the data quality line; a "summary" record in
-// JSON.
-void render_summary(std::ostream& os, const Config& c, const Summary& sum,
-                    const bpfdiag::DataQuality& dq, uint64_t duration_ns);
+// One sleep: a text line or a "naptime.sleep" NDJSON record carrying `dq`, the data
+// quality counted so far (not flushed: the run loop flushes once per batch of events).
+void render_sleep(std::ostream& os, const Config& c, const Sleep& s, const bpfdiag::DataQuality& dq);
+// A report (interval or final): text tables (--summary) and the data quality line; in
+// JSON a "naptime.process" record per process, then "naptime.summary".
+void render_report(std::ostream& os, const Config& c, const Summary& sum, const bpfdiag::DataQuality& dq,
+                   const bpfdiag::Window& w);
+// The "naptime.start" fields: filters and the effective options.
+nlohmann::json start_fields(const Config& c, uint64_t probes);
 
 bpfdiag::Status run(const Config& c);
 

@@ -1,48 +1,79 @@
 // offcputime: where threads wait. Off-CPU time per thread and (user, kernel) stack,
 // from the sched_switch tracepoint, aggregated in the kernel.
+//
+//   cli.cpp           the option table (ToolSpec), parsing into Config, BPF cflags
+//   stack_tables.cpp  stack table sizing, reading the primary and overflow stack maps
+//   model.cpp         entries: merging, per-thread totals, folded lines, warnings
+//   render.cpp        text (BCC layout), folded, NDJSON records
+//   run.cpp           the skeleton: load, attach, start record, run loop, reports
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "common/options.h"
+#include "common/output.h"
 #include "common/report.h"
 #include "common/result.h"
 #include "common/runloop.h"
 #include "common/stacks.h"
 
+namespace ebpf {
+class BPF;
+class BPFStackTable;
+}  // namespace ebpf
+
 namespace offcputime {
 
 struct Config {
   bool help = false;
-  std::vector<uint32_t> pids;   // -p: processes (tgids)
-  std::vector<uint32_t> tids;   // -t: threads
+  std::vector<uint32_t> pids;        // -p: processes (tgids)
+  std::vector<uint32_t> tids;        // -t: threads
   bool user_threads_only = false;    // -u
   bool kernel_threads_only = false;  // -k
   bool user_stacks_only = false;     // -U
   bool kernel_stacks_only = false;   // -K
-  bool delimiter = false;            // -d
+  bool delimiter = false;            // -d (BCC: delimited; the duration is --duration)
   bool folded = false;               // -f
-  bool per_thread = false;           // --per-thread: "comm-PID/TID" in folded output
-  uint64_t min_us = 1;               // -m
-  uint64_t max_us = 0;               // -M (0: no maximum)
+  bool per_thread = false;           // -P: "comm-PID/TID" in folded output
+  uint64_t min_ns = 1000;            // -m (default unit us; default 1 us)
+  uint64_t max_ns = 0;               // -M (0: no maximum)
   std::optional<uint64_t> state;     // --state
-  uint64_t stack_storage_size = 16384;
-  uint64_t map_size = 32768;         // --map-size: start and counts map entries
+  uint64_t stack_storage_size = 0;   // --stack-storage-size; 0: auto_stack_storage()
+  uint64_t map_entries = 32768;      // --map-entries: start/counts/seen map entries
   bool json = false;
   bool ebpf = false;
-  bpfdiag::Schedule schedule;        // [duration]
+  bpfdiag::Schedule schedule;  // --duration / [duration], -i, -c
 };
 
-extern const char kHelp[];
+const bpfdiag::ToolSpec& tool_spec();
 
 bpfdiag::Result<Config> parse_args(int argc, char** argv);
 // Checks against the running system (PIDs exist, TIDs belong to them).
 bpfdiag::Status validate_targets(const Config& c);
 
 std::string bpf_text();
+
+// Stack table sizing. Distinct stacks grow with the threads traced; a stack that
+// collides in the primary table (a stack map: one stack per hash bucket) goes to the
+// overflow map (keyed by the frames: no collisions; preallocated, ~580 bytes each).
+constexpr uint64_t kDefaultStackStorage = 16384;   // smallest automatic size
+constexpr uint64_t kMaxAutoStackStorage = 131072;  // ~135 MB of kernel memory (1 KB each)
+constexpr uint64_t kStacksPerThread = 128;
+// Power of two >= threads * kStacksPerThread, within the bounds above.
+uint64_t auto_stack_storage(uint64_t threads);
+uint64_t overflow_storage_size(uint64_t stack_storage_size);
+// Threads the filters select now: -t TIDs, threads of the -p PIDs, or every task.
+uint64_t count_traced_threads(const Config& c);
 bpfdiag::Result<std::vector<std::string>> bpf_cflags(const Config& c);
+
+// The data_quality keys of every record (the common ones plus these, always present).
+const std::vector<std::string>& dq_keys();
 
 // One aggregated entry, already symbolized.
 struct Entry {
@@ -58,16 +89,39 @@ struct Entry {
 struct Report {
   std::vector<Entry> entries;
   bpfdiag::DataQuality dq;
-  uint64_t duration_ns = 0;
+  bpfdiag::Window window;  // time_ns (realtime at the end), interval_ns, final
 };
 
-// Text (BCC multi-line), folded, or one NDJSON record. Folded output writes the
-// data-quality line to `err` so stdout stays flamegraph input.
+// Entries that render the same (same thread, comm and frames) become one.
+void merge_identical(std::vector<Entry>& entries);
+// Per-thread totals, by (pid, tid).
+struct ThreadTotal {
+  uint32_t pid = 0, tid = 0;
+  std::string comm;
+  uint64_t total_ns = 0, count = 0;
+};
+std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries);
+
+// Text (BCC multi-line), folded, or NDJSON records (stack records, then the summary).
+// Folded output writes the data-quality line to `err` so stdout stays flamegraph input.
 void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r);
-// Folded lines, merged (same comm and frames summed), values in microseconds.
+// Folded lines, merged (same name and frames summed), values in microseconds.
 std::vector<std::string> folded_lines(const Config& c, const std::vector<Entry>& entries);
 // The end-of-run warnings (lost stacks, full maps), each naming the option that fixes it.
 std::vector<std::string> warnings(const Config& c, const bpfdiag::DataQuality& dq);
+// The "offcputime.start" fields: filters and the effective options.
+nlohmann::json start_fields(const Config& c, uint64_t probes);
+// "Tracing off-CPU time (us) of ... by ... stack..." (stderr, once attached).
+std::string banner(const Config& c);
+
+// Frames of the stacks in the overflow map, by id (OFFCPU_OVERFLOW_BIT cleared).
+using OverflowStacks = std::map<uint32_t, std::vector<uint64_t>>;
+OverflowStacks read_overflow(ebpf::BPF& bpf);
+// Ids with OFFCPU_OVERFLOW_BIT are in `overflow`, the others in `primary`; the user
+// and kernel parts may live in different places.
+bpfdiag::Stack resolve_both(ebpf::BPFStackTable& primary, const OverflowStacks& overflow,
+                            bpfdiag::Symbolizer& sym, uint32_t tgid, int32_t user_id, int32_t kernel_id,
+                            bpfdiag::StackParts parts);
 
 bpfdiag::Status run(const Config& c);
 

@@ -2,6 +2,6 @@
 #include "tools/pmheld/pmheld.h"
 
 int main(int argc, char** argv) {
-  return bpfdiag::tool_main<pmheld::Config>("pmheld", pmheld::kHelp, argc, argv, pmheld::parse_args,
+  return bpfdiag::tool_main<pmheld::Config>("pmheld", pmheld::help_text(), argc, argv, pmheld::parse_args,
                                             pmheld::run);
 }

@@ -7,16 +7,22 @@
 #include <vector>
 
 #include "common/histogram.h"
+#include "common/options.h"
+#include "common/output.h"
 #include "common/report.h"
 #include "common/result.h"
 #include "common/runloop.h"
+#include "common/table.h"
 
 namespace pmheld {
+
+using bpfdiag::hex_addr;  // "0x55d0c0a4a040"
 
 struct Config {
   bool help = false;
   std::vector<uint32_t> pids;  // -p; empty: every process using this machine's libc
   bool json = false;
+  bool csv = false;
   bool ebpf = false;
   bool timestamp = false;      // -T
   bool verbose = false;        // -v: print probe placement
@@ -25,12 +31,14 @@ struct Config {
   uint64_t stacks = 3;         // -s: stacks shown per lock; 0: not collected
   uint64_t entries = 10;       // -n: locks shown
   uint64_t stack_storage_size = 16384;  // --stack-storage-size: stack table entries
-  std::string sort = "total";  // --sort
+  std::string sort = "hold_total_ns";   // -S/--sort
   std::string fields;          // --fields (summary table columns)
-  bpfdiag::Schedule schedule;  // -i interval, [duration]
+  bpfdiag::Schedule schedule;  // -i/-c/-d
 };
 
-extern const char kHelp[];
+// The option table (generated --help, USAGE, man page SYNOPSIS).
+const bpfdiag::ToolSpec& spec();
+const char* help_text();
 
 bpfdiag::Result<Config> parse_args(int argc, char** argv);
 
@@ -55,20 +63,23 @@ struct LockHold {
   std::vector<StackHold> stacks;  // by total hold, largest first
 };
 
+// The data-quality keys of every pmheld record (zeros when nothing happened).
+bpfdiag::DataQuality empty_dq();
+
 // The warning printed when stacks were lost, naming the option that helps ("" if none).
 std::string lost_stacks_warning(const Config& c, const bpfdiag::DataQuality& dq);
 
-// "0x55d0c0a4a040"
-std::string hex_addr(uint64_t a);
 // "cache_lock" or "0x55d0c0a4a040" for anonymous mutexes.
 std::string lock_name(const LockHold& l);
 
-// Validates --sort against the summary table's columns.
-bpfdiag::Status check_sort_key(const std::string& key);
+// The lock table (text, CSV, JSON, --sort, --fields), configured from `c`.
+bpfdiag::Table<LockHold> lock_table();
+bpfdiag::Status configure(bpfdiag::Table<LockHold>& t, const Config& c);
 
-// Renders one report (text or NDJSON); `locks` in any order (sorted here).
-void render(std::ostream& os, const Config& c, std::vector<LockHold> locks,
-            const bpfdiag::DataQuality& dq, uint64_t interval_ns, bool final);
+// Renders one report (text, CSV or NDJSON records covering `w`); `locks` in any
+// order (sorted here). With --csv the data-quality line goes to `err`.
+void render(std::ostream& os, std::ostream& err, const Config& c, std::vector<LockHold> locks,
+            const bpfdiag::DataQuality& dq, const bpfdiag::Window& w);
 
 bpfdiag::Status run(const Config& c);
 

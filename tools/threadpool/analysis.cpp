@@ -1,6 +1,7 @@
 // threadpool analysis: wait classification, work-wait inference, aggregation,
 // queue depth and the verdict. No BPF here, so all of it is unit-tested.
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -75,8 +76,25 @@ std::string hex(uint64_t v) {
 }  // namespace
 
 const char* reason_name(int r) {
-  static const char* kNames[] = {"lock", "io", "poll", "sleep", "other"};
-  return r >= 0 && r < kNumReasons ? kNames[r] : "other";
+  static const char* kNames[] = {"lock", "io", "poll", "sleep", "gil", "other"};
+  return r >= 0 && r < kNumReasons ? kNames[r] : r == kIdle ? "idle" : "other";
+}
+
+const char* wake_name(int w) {
+  static const char* kNames[] = {"peer", "process", "other", "timeout", "unseen", "main"};
+  return w >= 0 && w < kNumWakes ? kNames[w] : "unseen";
+}
+
+uint64_t WaitTimes::blk() const {
+  uint64_t t = 0;
+  for (auto v : blk_ns) t += v;
+  return t;
+}
+
+uint64_t WaitTimes::wake_rq() const {
+  uint64_t t = 0;
+  for (auto v : wake_rq_ns) t += v;
+  return t;
 }
 
 Reason classify_wait(int nr, uint32_t /*futex_cmd*/) {
@@ -128,6 +146,22 @@ std::string describe_wait(const WaitKey& k) {
   return s;
 }
 
+namespace {
+
+// Lowers the largest entries of v until they add up to at most `total`.
+void trim(uint64_t (&v)[kNumWakes], uint64_t total) {
+  uint64_t sum = 0;
+  for (auto x : v) sum += x;
+  while (sum > total) {
+    auto* m = std::max_element(std::begin(v), std::end(v));
+    uint64_t cut = std::min(*m, sum - total);
+    *m -= cut;
+    sum -= cut;
+  }
+}
+
+}  // namespace
+
 ThreadTimes delta(const ThreadTimes& cur, const ThreadTimes* prev) {
   auto sub = [](uint64_t a, uint64_t b) { return a > b ? a - b : 0; };
   if (!prev) return cur;
@@ -140,11 +174,17 @@ ThreadTimes delta(const ThreadTimes& cur, const ThreadTimes* prev) {
     auto it = prev->waits.find(k);
     WaitTimes x = w;
     if (it != prev->waits.end()) {
-      x.blk_ns = sub(w.blk_ns, it->second.blk_ns);
-      x.wake_rq_ns = sub(w.wake_rq_ns, it->second.wake_rq_ns);
+      for (int i = 0; i < kNumWakes; ++i) {
+        x.blk_ns[i] = sub(w.blk_ns[i], it->second.blk_ns[i]);
+        x.wake_rq_ns[i] = sub(w.wake_rq_ns[i], it->second.wake_rq_ns[i]);
+      }
+      // time shown last interval as in progress (unseen) and now resolved to who
+      // ended the wait moves between classes: keep the delta's total at the real one
+      trim(x.blk_ns, sub(w.blk(), it->second.blk()));
+      trim(x.wake_rq_ns, sub(w.wake_rq(), it->second.wake_rq()));
       x.count = sub(w.count, it->second.count);
     }
-    if (x.blk_ns || x.wake_rq_ns || x.count) d.waits[k] = x;
+    if (x.blk() || x.wake_rq() || x.count) d.waits[k] = x;
   }
   for (const auto& [idx, n] : cur.rq_hist) {
     auto it = prev->rq_hist.find(idx);
@@ -152,73 +192,6 @@ ThreadTimes delta(const ThreadTimes& cur, const ThreadTimes* prev) {
     if (x) d.rq_hist[idx] = x;
   }
   return d;
-}
-
-WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads,
-                           uint32_t pid) {
-  struct Site {
-    std::set<uint32_t> tids;
-    uint64_t blk = 0;
-  };
-  std::map<WaitKey, Site> futexes;
-  std::set<std::string> events;
-  for (const auto& [tid, t] : group)
-    for (const auto& [k, w] : t.waits) {
-      if (!w.count && !w.blk_ns) continue;
-      if (is_event_wait(k.nr)) events.insert(syscall_name(k.nr));
-      if (k.nr != TP_NR_FUTEX) continue;
-      auto& s = futexes[k];
-      s.tids.insert(tid);
-      s.blk += w.blk_ns;
-    }
-  auto best_of = [&](uint32_t op, size_t min_threads) -> std::optional<WaitKey> {
-    std::optional<WaitKey> best;
-    size_t best_n = 0;
-    uint64_t best_blk = 0;
-    for (const auto& [k, s] : futexes) {
-      if (k.op != op || s.tids.size() < min_threads) continue;
-      if (!best || s.tids.size() > best_n || (s.tids.size() == best_n && s.blk > best_blk)) {
-        best = k;
-        best_n = s.tids.size();
-        best_blk = s.blk;
-      }
-    }
-    return best;
-  };
-  WorkWaits w;
-  std::string desc;
-  auto pick = best_of(kFutexWaitBitset, nthreads >= 2 ? 2 : 1);
-  if (!pick) {
-    pick = best_of(kFutexWait, std::max<size_t>(2, (nthreads + 1) / 2));
-    w.guessed = pick.has_value();
-  }
-  if (pick) {
-    w.futexes.insert(*pick);
-    desc = std::string(w.guessed ? "futex (lock wait, guessed)" : "condition wait") + " on " +
-           hex(pick->obj) + " (" + std::to_string(futexes[*pick].tids.size()) + "/" +
-           std::to_string(nthreads) + " threads parked there)";
-  }
-  for (const auto& [tid, t] : group)
-    for (const auto& [k, wt] : t.waits)
-      if ((wt.count || wt.blk_ns) && w.futexes.count(k)) w.queue_users.insert(tid);
-  std::set<uint32_t> waiters;  // threads seen waiting for work
-  bool io_polls = false;       // queue workers' epoll/poll waits, counted as I/O
-  for (const auto& [tid, t] : group)
-    for (const auto& [k, wt] : t.waits) {
-      if (!wt.count && !wt.blk_ns) continue;
-      if (w.is_idle(tid, k)) waiters.insert(tid);
-      else if (is_event_wait(k.nr)) io_polls = true;
-    }
-  for (const auto& e : events)
-    desc += (desc.empty() ? "" : ", ") + e +
-            (io_polls && e.find("accept") == std::string::npos ? " (outside queue workers)" : "");
-  if (pid && group.count(pid) && !waiters.empty() && !waiters.count(pid)) {
-    w.excluded = pid;
-    desc += "; main thread " + std::to_string(pid) + " left out (never waited for work)";
-  }
-  w.found = !desc.empty();
-  w.description = desc.empty() ? "none seen (no thread waited for work)" : desc;
-  return w;
 }
 
 DepthStats queue_depth(const std::vector<std::pair<uint64_t, uint64_t>>& spans, uint64_t t0,
@@ -247,7 +220,7 @@ DepthStats queue_depth(const std::vector<std::pair<uint64_t, uint64_t>>& spans, 
 
 void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
                const std::map<uint32_t, std::string>& names) {
-  g.on_ns = g.rq_ns = g.idle_ns = g.accounted_ns = 0;
+  g.on_ns = g.rq_ns = g.idle_ns = g.accounted_ns = g.unattributed_ns = 0;
   std::fill(std::begin(g.blocked_ns), std::end(g.blocked_ns), 0);
   g.rows.clear();
   g.dispatch = bpfdiag::Histogram();
@@ -257,19 +230,29 @@ void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
     auto n = names.find(tid);
     r.name = n == names.end() ? "?" : n->second;
     r.on_ns = d.on_ns;
-    uint64_t idle_wake = 0, blk = 0;
-    for (const auto& [k, w] : d.waits) {
-      blk += w.blk_ns;
-      if (g.work.is_idle(tid, k)) {
-        r.idle_ns += w.blk_ns + w.wake_rq_ns;
-        idle_wake += w.wake_rq_ns;
-      } else {
-        r.blocked_ns[classify_wait(k.nr, k.op)] += w.blk_ns;
+    uint64_t wake_moved = 0, blk = 0;  // runnable time after idle/GIL waits
+    for (const auto& [k, w] : d.waits)
+      for (int c = 0; c < kNumWakes; ++c) {
+        if (!w.blk_ns[c] && !w.wake_rq_ns[c]) continue;
+        blk += w.blk_ns[c];
+        int cat = g.work.category(tid, k, c);
+        if (cat == kIdle) {
+          r.idle_ns += w.blk_ns[c] + w.wake_rq_ns[c];
+          wake_moved += w.wake_rq_ns[c];
+        } else if (cat == kGil) {
+          r.blocked_ns[kGil] += w.blk_ns[c] + w.wake_rq_ns[c];
+          wake_moved += w.wake_rq_ns[c];
+        } else {
+          r.blocked_ns[cat] += w.blk_ns[c];
+        }
       }
-    }
     // blocked time the waits map missed (map full) stays visible as "other"
-    if (d.blk_ns > blk) r.blocked_ns[kOther] += d.blk_ns - blk;
-    r.rq_ns = d.rq_ns > idle_wake ? d.rq_ns - idle_wake : 0;
+    if (d.blk_ns > blk) {
+      r.blocked_ns[kOther] += d.blk_ns - blk;
+      g.unattributed_ns += d.blk_ns - blk;
+    }
+    wake_moved = std::min(wake_moved, d.rq_ns);
+    r.rq_ns = d.rq_ns - wake_moved;
     for (const auto& [idx, c] : d.rq_hist) g.dispatch.add_bucket(idx, c);
     g.on_ns += r.on_ns;
     g.rq_ns += r.rq_ns;
@@ -280,63 +263,10 @@ void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
   uint64_t blocked = 0;
   for (auto b : g.blocked_ns) blocked += b;
   g.accounted_ns = g.on_ns + g.rq_ns + g.idle_ns + blocked;
-  uint64_t busy = g.accounted_ns - std::min(g.idle_ns, g.accounted_ns);
+  const uint64_t not_busy = std::min(g.idle_ns + g.blocked_ns[kGil], g.accounted_ns);
+  const uint64_t busy = g.accounted_ns - not_busy;
   g.utilization = g.accounted_ns ? static_cast<double>(busy) / g.accounted_ns : 0.0;
   g.busy_avg = g.interval_ns ? static_cast<double>(busy) / g.interval_ns : 0.0;
-}
-
-void decide_verdict(GroupReport& g) {
-  char why[256];
-  if (g.accounted_ns == 0) {
-    g.verdict = "no-data";
-    g.why = "no scheduler activity recorded for these threads";
-    return;
-  }
-  const uint64_t busy = g.accounted_ns - std::min(g.idle_ns, g.accounted_ns);
-  const double util = g.utilization;
-  const bool queued = g.req.have_depth && g.req.depth.avg >= 0.5;
-  if (util < 0.25 && !queued) {
-    std::snprintf(why, sizeof why, "workers busy %.0f%% of the time, waiting for work the rest",
-                  100 * util);
-    g.verdict = "idle";
-    g.why = why;
-    return;
-  }
-  auto frac = [&](uint64_t v) { return busy ? static_cast<double>(v) / busy : 0.0; };
-  const double f_rq = frac(g.rq_ns), f_on = frac(g.on_ns);
-  const double f_lock = frac(g.blocked_ns[kLock]);
-  const double f_io = frac(g.blocked_ns[kIo] + g.blocked_ns[kPoll]);
-  const double f_sleep = frac(g.blocked_ns[kSleep] + g.blocked_ns[kOther]);
-  const double f_blk = std::max({f_lock, f_io, f_sleep});
-  const char* blk_name = f_blk == f_lock ? "locks" : f_blk == f_io ? "I/O" : "sleep/other";
-  // "too small" needs evidence of queueing, which only request tracking gives
-  bool growing = false;
-  if (g.req.have_depth && g.req.requests)
-    growing = g.req.depth.avg >= 1.0 ||
-              g.req.queue_wait.mean() * 2 >= std::max<uint64_t>(g.req.service.mean(), 1);
-  const bool saturated = util >= 0.9 && growing;
-  if (f_rq >= 0.3 && f_rq >= f_blk) {
-    std::snprintf(why, sizeof why,
-                  "busy workers wait for a CPU %.0f%% of their busy time (on CPU %.0f%%)",
-                  100 * f_rq, 100 * f_on);
-    g.verdict = "cpu-starved";
-  } else if (saturated) {
-    std::snprintf(why, sizeof why,
-                  "all workers busy (%.0f%%) and work queues (depth avg %.1f); busy time: on "
-                  "CPU %.0f%%, blocked on %s %.0f%%",
-                  100 * util, g.req.depth.avg, 100 * f_on, blk_name, 100 * f_blk);
-    g.verdict = "pool-too-small";
-  } else if (f_blk >= 0.3 && f_blk > f_on) {
-    std::snprintf(why, sizeof why, "busy workers are blocked on %s %.0f%% of their busy time",
-                  blk_name, 100 * f_blk);
-    g.verdict = f_blk == f_lock ? "blocked-on-locks" : f_blk == f_io ? "blocked-on-io"
-                                                                     : "blocked-other";
-  } else {
-    std::snprintf(why, sizeof why, "busy %.0f%%, mostly on CPU (%.0f%% of busy time)", 100 * util,
-                  100 * f_on);
-    g.verdict = "ok";
-  }
-  g.why = why;
 }
 
 }  // namespace threadpool

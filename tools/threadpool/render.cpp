@@ -10,11 +10,18 @@ using bpfdiag::Histogram;
 
 namespace {
 
+constexpr size_t kShownGroups = 3;
+
 double pct(uint64_t v, uint64_t total) { return total ? 100.0 * v / total : 0.0; }
 
-nlohmann::json pcts(const Histogram& h) {
-  return {{"p50", h.percentile(50)}, {"p95", h.percentile(95)}, {"p99", h.percentile(99)},
-          {"avg", h.mean()},         {"max", h.max()},          {"count", h.count()}};
+// <metric>_count, <metric>_avg_ns, _p50_ns, _p90_ns, _p99_ns, _max_ns
+void add_stats(nlohmann::json& j, const std::string& metric, const Histogram& h) {
+  j[metric + "_count"] = h.count();
+  j[metric + "_avg_ns"] = h.mean();
+  j[metric + "_p50_ns"] = h.percentile(50);
+  j[metric + "_p90_ns"] = h.percentile(90);
+  j[metric + "_p99_ns"] = h.percentile(99);
+  j[metric + "_max_ns"] = h.max();
 }
 
 nlohmann::json reasons(const uint64_t* v) {
@@ -25,16 +32,16 @@ nlohmann::json reasons(const uint64_t* v) {
 
 std::string lat_line(const char* label, const Histogram& h) {
   char b[160];
-  std::snprintf(b, sizeof b, "    %-11s avg %-9s p50 %-9s p95 %-9s p99 %s\n", label,
+  std::snprintf(b, sizeof b, "    %-11s avg %-9s p50 %-9s p90 %-9s p99 %s\n", label,
                 fmt_ns(h.mean()).c_str(), fmt_ns(h.percentile(50)).c_str(),
-                fmt_ns(h.percentile(95)).c_str(), fmt_ns(h.percentile(99)).c_str());
+                fmt_ns(h.percentile(90)).c_str(), fmt_ns(h.percentile(99)).c_str());
   return b;
 }
 
 void text_group(std::ostream& os, const Config& c, const ReportMeta& m, const GroupReport& g) {
   char b[256];
   const uint64_t t = g.accounted_ns;
-  const double secs = m.interval_ns / 1e9;
+  const double secs = m.window.interval_ns / 1e9;
   std::snprintf(b, sizeof b, "%s\"%s\": %zu thread%s, %.2fs  verdict: %s\n",
                 m.summary ? "summary " : "", g.name.c_str(), g.threads, g.threads == 1 ? "" : "s",
                 secs, g.verdict.c_str());
@@ -46,13 +53,13 @@ void text_group(std::ostream& os, const Config& c, const ReportMeta& m, const Gr
                 pct(g.on_ns, t), pct(g.rq_ns, t), pct(g.idle_ns, t), pct(g.blocked_ns[kLock], t),
                 pct(g.blocked_ns[kIo], t));
   os << b;
-  std::snprintf(b, sizeof b, "        poll %.1f%% sleep %.1f%% other %.1f%%\n",
+  std::snprintf(b, sizeof b, "        poll %.1f%% sleep %.1f%% gil %.1f%% other %.1f%%\n",
                 pct(g.blocked_ns[kPoll], t), pct(g.blocked_ns[kSleep], t),
-                pct(g.blocked_ns[kOther], t));
+                pct(g.blocked_ns[kGil], t), pct(g.blocked_ns[kOther], t));
   os << b;
-  std::snprintf(b, sizeof b, "  dispatch latency: avg %s p50 %s p95 %s p99 %s (%llu waits)\n",
+  std::snprintf(b, sizeof b, "  dispatch latency: avg %s p50 %s p90 %s p99 %s (%llu waits)\n",
                 fmt_ns(g.dispatch.mean()).c_str(), fmt_ns(g.dispatch.percentile(50)).c_str(),
-                fmt_ns(g.dispatch.percentile(95)).c_str(), fmt_ns(g.dispatch.percentile(99)).c_str(),
+                fmt_ns(g.dispatch.percentile(90)).c_str(), fmt_ns(g.dispatch.percentile(99)).c_str(),
                 static_cast<unsigned long long>(g.dispatch.count()));
   os << b;
   if (c.hist && !g.dispatch.empty()) bpfdiag::print_log2_hist(os, g.dispatch.log2_slots(), "nsecs");
@@ -70,79 +77,78 @@ void text_group(std::ostream& os, const Config& c, const ReportMeta& m, const Gr
   }
   os << "  work waits (inferred): " << g.work.description << "\n";
   if (c.per_thread) {
-    os << "     TID COMM            ONCPU%  RUNQ%  IDLE%  LOCK%    IO%  POLL% SLEEP%  OTH%\n";
+    os << "     TID COMM          ONCPU  RUNQ  IDLE  LOCK    IO  POLL SLEEP   GIL  OTH%\n";
     for (const auto& r : g.rows) {
       uint64_t rt = r.on_ns + r.rq_ns + r.idle_ns;
       for (auto v : r.blocked_ns) rt += v;
-      std::snprintf(b, sizeof b, "%8u %-15.15s %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %5.1f\n",
-                    r.tid, r.name.c_str(), pct(r.on_ns, rt), pct(r.rq_ns, rt), pct(r.idle_ns, rt),
+      std::snprintf(b, sizeof b,
+                    "%8u %-12.12s %5.1f %5.1f %5.1f %5.1f %5.1f %5.1f %5.1f %5.1f %5.1f\n", r.tid,
+                    r.name.c_str(), pct(r.on_ns, rt), pct(r.rq_ns, rt), pct(r.idle_ns, rt),
                     pct(r.blocked_ns[kLock], rt), pct(r.blocked_ns[kIo], rt),
                     pct(r.blocked_ns[kPoll], rt), pct(r.blocked_ns[kSleep], rt),
-                    pct(r.blocked_ns[kOther], rt));
+                    pct(r.blocked_ns[kGil], rt), pct(r.blocked_ns[kOther], rt));
       os << b;
     }
   }
 }
 
-nlohmann::json json_group(const ReportMeta& m, const GroupReport& g,
-                          const bpfdiag::DataQuality& dq) {
+nlohmann::json thread_json(const ThreadRow& r) {
+  return {{"tid", r.tid},
+          {"comm", r.name},
+          {"oncpu_total_ns", r.on_ns},
+          {"runnable_total_ns", r.rq_ns},
+          {"idle_total_ns", r.idle_ns},
+          {"blocked_total_ns", reasons(r.blocked_ns)}};
+}
+
+nlohmann::json group_fields(const ReportMeta& m, const GroupReport& g) {
   nlohmann::json threads = nlohmann::json::array();
-  for (const auto& r : g.rows)
-    threads.push_back({{"tid", r.tid},
-                       {"name", r.name},
-                       {"on_cpu_ns", r.on_ns},
-                       {"runnable_ns", r.rq_ns},
-                       {"idle_ns", r.idle_ns},
-                       {"blocked_ns", reasons(r.blocked_ns)}});
-  nlohmann::json futexes = nlohmann::json::array();
-  for (const auto& k : g.work.futexes) futexes.push_back(describe_wait(k));
-  nlohmann::json j = {
-      {"type", m.summary ? "threadpool_summary" : "threadpool_interval"},
-      {"time_ns", bpfdiag::realtime_ns()},
-      {"interval_ns", m.interval_ns},
-      {"final", m.final},
-      {"pid", m.pid},
-      {"comm", m.comm},
-      {"group", g.name},
-      {"threads", g.threads},
-      {"utilization", g.utilization},
-      {"busy_avg", g.busy_avg},
-      {"busy_max", g.busy_max},
-      {"on_cpu_ns", g.on_ns},
-      {"runnable_total_ns", g.rq_ns},
-      {"idle_ns", g.idle_ns},
-      {"accounted_ns", g.accounted_ns},
-      {"blocked_ns", reasons(g.blocked_ns)},
-      {"runnable_ns", pcts(g.dispatch)},
-      {"runnable_hist", g.dispatch.to_json()},
-      {"requests", g.req.requests},
-      {"queue_wait_ns", pcts(g.req.queue_wait)},
-      {"service_ns", pcts(g.req.service)},
-      {"response_ns", pcts(g.req.response)},
-      {"queue_depth_avg", g.req.depth.avg},
-      {"queue_depth_max", g.req.depth.max},
-      {"queue_tracked", g.req.have_depth},
-      {"work_waits",
-       {{"description", g.work.description}, {"futexes", futexes}, {"guessed", g.work.guessed}}},
-      {"verdict", g.verdict},
-      {"verdict_reason", g.why},
-      {"per_thread", threads},
-      {"target_exited", m.target_exited},
-      {"data_quality", dq.to_json()}};
+  for (const auto& r : g.rows) threads.push_back(thread_json(r));
+  nlohmann::json locks = nlohmann::json::array();
+  for (const auto& [obj, name] : g.work.runtime_locks) locks.push_back(name);
+  nlohmann::json j = {{"pid", m.pid},
+                      {"comm", m.comm},
+                      {"group", g.name},
+                      {"thread_count", g.threads},
+                      {"utilization", g.utilization},
+                      {"busy_avg", g.busy_avg},
+                      {"busy_max", g.busy_max},
+                      {"oncpu_total_ns", g.on_ns},
+                      {"runnable_total_ns", g.rq_ns},
+                      {"idle_total_ns", g.idle_ns},
+                      {"accounted_total_ns", g.accounted_ns},
+                      {"blocked_total_ns", reasons(g.blocked_ns)},
+                      {"dispatch_hist", g.dispatch.to_json()},
+                      {"request_count", g.req.requests},
+                      {"queue_depth_avg", g.req.depth.avg},
+                      {"queue_depth_max", g.req.depth.max},
+                      {"queue_tracked", g.req.have_depth},
+                      {"work_waits",
+                       {{"description", g.work.description}, {"found", g.work.found}, {"runtime_locks", locks}}},
+                      {"verdict", g.verdict},
+                      {"verdict_reason", g.why},
+                      {"threads", threads},
+                      {"target_exited", m.target_exited}};
+  add_stats(j, "dispatch", g.dispatch);
+  add_stats(j, "queue_wait", g.req.queue_wait);
+  add_stats(j, "service", g.req.service);
+  add_stats(j, "response", g.req.response);
   return j;
 }
 
-// The record of an interval in which no thread of the pool was seen.
-nlohmann::json json_empty(const ReportMeta& m, const bpfdiag::DataQuality& dq) {
-  return {{"type", m.summary ? "threadpool_summary" : "threadpool_interval"},
-          {"time_ns", bpfdiag::realtime_ns()},
-          {"interval_ns", m.interval_ns},
-          {"final", m.final},
-          {"pid", m.pid},
+// The report's totals; also the record of a report in which no thread was seen.
+nlohmann::json summary_fields(const ReportMeta& m, const std::vector<GroupReport>& groups) {
+  uint64_t threads = 0, requests = 0;
+  for (const auto& g : groups) {
+    threads += g.threads;
+    requests += g.req.requests;
+  }
+  return {{"pid", m.pid},
           {"comm", m.comm},
-          {"groups", nlohmann::json::array()},
-          {"target_exited", m.target_exited},
-          {"data_quality", dq.to_json()}};
+          {"group_count", groups.size()},
+          {"thread_count", threads},
+          {"request_count", requests},
+          {"target_exited", m.target_exited}};
 }
 
 // DataQuality::to_text() is one long line; wrap it at its commas to stay under 80 columns.
@@ -168,10 +174,11 @@ std::string wrap(const std::string& text, size_t width = 79) {
 void render(std::ostream& os, const Config& c, const ReportMeta& m,
             const std::vector<GroupReport>& groups, const bpfdiag::DataQuality& dq) {
   if (c.json) {
-    for (const auto& g : groups) bpfdiag::emit_json(os, json_group(m, g, dq));
-    // every pool thread gone (or none seen): still one record, so each interval and
-    // the summary carry their data quality
-    if (groups.empty()) bpfdiag::emit_json(os, json_empty(m, dq));
+    for (const auto& g : groups)
+      bpfdiag::write_record(os, bpfdiag::make_record("threadpool", "group", m.window, group_fields(m, g), dq));
+    // always, even when every pool thread is gone: each report carries its totals and
+    // data quality
+    bpfdiag::write_record(os, bpfdiag::make_record("threadpool", "summary", m.window, summary_fields(m, groups), dq));
     return;
   }
   os << "\n";
@@ -179,7 +186,23 @@ void render(std::ostream& os, const Config& c, const ReportMeta& m,
   os << (m.summary ? "=== summary" : "--- interval") << " pid " << m.pid << " (" << m.comm << ")"
      << (m.target_exited ? ": process exited, report covers until it did" : "") << "\n";
   if (groups.empty()) os << "no pool activity: no thread of the pool ran or existed\n";
-  for (const auto& g : groups) text_group(os, c, m, g);
+  // by default the pools that matter: the first 3 groups (multi-thread groups first,
+  // then by CPU time)
+  size_t shown = groups.size();
+  if (!c.all_groups && !c.pattern && shown > kShownGroups) shown = kShownGroups;
+  for (size_t i = 0; i < shown; ++i) text_group(os, c, m, groups[i]);
+  if (shown < groups.size()) {
+    size_t threads = 0;
+    double busy = 0;
+    for (size_t i = shown; i < groups.size(); ++i) {
+      threads += groups[i].threads;
+      busy += groups[i].busy_avg;
+    }
+    char b[160];
+    std::snprintf(b, sizeof b, "(%zu more thread groups, %zu threads, busy %.2f; -a shows all)\n",
+                  groups.size() - shown, threads, busy);
+    os << b;
+  }
   os << wrap(dq.to_text()) << "\n";
   os.flush();
 }

@@ -1,8 +1,18 @@
 // threadpool: is a process's thread pool CPU-starved, blocked, too small or idle?
-// Thread states from scheduler tracepoints, blocked time split by the syscall the
-// thread waits in, utilisation with inferred "waiting for work" waits, and request
-// queueing (accept -> first read -> response) on the process's accepted sockets.
+// Thread states from scheduler tracepoints; each wait classified by what it is (who
+// ended it: a pool peer, a producer outside the pool, a timeout; the runtime's global
+// lock when the futex word lies in one), utilisation with "waiting for work" as
+// idle, and request queueing (accept -> first read -> response) on accepted sockets.
+//
+// Files: cli.cpp (option table, BPF flags, map sizes); members.cpp (which threads are
+// tracked, in which group), snapshot.cpp (BPF maps -> per-thread times), requests.cpp
+// (request timing, data quality), tracer.cpp (ties them together into reports);
+// runtime.cpp (thread roles, runtime locks such as the GIL); analysis.cpp, waits.cpp,
+// verdict.cpp (the model, no BPF); render.cpp (text, NDJSON); run.cpp (skeleton).
 #pragma once
+#include <regex.h>
+
+#include <memory>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -11,7 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "common/bpf_counters.h"
 #include "common/histogram.h"
+#include "common/options.h"
+#include "common/output.h"
 #include "common/report.h"
 #include "common/result.h"
 #include "common/runloop.h"
@@ -25,23 +38,47 @@ struct Config {
   bool timestamp = false;   // -T
   bool per_thread = false;  // -P
   bool hist = false;        // -H: dispatch latency histogram
-  uint32_t pid = 0;         // -p
-  std::optional<std::string> pattern;  // --threads (ECMAScript regex, searched)
-  bpfdiag::Schedule schedule;          // [interval] [duration]
+  bool all_groups = false;  // -a: every thread group in text reports
+  uint32_t pid = 0;          // -p
+  uint32_t map_entries = 0;  // --map-entries (0: sized from the target)
+  std::optional<std::string> pattern;  // --threads (POSIX extended regex, searched)
+  bpfdiag::Schedule schedule;          // -i/-c/-d
 };
 
-extern const char kHelp[];
+const bpfdiag::ToolSpec& tool_spec();
+const char* help_text();  // generated from tool_spec()
+
+// --threads PATTERN as a POSIX extended regex (glibc's matcher does not backtrack, so
+// no pattern makes matching a thread name exponential; std::regex did, and its
+// recursive compiler overflowed the stack on deep nesting). At most 256 characters.
+constexpr size_t kMaxPatternLen = 256;
+std::shared_ptr<const regex_t> compile_pattern(const std::string& p, std::string* err);
+bool pattern_search(const regex_t& re, const std::string& s);
 
 bpfdiag::Result<Config> parse_args(int argc, char** argv);
 std::string bpf_text();
-bpfdiag::Result<std::vector<std::string>> bpf_cflags(const Config& c);
+// Map sizes: threads/waits/dispatch-histogram entries for a target with `nthreads`
+// threads, or from --map-entries.
+struct MapSizes {
+  uint32_t threads = 0, waits = 0, hist = 0;
+};
+MapSizes map_sizes(const Config& c, size_t nthreads);
+bpfdiag::Result<std::vector<std::string>> bpf_cflags(const Config& c, size_t nthreads = 0);
 bpfdiag::Status run(const Config& c);
 
 // --- analysis (pure, unit-tested) ---------------------------------------------------
 
-enum Reason { kLock = 0, kIo, kPoll, kSleep, kOther, kNumReasons };
+// What busy time is blocked in. kGil: waiting for a runtime's global lock (neither
+// busy nor idle: the thread has work but cannot run it).
+enum Reason { kLock = 0, kIo, kPoll, kSleep, kGil, kOther, kNumReasons };
+constexpr int kIdle = kNumReasons;  // a category: waiting for work
 const char* reason_name(int r);
-// What a thread blocked in syscall `nr` (futex command `futex_cmd`) is waiting for.
+// Who ended a wait (values of TP_W_* in threadpool_shared.h).
+// kByMain: the process's main thread (a producer unless it is one of the pool).
+enum Wake { kByPeer = 0, kByProcess, kByOther, kTimedOut, kUnseen, kByMain, kNumWakes };
+const char* wake_name(int w);
+// What a thread blocked in syscall `nr` is waiting for, by the syscall alone (the
+// fallback when nothing better is known; futex: lock).
 Reason classify_wait(int nr, uint32_t futex_cmd);
 // accept/accept4, epoll_wait/epoll_pwait/poll/ppoll/select: waiting for work by nature.
 bool is_event_wait(int nr);
@@ -68,7 +105,11 @@ struct WaitKey {
 std::string describe_wait(const WaitKey& k);
 
 struct WaitTimes {
-  uint64_t blk_ns = 0, wake_rq_ns = 0, count = 0;
+  uint64_t blk_ns[kNumWakes] = {};      // blocked, by who ended the wait
+  uint64_t wake_rq_ns[kNumWakes] = {};  // runnable right after that wake-up
+  uint64_t count = 0;
+  uint64_t blk() const;
+  uint64_t wake_rq() const;
 };
 
 // Cumulative times of one thread at a snapshot (in-progress state included).
@@ -80,32 +121,39 @@ struct ThreadTimes {
 // cur - prev, field by field (clamped at 0).
 ThreadTimes delta(const ThreadTimes& cur, const ThreadTimes* prev);
 
-// The waits inferred as "waiting for work" for one group of threads.
+// What the waits of one group of threads mean. The category of a wait comes from
+// what it is, not its syscall: a futex word inside a runtime's global lock (the GIL)
+// is kGil; a timed wait that ran out is sleep; a condition/semaphore word on which
+// threads outside the pool (producers) end waits is where work arrives: every wait
+// there is idle (peers pass wake-ups on); otherwise a futex wait ended by a pool peer
+// is lock contention; a condition/semaphore wait ended from outside the pool (a producer,
+// another process) is waiting for work (idle), a mutex wait so ended is still a lock;
+// accept is idle, epoll/poll/select idle for threads that take no work from a queue
+// (a listener) and I/O for those that do; other syscalls by classify_wait.
 struct WorkWaits {
-  std::set<WaitKey> futexes;  // condition-variable words the workers park on
-  bool guessed = false;       // chosen without a condition-variable wait (plain futex)
-  bool found = false;         // some work wait (futex or event wait) was seen
-  std::string description;    // for the report
-  std::set<uint32_t> queue_users;  // threads seen parked on `futexes`
-  uint32_t excluded = 0;           // main thread left out of the pool (0: none)
-  // Is thread `tid` blocked in `k` waiting for work? The work-queue futex and accept
-  // always are; epoll/poll/select only for threads that do not take work from the
-  // queue (a listener), since for queue workers they are I/O done while serving.
-  bool is_idle(uint32_t tid, const WaitKey& k) const {
-    if (futexes.count(k) || k.nr == 43 || k.nr == 288) return true;
-    return is_event_wait(k.nr) && !queue_users.count(tid);
+  std::map<uint64_t, std::string> runtime_locks;  // futex word -> "GIL (_PyRuntime+432)"
+  std::set<uint64_t> work_words;   // condition/semaphore words work arrives on
+  std::set<uint32_t> queue_users;  // threads with idle futex waits
+  // most frequent resolved wake class (by time) per thread and wait, then per wait:
+  // what an in-progress or unseen wake-up most likely is
+  std::map<std::pair<uint32_t, WaitKey>, int> usual;
+  std::map<WaitKey, int> usual_any;
+  bool found = false;             // some idle wait was seen
+  std::string description;        // for the report
+  uint32_t excluded = 0;          // main thread left out of the pool (0: none)
+  bool main_in_pool = false;      // the main thread's wake-ups are a peer's
+  int category(uint32_t tid, const WaitKey& k, int wake) const;  // Reason or kIdle
+  bool is_idle(uint32_t tid, const WaitKey& k, int wake = kUnseen) const {
+    return category(tid, k, wake) == kIdle;
   }
 };
-// From the group's cumulative waits: among futex waits, the condition-variable
-// (FUTEX_WAIT_BITSET) word the most distinct threads (at least 2 in a group of 2 or
-// more) blocked on (ties: most time);
-// without one, the plain FUTEX_WAIT word at least half of the threads and >= 2 parked
-// on, marked as a guess. accept always counts; epoll/poll/select count for threads
-// that never parked on that word (see is_idle). The process's main thread (tid ==
-// pid) is left out of the pool when it never waited for work but others in its group
-// did (it supervises: pthread_join, a signal or pipe-of-death wait).
+// From the group's cumulative waits. The process's main thread (tid == pid) stays in
+// the pool only if it waits for work where another member does (it behaves like a
+// worker); otherwise it supervises (submits, joins, waits for results) and is left
+// out, when the others do wait for work.
 WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads,
-                           uint32_t pid = 0);
+                           uint32_t pid = 0,
+                           const std::map<uint64_t, std::string>& runtime_locks = {});
 
 // Queue depth (accepted, not yet read) over [t0, t1] from each request's
 // [accept, first read] span (read = 0: still queued).
@@ -137,12 +185,17 @@ struct GroupReport {
   // thread time over the interval
   uint64_t on_ns = 0, rq_ns = 0, idle_ns = 0, accounted_ns = 0;
   uint64_t blocked_ns[kNumReasons] = {};  // not counting work waits
-  double utilization = 0, busy_avg = 0;
+  uint64_t unattributed_ns = 0;  // blocked time whose wait was lost (waits map full)
+  double utilization = 0, busy_avg = 0;  // busy: neither idle nor waiting for the GIL
   uint64_t busy_max = 0;
   bpfdiag::Histogram dispatch;  // runnable -> on CPU latency
   RequestStats req;
   std::vector<ThreadRow> rows;
   WorkWaits work;
+  // data loss behind this report (interval or run): updates dropped because a map was
+  // full, pool threads not tracked, request events lost
+  uint64_t dropped = 0, untracked = 0, lost_events = 0;
+  uint32_t map_entries = 0;  // the --map-entries in effect, for the hint
   std::string verdict, why;
 };
 
@@ -151,19 +204,24 @@ struct GroupReport {
 void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
                const std::map<uint32_t, std::string>& names);
 
-// Sets g.verdict ("cpu-starved", "blocked-on-locks", "blocked-on-io",
-// "blocked-other", "pool-too-small", "idle", "ok") and g.why.
+// Sets g.verdict ("blocked-on-gil", "cpu-starved", "blocked-on-locks",
+// "blocked-on-io", "sleeping", "blocked-other", "pool-too-small", "idle", "ok",
+// "no-data", or "uncertain" when data loss could change it) and g.why.
 void decide_verdict(GroupReport& g);
 
 struct ReportMeta {
   uint32_t pid = 0;
   std::string comm;
-  bool final = false;
-  bool summary = false;
+  bool summary = false;  // the whole run (final), not an interval
   bool target_exited = false;
-  uint64_t interval_ns = 0;
+  bpfdiag::Window window;  // time_ns, interval_ns, final
 };
+// Text, or NDJSON: a threadpool.group record per group, then threadpool.summary.
 void render(std::ostream& os, const Config& c, const ReportMeta& m,
             const std::vector<GroupReport>& groups, const bpfdiag::DataQuality& dq);
+
+// The BPF data-quality counters -> data_quality keys; a report's fixed key set.
+const std::vector<bpfdiag::CounterSlot>& counter_table();
+bpfdiag::DataQuality empty_quality();
 
 }  // namespace threadpool

@@ -1,0 +1,30 @@
+/* Shared by every tool's .bpf.c: the data-quality counters.
+ *
+ * Define DQ_NCOUNTERS (the number of slots) before the #include line, which
+ * common/bpf_text (with_common_header) replaces by this text: libbcc rewrites map
+ * calls only in the main file. Slots are
+ * per-CPU (no atomics, nothing lost to contention); user space sums them and maps
+ * each slot to a data_quality key with one table (common/bpf_counters.h):
+ *
+ *   #define DQ_NCOUNTERS LS_CNT_MAX
+ *   #include "common.h"
+ *   ... dq_count(LS_CNT_MAP_FULL);
+ */
+#ifndef BPFDIAG_COMMON_H
+#define BPFDIAG_COMMON_H
+
+#ifndef DQ_NCOUNTERS
+#error "define DQ_NCOUNTERS before including common.h"
+#endif
+
+BPF_PERCPU_ARRAY(dq_counters, u64, DQ_NCOUNTERS);
+
+static inline void dq_count_n(u32 slot, u64 n) {
+  u64 *v = dq_counters.lookup(&slot);
+  if (v)
+    *v += n;
+}
+
+static inline void dq_count(u32 slot) { dq_count_n(slot, 1); }
+
+#endif

@@ -1,0 +1,40 @@
+// Interactive flame graphs as one self-contained SVG (no network, no external script):
+// hover a frame for its name, value and share; click to zoom into it (its ancestors
+// stay as full-width context), "Reset zoom" or Escape to go back; "Search" (or Ctrl-F)
+// takes a regular expression, highlights the matching frames and shows the share of
+// the total they cover. Input is folded stacks ("comm;outer;...;inner value"), as every
+// stack tool of the suite prints with -f. Frames after a "-" frame are kernel frames
+// (the suite's folded convention) and get a palette of their own; "[unknown]" and
+// "[Missed ... Stack]" frames are grey.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/stacks.h"
+
+namespace bpfdiag {
+
+enum class FlamePalette {
+  OnCpu,   // warm (red/orange/yellow), kernel frames in orange-brown
+  OffCpu,  // cool (blue/aqua), kernel frames in purple
+};
+
+struct FlameOptions {
+  std::string title = "Flame Graph";
+  std::string subtitle;        // e.g. "offcputime -p 181, 10 s"
+  std::string unit = "samples";  // what a value counts: "samples", "us", "ns"
+  FlamePalette palette = FlamePalette::OnCpu;
+  int width = 1200;          // pixels
+  int frame_height = 16;     // pixels
+  double min_width_px = 0.1;  // frames narrower than this are left out (counted)
+};
+
+// Renders the folded lines. Lines are merged by frame path (same path: values added).
+std::string render_flamegraph(const std::vector<FoldedLine>& stacks, const FlameOptions& opts);
+
+// Reads folded text (one stack per line; blank lines skipped). A malformed line is an
+// error naming its line number.
+Result<std::vector<FoldedLine>> read_folded(const std::string& text);
+
+}  // namespace bpfdiag

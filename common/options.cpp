@@ -1,0 +1,257 @@
+#include "common/options.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace bpfdiag {
+
+namespace {
+constexpr uint64_t kUs = 1000ULL, kMs = 1000000ULL, kSec = 1000000000ULL, kDay = 86400ULL * kSec;
+
+OptionSpec make(std::string flags, std::string arg, std::string help, std::string group) {
+  return OptionSpec{std::move(flags), std::move(arg), std::move(help), std::move(group), false};
+}
+}  // namespace
+
+namespace opt {
+OptionSpec pid(std::string help) { return make("p,pid", "PID[,PID]", std::move(help), "Filters"); }
+OptionSpec tid(std::string help) { return make("t,tid", "TID[,TID]", std::move(help), "Filters"); }
+OptionSpec user_stacks_only(std::string help) { return make("U,user-stacks-only", "", std::move(help), "Output"); }
+OptionSpec kernel_stacks_only(std::string help) {
+  return make("K,kernel-stacks-only", "", std::move(help), "Output");
+}
+OptionSpec folded(std::string help) { return make("f,folded", "", std::move(help), "Output"); }
+OptionSpec per_thread(std::string help) { return make("P,per-thread", "", std::move(help), "Output"); }
+OptionSpec timestamp(std::string help) { return make("T,timestamp", "", std::move(help), "Output"); }
+OptionSpec json(std::string help) { return make("j,json", "", std::move(help), "Output"); }
+OptionSpec csv(std::string help) { return make("csv", "", std::move(help), "Output"); }
+OptionSpec sort(std::string help) { return make("S,sort", "KEY", std::move(help), "Output"); }
+OptionSpec fields(std::string help) { return make("fields", "LIST", std::move(help), "Output"); }
+OptionSpec entries(std::string help) { return make("n,entries", "N", std::move(help), "Output"); }
+OptionSpec stacks(std::string help) { return make("s,stacks", "N", std::move(help), "Output"); }
+OptionSpec min(std::string help) { return make("m,min", "TIME", std::move(help), "Filters"); }
+OptionSpec max(std::string help) { return make("M,max", "TIME", std::move(help), "Filters"); }
+OptionSpec interval() {
+  return make("i,interval", "TIME", "print a report every TIME (default unit s, or 500ms, 2m)", "Schedule");
+}
+OptionSpec count() { return make("c,count", "N", "stop after N interval reports", "Schedule"); }
+OptionSpec duration() {
+  return make("d,duration", "TIME", "trace for TIME (default unit s), then report", "Schedule");
+}
+OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "Output"); }
+OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
+OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
+}  // namespace opt
+
+namespace {
+
+// "p,pid" -> {"p", "pid"}; "ebpf" -> {"", "ebpf"}.
+std::pair<std::string, std::string> split_flags(const std::string& flags) {
+  auto comma = flags.find(',');
+  if (comma == std::string::npos) return {flags.size() == 1 ? flags : "", flags.size() == 1 ? "" : flags};
+  return {flags.substr(0, comma), flags.substr(comma + 1)};
+}
+
+// The name cxxopts reports an option under: the long name, else the short one.
+std::string key_of(const OptionSpec& o) {
+  auto [s, l] = split_flags(o.flags);
+  return l.empty() ? s : l;
+}
+
+const OptionSpec* find(const ToolSpec& spec, const std::string& key) {
+  for (auto& o : spec.options)
+    if (key_of(o) == key) return &o;
+  return nullptr;
+}
+
+std::string positional_usage(Positional p) {
+  switch (p) {
+    case Positional::IntervalCount:
+      return "[interval [count]]";
+    case Positional::Duration:
+      return "[duration]";
+    case Positional::File:
+      return "[FILE]";
+    case Positional::None:
+      break;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string usage_line(const ToolSpec& spec) {
+  std::string u = spec.name;
+  for (auto& o : spec.options) {
+    if (o.hidden) continue;
+    auto [s, l] = split_flags(o.flags);
+    std::string f = s.empty() ? "--" + l : "-" + s;
+    u += " [" + f + (o.arg.empty() ? "" : " " + o.arg) + "]";
+  }
+  auto p = positional_usage(spec.positional);
+  if (!p.empty()) u += " " + p;
+  return u;
+}
+
+std::string render_help(const ToolSpec& spec) {
+  std::ostringstream os;
+  os << spec.name << " - " << spec.summary << "\n\nUSAGE: " << usage_line(spec) << "\n\n";
+  if (!spec.description.empty()) {
+    os << spec.description;
+    if (spec.description.back() != '\n') os << '\n';
+    os << '\n';
+  }
+  os << "OPTIONS:\n";
+  std::vector<std::string> groups;
+  for (auto& o : spec.options)
+    if (!o.hidden && std::find(groups.begin(), groups.end(), o.group) == groups.end())
+      groups.push_back(o.group);
+  constexpr size_t kCol = 24;
+  for (auto& g : groups) {
+    os << " " << g << ":\n";
+    for (auto& o : spec.options) {
+      if (o.hidden || o.group != g) continue;
+      auto [s, l] = split_flags(o.flags);
+      std::string left = "  " + (s.empty() ? std::string("    ") : "-" + s + (l.empty() ? "  " : ", "));
+      if (!l.empty()) left += "--" + l;
+      if (!o.arg.empty()) left += " " + o.arg;
+      std::istringstream lines(o.help);
+      std::string line;
+      bool first = true;
+      while (std::getline(lines, line)) {
+        if (first) {
+          if (left.size() + 2 > kCol) {
+            os << left << "\n" << std::string(kCol, ' ') << line << "\n";
+          } else {
+            os << left << std::string(kCol - left.size(), ' ') << line << "\n";
+          }
+          first = false;
+        } else {
+          os << std::string(kCol, ' ') << line << "\n";
+        }
+      }
+      if (first) os << left << "\n";
+    }
+  }
+  switch (spec.positional) {
+    case Positional::IntervalCount:
+      os << " interval               print a report every interval (seconds, or with a unit)\n"
+            " count                  stop after this many reports\n";
+      break;
+    case Positional::Duration:
+      os << " duration               stop after this long (seconds, or with a unit)\n";
+      break;
+    case Positional::File:
+      os << " FILE                   input file (default: standard input)\n";
+      break;
+    case Positional::None:
+      break;
+  }
+  if (!spec.examples.empty()) {
+    os << "\nEXAMPLES:\n" << spec.examples;
+    if (spec.examples.back() != '\n') os << '\n';
+  }
+  return os.str();
+}
+
+Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
+  cxxopts::Options opts(spec.name);
+  for (auto& o : spec.options) {
+    if (o.arg.empty())
+      opts.add_options()(o.flags, "");
+    else
+      opts.add_options()(o.flags, "", cxxopts::value<std::string>());
+  }
+  add_positionals(opts);
+  auto r = parse_cli(opts, argc, argv);
+  if (!r) return Error{r.error()};
+  ParsedCli out{*r, {}};
+  CommonOptions& c = out.common;
+  auto has = [&](const char* key) { return find(spec, key) && r->count(key); };
+  auto str = [&](const char* key) -> const std::string* { return find(spec, key) ? opt_str(*r, key) : nullptr; };
+  c.help = has("help");
+  c.json = has("json");
+  c.csv = has("csv");
+  c.ebpf = has("ebpf");
+  c.verbose = has("verbose");
+  c.timestamp = has("timestamp");
+  c.folded = has("folded");
+  c.per_thread = has("per-thread");
+  c.user_stacks_only = has("user-stacks-only");
+  c.kernel_stacks_only = has("kernel-stacks-only");
+  if (c.help) return out;  // --help wins over everything else on the line
+  if (c.user_stacks_only && c.kernel_stacks_only)
+    return Error{"-U/--user-stacks-only and -K/--kernel-stacks-only exclude each other"};
+  if (c.json && c.csv) return Error{"-j/--json and --csv exclude each other"};
+  if (c.json && c.folded) return Error{"-j/--json and -f/--folded exclude each other"};
+  if (auto p = str("pid")) {
+    auto v = parse_id_list(*p, "PID");
+    if (!v) return Error{v.error()};
+    c.pids = *v;
+  }
+  if (auto t = str("tid")) {
+    auto v = parse_id_list(*t, "TID");
+    if (!v) return Error{v.error()};
+    c.tids = *v;
+  }
+  if (auto s = str("sort")) c.sort = *s;
+  if (auto f = str("fields")) c.fields = *f;
+  if (auto n = str("entries")) {
+    auto v = parse_uint(*n, "-n/--entries", 0, 1000000);
+    if (!v) return Error{v.error()};
+    c.entries = *v;
+  }
+  if (auto n = str("stacks")) {
+    auto v = parse_uint(*n, "-s/--stacks", 0, 1000);
+    if (!v) return Error{v.error()};
+    c.stacks = *v;
+  }
+  if (auto m = str("min")) {
+    auto v = parse_duration_ns(*m, "-m/--min", kUs, 0, kDay);
+    if (!v) return Error{v.error()};
+    c.min_ns = *v;
+  }
+  if (auto m = str("max")) {
+    auto v = parse_duration_ns(*m, "-M/--max", kUs, 1, kDay);
+    if (!v) return Error{v.error()};
+    c.max_ns = *v;
+  }
+  if (c.min_ns && c.max_ns && *c.min_ns > *c.max_ns)
+    return Error{"-m/--min is larger than -M/--max"};
+
+  // Schedule: the options, or the positional form, not both.
+  Schedule& s = c.schedule;
+  if (auto v = str("interval")) {
+    auto iv = parse_duration_ns(*v, "-i/--interval", kSec, kMs, kDay);
+    if (!iv) return Error{iv.error()};
+    s.interval_ns = *iv;
+  }
+  if (auto v = str("count")) {
+    auto n = parse_uint(*v, "-c/--count", 1, 1000000000ULL);
+    if (!n) return Error{n.error()};
+    s.count = *n;
+  }
+  if (auto v = str("duration")) {
+    auto d = parse_duration_ns(*v, "-d/--duration", kSec, kMs, kDay);
+    if (!d) return Error{d.error()};
+    s.duration_ns = *d;
+  }
+  auto pos = positionals(*r);
+  if (!pos.empty()) {
+    if (spec.positional == Positional::None) return Error{"unexpected argument '" + pos[0] + "'"};
+    if (spec.positional == Positional::File) {
+      if (pos.size() > 1) return Error{"unexpected argument '" + pos[1] + "' (one input file)"};
+      c.file = pos[0];
+      return out;
+    }
+    if (s.interval_ns || s.count || s.duration_ns)
+      return Error{"give the schedule as -i/-c/-d or as positional arguments, not both"};
+    Status st = spec.positional == Positional::IntervalCount ? parse_interval_count(pos, s)
+                                                             : parse_duration_positional(pos, s);
+    if (st) return *st;
+  }
+  if (s.count && !s.interval_ns) return Error{"-c/--count needs an interval (-i)"};
+  return out;
+}
+
+}  // namespace bpfdiag

@@ -1,0 +1,59 @@
+#include "common/output.h"
+
+#include <cstdio>
+
+#include "common/runloop.h"
+
+namespace bpfdiag {
+
+Window window_ending_now(uint64_t interval_ns, bool final) { return Window{realtime_ns(), interval_ns, final}; }
+
+nlohmann::json make_record(const std::string& tool, const std::string& kind, const Window& w,
+                           const nlohmann::json& fields, const DataQuality& dq) {
+  nlohmann::json j = nlohmann::json::object();
+  j["type"] = tool + "." + kind;
+  j["schema"] = kSchemaVersion;
+  j["time_ns"] = w.time_ns;
+  j["interval_ns"] = w.interval_ns;
+  j["final"] = w.final;
+  if (fields.is_object())
+    for (auto it = fields.begin(); it != fields.end(); ++it) j[it.key()] = it.value();
+  j["data_quality"] = dq.to_json();
+  return j;
+}
+
+nlohmann::json stack_json(const Stack& st) {
+  nlohmann::json j = nlohmann::json::object();
+  if (st.want_user) {
+    j["user_stack"] = st.user;
+    j["user_stack_missing"] = st.user_missing;
+  }
+  if (st.want_kernel) {
+    j["kernel_stack"] = st.kernel;
+    j["kernel_stack_missing"] = st.kernel_missing;
+  }
+  return j;
+}
+
+nlohmann::json start_record_fields(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids,
+                                   uint64_t probes, const nlohmann::json& options) {
+  nlohmann::json f = nlohmann::json::object();
+  if (!pids.empty()) f["pid"] = pids;
+  if (!tids.empty()) f["tid"] = tids;
+  f["probes"] = probes;
+  f["options"] = options;
+  return f;
+}
+
+void write_record(std::ostream& os, const nlohmann::json& record) { emit_json(os, record); }
+
+void announce_attached(std::ostream& out, const std::string& tool, bool json, const std::string& banner,
+                       const nlohmann::json& fields, const DataQuality& zero_dq) {
+  if (!banner.empty()) {
+    std::fprintf(stderr, "%s\n", banner.c_str());
+    std::fflush(stderr);
+  }
+  if (json) write_record(out, make_record(tool, "start", window_ending_now(0, false), fields, zero_dq));
+}
+
+}  // namespace bpfdiag

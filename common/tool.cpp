@@ -1,0 +1,24 @@
+#include "common/tool.h"
+
+#include <iostream>
+
+namespace bpfdiag {
+
+Result<std::unique_ptr<BpfSession>> load_tool(const ToolPlan& plan) {
+  if (plan.ebpf) {
+    std::cout << ebpf_listing(plan.bpf_text, plan.cflags);
+    return std::unique_ptr<BpfSession>();
+  }
+  if (auto st = preflight(plan.tracepoints)) return Error{st->message};
+  auto s = BpfSession::load(plan.bpf_text, plan.cflags);
+  if (!s) return Error{s.error()};
+  return std::move(s.value());
+}
+
+Status run_tool_loop(const Schedule& s, RunHooks& hooks, TargetWatch& targets) {
+  if (!targets.empty()) targets.attach(hooks);
+  run_loop(s, hooks);
+  return std::nullopt;
+}
+
+}  // namespace bpfdiag

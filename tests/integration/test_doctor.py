@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""doctor reports what is true of this machine: each verdict is compared with an
+independent probe made here (files the kernel exports, bpftrace trying the feature for
+real, readelf on the target), the live check counts every event it generated, -p tells a
+workload built with frame pointers from the same workload built without, nothing is left
+attached or mounted, and misuse / non-root give one line with exit 2 / 1."""
+import re
+import subprocess
+import time
+
+from harness import *
+
+DOCTOR = tool("doctor")
+require_built(DOCTOR, workload("sleepers"), workload("sleepers_nofp"))
+
+# --- misuse needs no root --------------------------------------------------------------
+usage_error([DOCTOR, "-p", "abc"])
+usage_error([DOCTOR, "--bogus"])
+usage_error([DOCTOR, "5"])
+usage_error([DOCTOR, "-p", "999999999"])  # no such process
+usage_error([DOCTOR, "--ebpf", "--no-live"])
+r = run([DOCTOR, "--help"])
+check(r.returncode == 0 and "EXAMPLES:" in r.stdout, "--help exits 0 with examples")
+
+require_root()
+
+
+def host_mounts():
+    with open("/proc/self/mounts") as f:
+        return [l.split()[2] for l in f]
+
+
+def in_private_tracefs(cmd, timeout=30):
+    """Runs a shell command with tracefs (and securityfs) mounted in a private mount
+    namespace, as the GUIDE says for bpftrace."""
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c",
+         "mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; "
+         "mountpoint -q /sys/kernel/security || mount -t securityfs none /sys/kernel/security; " + cmd],
+        capture_output=True, text=True, timeout=timeout)
+
+
+def bpftrace_attaches(probe):
+    """bpftrace tries the probe for real; True when it attached (it exits after 1 s)."""
+    r = in_private_tracefs("exec bpftrace -e '%s { exit(); } interval:s:1 { exit(); }'" % probe, timeout=60)
+    print("bpftrace %s -> rc %d %s" % (probe, r.returncode, r.stderr.strip().splitlines()[-1:] if r.stderr else ""))
+    return r.returncode == 0
+
+
+mounts_before = host_mounts()
+progs_before = BASELINE_PROGS
+
+# --- doctor -j without arguments (what the doctor runbook runs) --------------------------
+t0 = time.monotonic()
+r = run([DOCTOR, "-j"], timeout=60)
+wall = time.monotonic() - t0
+recs = ndjson(r.stdout, "doctor")
+validate("doctor", recs)
+check(r.returncode == 0, "doctor -j exits 0 on this machine (rc %d, stderr %r)" % (r.returncode, r.stderr.strip()))
+check(r.stderr.strip() == "", "nothing on stderr when ready (%r)" % r.stderr.strip()[:300])
+check(recs and recs[0]["type"] == "doctor.start" and recs[-1]["type"] == "doctor.summary" and recs[-1]["final"],
+      "records: doctor.start first, doctor.summary (final) last")
+checks = {c["name"]: c for c in recs if c["type"] == "doctor.check"}
+for c in checks.values():
+    print("  %-5s %-22s %s%s" % (c["status"], c["name"], c["detail"], ("; fix: " + c["fix"]) if c["fix"] else ""))
+summary = recs[-1]
+check(summary["verdict"] == "ready" and summary["fail_count"] == 0 and summary["required_failed"] == [],
+      "summary: ready, no failure (%s)" % summary)
+check(summary["ok_count"] + summary["warn_count"] + summary["fail_count"] + summary["skip_count"] == len(checks),
+      "summary counts add up to the %d checks" % len(checks))
+for c in checks.values():
+    check(c["status"] == "ok" or c["fix"], "%s: a %s has a fix" % (c["name"], c["status"]))
+
+
+def status(name):
+    return checks.get(name, {}).get("status")
+
+
+# root: we are root with every capability
+with open("/proc/self/status") as f:
+    capeff = int(re.search(r"^CapEff:\s*([0-9a-f]+)", f.read(), re.M).group(1), 16)
+have_caps = all(capeff & (1 << b) for b in (21, 38, 39))
+check(status("privileges") == ("ok" if have_caps else "fail"),
+      "privileges %s: we are root with CAP_BPF/PERFMON/SYS_ADMIN = %s" % (status("privileges"), have_caps))
+
+# BTF present
+btf = os.path.exists("/sys/kernel/btf/vmlinux")
+check(status("btf") == ("ok" if btf else "fail"), "btf %s vs /sys/kernel/btf/vmlinux exists = %s" % (status("btf"), btf))
+
+# kprobes: the PMU, kallsyms and bpftrace agree; doctor must too
+kprobe_pmu = os.path.exists("/sys/bus/event_source/devices/kprobe")
+with open("/proc/kallsyms") as f:
+    kallsyms_kprobes = any(l.rstrip().endswith(" register_kprobe") for l in f)
+kprobes_work = bpftrace_attaches("kprobe:do_nanosleep")
+print("independent: kprobe PMU %s, register_kprobe in kallsyms %s, bpftrace kprobe attaches %s" % (
+    kprobe_pmu, kallsyms_kprobes, kprobes_work))
+check(status("kprobes") == ("ok" if kprobes_work else "warn"),
+      "kprobes %s vs bpftrace kprobe:do_nanosleep attaches = %s" % (status("kprobes"), kprobes_work))
+check((status("kprobes") == "ok") == (kprobe_pmu or kallsyms_kprobes),
+      "kprobes %s vs kprobe PMU or register_kprobe in /proc/kallsyms = %s" % (
+          status("kprobes"), kprobe_pmu or kallsyms_kprobes))
+
+# lockdown: the mode from securityfs (mounted privately here), and fentry refused by it
+lk = in_private_tracefs("cat /sys/kernel/security/lockdown")
+mode = re.search(r"\[(\w+)\]", lk.stdout).group(1) if "[" in lk.stdout else "none"
+print("independent: lockdown %r" % lk.stdout.strip())
+check(("mode " + mode) in checks["lockdown"]["detail"], "lockdown detail names mode %s (%r)" % (
+    mode, checks["lockdown"]["detail"]))
+check(status("lockdown") == {"none": "ok", "integrity": "warn", "confidentiality": "fail"}[mode],
+      "lockdown status %s for mode %s" % (status("lockdown"), mode))
+fentry_works = bpftrace_attaches("kfunc:do_nanosleep")
+check(status("fentry") == ("ok" if fentry_works else "warn"),
+      "fentry %s vs bpftrace kfunc:do_nanosleep attaches = %s" % (status("fentry"), fentry_works))
+if not fentry_works:
+    check("refused" in checks["fentry"]["detail"] and "EPERM" in checks["fentry"]["detail"],
+          "fentry refusal names the kernel's errno (%r)" % checks["fentry"]["detail"])
+# tp_btf is tried for real too (on this kernel it loads and attaches under lockdown=integrity)
+check(status("tp_btf") == "ok" and "loaded and attached" in checks["tp_btf"]["detail"] or
+      status("tp_btf") == "warn" and re.search(r"E[A-Z]+ \(", checks["tp_btf"]["detail"]),
+      "tp_btf: attached, or refused naming the errno (%r)" % checks["tp_btf"]["detail"])
+
+# uprobes: the PMU exists, and the live check's uprobe counted every call
+uprobe_pmu = os.path.exists("/sys/bus/event_source/devices/uprobe/type")
+check(status("uprobes") == ("ok" if uprobe_pmu else "warn"),
+      "uprobes %s vs uprobe PMU exists = %s" % (status("uprobes"), uprobe_pmu))
+
+# tracefs: the host's state is reported, and doctor left nothing mounted
+host_tracefs = "tracefs" in mounts_before
+check(("not mounted on the host" in checks["tracefs"]["detail"]) == (not host_tracefs) and status("tracefs") == "ok",
+      "tracefs detail matches the host (host has tracefs: %s; %r)" % (host_tracefs, checks["tracefs"]["detail"]))
+check(sorted(host_mounts()) == sorted(mounts_before), "doctor left no mount on the host")
+
+# tools: lockstat -K needs lock:contention_begin, offcputime sched_switch
+ls = in_private_tracefs("ls -d /sys/kernel/tracing/events/lock/contention_begin "
+                        "/sys/kernel/tracing/events/sched/sched_switch 2>/dev/null")
+have_lock_tp = "contention_begin" in ls.stdout
+check(status("lockstat -K") == ("ok" if have_lock_tp else "warn"),
+      "tool lockstat -K %s vs lock:contention_begin exists = %s" % (status("lockstat -K"), have_lock_tp))
+check(status("offcputime") == ("ok" if "sched_switch" in ls.stdout else "warn"),
+      "tool offcputime %s vs sched:sched_switch exists" % status("offcputime"))
+
+# the live check counted exactly the events it generated
+def numbers(name):
+    return [int(x) for x in re.findall(r"\d+", checks[name]["detail"])]
+
+
+n = numbers("tracepoint_events")  # [counted, made] (after "sys_enter_getppid")
+counted, made = n[-2], n[-1]
+check(status("tracepoint_events") == "ok" and counted == made == 1000,
+      "live: tracepoint counted %d of %d getppid() calls (1000 made)" % (counted, made))
+d = numbers("event_delivery")  # delivered, of, lost, duplicated
+check(status("event_delivery") == "ok" and d[0] == d[1] == 1000 and d[2] == 0 and d[3] == 0,
+      "live: perf buffer delivered %d of %d, lost %d, duplicated %d" % tuple(d[:4]))
+s = numbers("raw_tracepoint_events")
+check(status("raw_tracepoint_events") == "ok" and s[1] == 50 and 50 <= s[0] <= 57,
+      "live: sched_switch counted %d voluntary switches for %d sleeps" % (s[0], s[1]))
+if uprobe_pmu:
+    u = numbers("uprobe_events")
+    check(status("uprobe_events") == "ok" and u[-2] == u[-1] == 1000,
+          "live: uprobe counted %d of %d libc getppid() calls" % (u[-2], u[-1]))
+check(summary["data_quality"]["lost_events"] == 0, "data quality: no lost events")
+ms = numbers("live_check_time")  # compile, attach and events, whole
+print("live check: compile %d ms, attach and events %d ms, whole %d ms; doctor -j wall %.2f s" % (
+    ms[0], ms[1], ms[2], wall))
+check(ms[1] < 1000, "live check: attach and events took under 1 s (%d ms)" % ms[1])
+check(ms[0] + ms[1] <= ms[2] + 1, "live check: the parts add up to the whole (%s)" % ms)
+left = leftover_bpf_programs()
+check(left == [] or left is None, "no BPF program outlived doctor (%s)" % left)
+
+# text mode: one line per check, the summary line
+r = run([DOCTOR, "--no-live"])
+lines = r.stdout.splitlines()
+check(r.returncode == 0 and lines[-2].endswith("this machine can be traced"),
+      "text: summary line says the machine can be traced (%r)" % lines[-2:])
+check(all(re.match(r"^(ok|warn|fail|skip)\s+\S", l) for l in lines[:-2]),
+      "text: every check line starts with its status")
+check(any(l.startswith("skip  live_check") for l in lines), "text: --no-live skips the live check")
+
+
+# --- -p: frame pointers and symbols of a target --------------------------------------------
+def readelf_has_symtab(path):
+    r = run(["readelf", "-S", "-W", path])
+    return " .symtab " in r.stdout
+
+
+def target_checks(name):
+    wl = start([workload(name)], stdin=subprocess.PIPE)
+    ready = wl.stdout.readline()
+    check('"ready"' in ready, "%s is ready (%r)" % (name, ready.strip()))
+    try:
+        r = run([DOCTOR, "-j", "--no-live", "-p", str(wl.pid)], timeout=60)
+    finally:
+        wl.kill()
+        wl.communicate()
+    recs = ndjson(r.stdout, "doctor")
+    check(r.returncode == 0, "doctor -p %s exits 0 (rc %d, %r)" % (name, r.returncode, r.stderr.strip()))
+    t = {c["name"]: c for c in recs if c["type"] == "doctor.check" and c["category"] == "target"}
+    check(all(c["pid"] == wl.pid for c in t.values()), "%s: target checks carry its pid" % name)
+    for c in t.values():
+        print("  %-5s %-22s %s" % (c["status"], c["name"], c["detail"]))
+    return t
+
+
+fp = target_checks("sleepers")
+nofp = target_checks("sleepers_nofp")
+check(fp["exe_frame_pointers"]["status"] == "ok" and "frame pointers yes" in fp["exe_frame_pointers"]["detail"],
+      "-fno-omit-frame-pointer build: frame pointers yes (%r)" % fp["exe_frame_pointers"]["detail"])
+check(nofp["exe_frame_pointers"]["status"] == "warn" and "frame pointers no" in nofp["exe_frame_pointers"]["detail"],
+      "-fomit-frame-pointer build: frame pointers no (%r)" % nofp["exe_frame_pointers"]["detail"])
+# symbols: as readelf sees them
+for label, t, path in (("exe", fp, workload("sleepers")),):
+    has = readelf_has_symtab(path)
+    check((t["exe_symbols"]["status"] == "ok") == has,
+          "%s symbols %s vs readelf .symtab = %s" % (label, t["exe_symbols"]["status"], has))
+libc_path = re.match(r"(\S+):", fp["libc_symbols"]["detail"]).group(1)
+libc_symtab = readelf_has_symtab(libc_path)
+print("independent: %s has .symtab = %s" % (libc_path, libc_symtab))
+if libc_symtab:
+    check(fp["libc_symbols"]["status"] == "ok", "libc symbols ok with a .symtab")
+else:
+    check("stripped" in fp["libc_symbols"]["detail"], "libc reported stripped, as readelf sees it (%r)" % (
+        fp["libc_symbols"]["detail"]))
+# Debian's libc has no frame pointers (GUIDE); objdump says the same of its functions
+check(fp["libc_frame_pointers"]["status"] in ("warn", "ok"), "libc frame pointer verdict given")
+
+# --- without root: one line, exit 1 ----------------------------------------------------------
+not_root_error([DOCTOR, "--no-live"])
+not_root_error([DOCTOR, "-j"])
+finish()

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""threadpool on a real JVM pool: tests/workloads/JvmPool.java (compiled here with
+javac) is an HTTP server whose handlers run on Executors.newFixedThreadPool(8)
+("pool-1-thread-N"), each burning 200 us of CPU, then Thread.sleep(5 ms); ab -c 4
+drives it. Ground truth comes from the workers' own timing over the same window (the
+window opens when threadpool has attached and closes when its summary arrives).
+Checks: utilisation within 0.1 absolute and busy workers within 15% of the JVM's own
+figures, the verdict (sleeping workers are not blocked on locks), the pool is the 8
+workers, request rate and service time still right, and the default text report
+shows the pools that matter instead of every JVM thread group.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (SRC, check, compare_pool, finish, measure_against_truth, need,  # noqa: E402
+                     require_built, require_root, tool)
+
+TOOL = tool("threadpool")
+JAVA_SRC = os.path.join(SRC, "tests/workloads/JvmPool.java")
+PORTS = range(8081, 8090)
+
+
+def free_port():
+    for p in PORTS:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+                return p
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 8081-8089")
+
+
+def start_jvm(d, port):
+    jvm = subprocess.Popen(["java", "-Xmx128m", "-cp", d, "JvmPool",
+                            "--port", str(port), "--workers", "8", "--cpu-us", "200",
+                            "--sleep-ms", "5"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    ready = json.loads(jvm.stdout.readline())
+    return jvm, ready
+
+
+def ab(abbin, port, secs):
+    return subprocess.Popen([abbin, "-q", "-c", "4", "-t", str(secs), "-n", "100000000",
+                             "http://127.0.0.1:%d/" % port],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def measured_run(abbin, d):
+    port = free_port()
+    jvm, ready = start_jvm(d, port)
+    try:
+        warm = ab(abbin, port, 3)  # JIT warm-up
+        warm.communicate()
+        load = ab(abbin, port, 20)
+        time.sleep(0.5)
+        # the default text report on the JVM under load: the pools that matter only
+        tp2 = subprocess.run([TOOL, "-p", str(ready["pid"]), "-d", "2"], capture_output=True,
+                             text=True, timeout=60)
+        rc, err, records, truth = measure_against_truth(jvm, ready["pid"], [TOOL, "-j", "-d", "6"],
+                                                        "threadpool")
+        summaries = [r for r in records if r["type"] == "threadpool.group" and r["final"]]
+        load.terminate()
+        load.communicate()
+        return rc, err, summaries, truth, tp2, ready
+    finally:
+        jvm.kill()
+        jvm.wait()
+
+
+def main():
+    require_root()
+    require_built(TOOL)
+    need("javac", "openjdk-17-jdk-headless")
+    abbin = need("ab", "apache2-utils")
+    d = tempfile.mkdtemp(prefix="tp-jvm-")
+    try:
+        subprocess.run(["javac", "-d", d, JAVA_SRC], check=True, capture_output=True, timeout=120)
+        rc, err, summaries, truth, text, ready = measured_run(abbin, d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    if not check(rc == 0 and summaries and truth, "threadpool ran: rc %d %s" % (rc, err.strip())):
+        finish()
+    pool = [s for s in summaries if s["group"].startswith("pool-1-thread")]
+    if not check(len(pool) == 1, "one pool-1-thread group among %s" % [s["group"] for s in summaries]):
+        finish()
+    s = pool[0]
+    compare_pool("jvm", s, truth)
+    check(s["thread_count"] == 8, "pool threads %d == 8" % s["thread_count"])
+    check(s["verdict"] == "sleeping",
+          "verdict %s (want sleeping, never blocked-on-locks): %s" % (s["verdict"], s["verdict_reason"]))
+    busy_ns = s["accounted_total_ns"] - s["idle_total_ns"]
+    check(s["blocked_total_ns"]["lock"] < 0.1 * busy_ns,
+          "lock share %.1f%% of busy time < 10%%" % (100.0 * s["blocked_total_ns"]["lock"] / max(busy_ns, 1)))
+    secs = s["interval_ns"] / 1e9
+    rate = s["request_count"] / secs
+    check(abs(rate - truth["req_per_s"]) <= 0.05 * truth["req_per_s"],
+          "request rate %.1f/s vs the JVM's %.1f/s" % (rate, truth["req_per_s"]))
+    p50 = s["service_p50_ns"] / 1e6
+    check(5.0 <= p50 <= 6.5, "service p50 %.2f ms (handler: 200 us CPU + 5 ms sleep)" % p50)
+    out = text.stdout
+    lines = out[out.find("=== summary"):].splitlines()  # the summary section
+    groups = [l for l in lines if l.startswith("summary \"")]
+    check(text.returncode == 0 and any("pool-1-thread" in g for g in groups) and
+          1 <= len(groups) <= 4 and len(lines) <= 45,
+          "default text report: %d groups, %d lines: %s" % (len(groups), len(lines), groups))
+    finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

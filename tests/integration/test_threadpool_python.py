@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""threadpool on a real CPython pool: tests/workloads/py_pool.py runs a
+concurrent.futures.ThreadPoolExecutor(8) under Debian's /usr/bin/python3 (every thread
+is named "python3"), in two phases:
+  sleep  tasks burn ~0.2 ms of CPU then time.sleep(5 ms), ~700 tasks/s: sleep-bound
+  gil    pure-Python tasks keep every worker supplied: GIL-bound, one runs at a time
+Ground truth is the workers' own CPU clocks and timed sleeps over the same window (it
+opens when threadpool has attached and closes when its summary arrives).
+Checks: utilisation within 0.1 absolute and busy workers within 15% of the workload's
+figures, the main thread (TID == PID, submitting and waiting for results) not counted
+as a worker, and the verdict: the GIL-bound pool names the GIL.
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (SRC, check, compare_pool, finish, measure_against_truth,  # noqa: E402
+                     require_built, require_root, skip, tool)
+
+TOOL = tool("threadpool")
+PY = "/usr/bin/python3"
+WORKLOAD = os.path.join(SRC, "tests/workloads/py_pool.py")
+
+
+def evaluate(phase, expect, secs=5):
+    wl = subprocess.Popen([PY, WORKLOAD, "--phase", phase, "--workers", "8"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        pid = json.loads(wl.stdout.readline())["pid"]
+        rc, err, records, truth = measure_against_truth(
+            wl, pid, [TOOL, "-j", "-d", str(secs)], "threadpool")
+        summaries = [r for r in records if r["type"] == "threadpool.group" and r["final"]]
+    finally:
+        wl.kill()
+        wl.wait()
+    if not check(rc == 0 and summaries and truth, "%s: threadpool ran: rc %d %s" % (phase, rc, err.strip())):
+        return
+    s = max(summaries, key=lambda r: r["thread_count"])
+    compare_pool(phase, s, truth)
+    tids = [t["tid"] for t in s["threads"]]
+    check(s["thread_count"] == 8 and pid not in tids,
+          "%s: pool is the 8 workers, main thread %d left out (threads %d)" % (phase, pid, s["thread_count"]))
+    check(s["verdict"] == expect and (expect != "blocked-on-gil" or "GIL" in s["verdict_reason"]),
+          "%s: verdict %s (want %s): %s" % (phase, s["verdict"], expect, s["verdict_reason"]))
+
+
+def main():
+    require_root()
+    require_built(TOOL)
+    if not os.access(PY, os.X_OK):
+        skip("%s missing (Debian's python3)" % PY)
+    evaluate("sleep", "sleeping")
+    evaluate("gil", "blocked-on-gil")
+    finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+// doctor command line: the option table (generated --help), parsing, BPF text and flags.
+#include "common/bpf_text.h"
+#include "common/cli.h"
+#include "common/embedded.h"
+#include "tools/doctor/doctor.h"
+
+namespace bpfdiag {
+extern const EmbeddedFile kBpf_doctor[];
+}
+
+namespace doctor {
+using namespace bpfdiag;
+
+const ToolSpec& tool_spec() {
+  static const ToolSpec spec{
+      "doctor",
+      "say whether this machine can be traced, and what to fix.",
+      "Checks what the suite needs before a run can be trusted: privileges, kernel\n"
+      "BTF, tracefs, lockdown (fentry, tp_btf), kprobes, uprobes, perf events,\n"
+      "perf_event_paranoid, memlock, kernel headers, libbcc; which tools and modes\n"
+      "work here; and, with -p, whether a target's executable and libc have symbols\n"
+      "and frame pointers. A live check (under 1 s) loads a small BPF program, makes\n"
+      "known syscalls, sleeps and libc calls, and checks that each was counted and no\n"
+      "event was lost. One line per check: ok, warn (a feature some mode needs is\n"
+      "missing), fail (the suite cannot be trusted here) or skip (not checked), with\n"
+      "the fix. Exit status 1 when a required check fails, else 0.",
+      {
+          opt::pid("also check these processes: symbols, frame pointers"),
+          OptionSpec{"no-live", "", "skip the live check (no BPF program is loaded)", "Checks"},
+          opt::json("NDJSON: doctor.start, one doctor.check per check,\n"
+                    "doctor.summary"),
+          opt::ebpf(),
+          opt::help(),
+      },
+      "  doctor             # check this machine, with the live check\n"
+      "  doctor -p 181      # also check PID 181's symbols and frame pointers\n"
+      "  doctor --no-live   # static checks only\n"
+      "  doctor -j          # NDJSON (the runbook `doctor` runs this)\n",
+      Positional::None};
+  return spec;
+}
+
+const char* help_text() {
+  static const std::string text = render_help(tool_spec());
+  return text.c_str();
+}
+
+Result<Config> parse_args(int argc, char** argv) {
+  auto r = parse_tool_cli(tool_spec(), argc, argv);
+  if (!r) return Error{r.error()};
+  Config c;
+  c.help = r->common.help;
+  if (c.help) return c;
+  c.json = r->common.json;
+  c.ebpf = r->common.ebpf;
+  c.pids = r->common.pids;
+  c.live = !r->raw.count("no-live");
+  if (c.ebpf && !c.live) return Error{"--ebpf prints the live check's program: not with --no-live"};
+  return c;
+}
+
+// common.h pasted in: libbcc rewrites map calls only in the main file
+std::string bpf_text() { return with_common_header(kBpf_doctor[0].text); }
+
+std::vector<std::string> bpf_cflags(uint32_t tid) { return {"-DTARGET_TID=" + std::to_string(tid)}; }
+
+}  // namespace doctor

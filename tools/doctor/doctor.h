@@ -1,0 +1,137 @@
+// doctor: can this machine be traced? Kernel requirements and feature checks, which of
+// the suite's tools and modes work here, the debug symbols and frame pointers of a
+// target (-p), and a short live check that events are delivered and nothing is lost.
+// Files: cli.cpp (option table, BPF text and flags), model.cpp (verdicts: lockdown,
+// frame pointers, the tool/mode matrix, the exit code), render.cpp (text and NDJSON),
+// probes.cpp (host and target probes), run.cpp (the checks in order, the live check).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/options.h"
+#include "common/output.h"
+#include "common/report.h"
+#include "common/result.h"
+
+namespace doctor {
+
+struct Config {
+  bool help = false;
+  bool json = false;
+  bool ebpf = false;
+  bool live = true;            // --no-live turns the live check off
+  std::vector<uint32_t> pids;  // -p: targets whose symbols and frame pointers are checked
+};
+
+const bpfdiag::ToolSpec& tool_spec();
+const char* help_text();  // generated from tool_spec()
+bpfdiag::Result<Config> parse_args(int argc, char** argv);
+
+// The live-check program and its flags (the thread whose events are counted).
+std::string bpf_text();
+std::vector<std::string> bpf_cflags(uint32_t tid);
+
+// --- checks ------------------------------------------------------------------------
+enum class Verdict { Ok, Warn, Fail, Skip };
+const char* status_name(Verdict s);  // "ok", "warn", "fail", "skip"
+
+// One line of the report.
+struct Check {
+  std::string category;  // "system", "kernel", "bpf", "live", "tools", "target"
+  std::string name;      // "btf", "tracefs", "lockstat -K", "frame_pointers", ...
+  Verdict status = Verdict::Ok;
+  bool required = false;  // a failure means the suite cannot be trusted here (exit 1)
+  std::string detail;     // what was found, with the number behind it
+  std::string fix;        // what to do when not ok ("" when ok)
+  uint32_t pid = 0;       // category "target": the process checked
+
+  // Not ok: the verdict and what to do.
+  void set(Verdict v, std::string what_to_do) {
+    status = v;
+    fix = std::move(what_to_do);
+  }
+};
+
+// printf into a std::string (details with numbers).
+std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Exit code of a report: 1 when a required check failed, else 0.
+int exit_code(const std::vector<Check>& checks);
+// Counts per status name ("ok", "warn", "fail", "skip").
+std::map<std::string, uint64_t> status_counts(const std::vector<Check>& checks);
+
+// "none [integrity] confidentiality" -> "integrity"; "" when unparsable.
+std::string lockdown_mode(const std::string& file_text);
+
+// Frame pointers: what the code at a function's start does with the stack. A frame
+// pointer is `push %rbp; mov %rsp,%rbp` (possibly after endbr64 and other pushes);
+// a function that pushes, moves %rsp or calls without it has a frame but no frame
+// pointer; one that does none of these before its first branch is frameless (a leaf:
+// compilers skip the frame there even with -fno-omit-frame-pointer) and says nothing.
+enum class FrameSetup { FramePointer, NoFramePointer, Frameless };
+FrameSetup frame_setup(const uint8_t* code, size_t n);
+struct FramePointerSample {
+  uint64_t functions = 0;  // functions with a stack frame examined
+  uint64_t with_fp = 0;    // of which set up a frame pointer
+  uint64_t frameless = 0;  // leaf functions without a frame (not counted above)
+};
+// "yes" (>= 80% of functions), "no" (<= 20%), "mixed"; "unknown" with < 5 functions.
+std::string frame_pointer_verdict(const FramePointerSample& s);
+
+// What the machine offers, as found by the probes; input of the tool/mode matrix.
+struct Features {
+  bool root = false;
+  bool btf = false;
+  bool tracefs = false;
+  bool uprobes = false;
+  bool perf_cpu_clock = false;           // software cpu-clock perf events open
+  std::set<std::string> tracepoints;     // "category:name" found in tracefs
+};
+// One row per tool and mode of the suite: category "tools", a warning when the mode
+// cannot work here, naming what is missing.
+std::vector<Check> tool_matrix(const Features& f);
+// Every tracepoint the matrix asks about (probes.cpp looks each one up).
+std::vector<std::string> matrix_tracepoints();
+
+// --- probes (probes.cpp) -------------------------------------------------------------
+struct SystemProbe {
+  Features features;
+  std::vector<Check> checks;
+};
+// Privileges, kernel, BTF, tracefs, lockdown, fentry, tp_btf, kprobes, uprobes, perf
+// events, perf_event_paranoid, memlock, kernel headers, libbcc.
+SystemProbe probe_system();
+// Symbols and frame pointers of process `pid`'s executable and libc.
+std::vector<Check> probe_target(uint32_t pid);
+// Frame-pointer sample of an ELF file's functions (up to `max_functions`).
+bpfdiag::Result<FramePointerSample> sample_frame_pointers(const std::string& path, size_t max_functions);
+
+// --- the live check (run.cpp) ------------------------------------------------------
+struct LiveResult {
+  uint64_t syscalls_made = 0, syscalls_counted = 0;   // tracepoint syscalls:sys_enter_getppid
+  uint64_t events_received = 0, events_lost = 0;      // perf buffer, one event per syscall
+  uint64_t events_duplicated = 0;                    // a sequence number seen twice
+  uint64_t sleeps_made = 0, switches_counted = 0;     // raw tracepoint sched_switch
+  uint64_t uprobe_calls = 0, uprobe_hits = 0;         // uprobe on libc getppid
+  std::string uprobe_error;                           // why the uprobe was not attached
+  uint64_t compile_ns = 0, total_ns = 0;
+};
+// Checks made from a live-check result.
+std::vector<Check> live_checks(const LiveResult& r);
+
+// --- output --------------------------------------------------------------------------
+// Text: one line per check ("ok    btf          ..."), then a summary line. JSON:
+// doctor.start, one doctor.check per check, doctor.summary (final).
+void render(std::ostream& os, const Config& c, const std::vector<Check>& checks,
+            const bpfdiag::DataQuality& dq, uint64_t elapsed_ns);
+void render_start(std::ostream& os, const Config& c);
+nlohmann::json check_json(const Check& k);
+bpfdiag::DataQuality empty_quality();
+
+bpfdiag::Status run(const Config& c);
+
+}  // namespace doctor

@@ -1,0 +1,523 @@
+// doctor's probes of the machine and of a target: each reads the kernel's own answer
+// (a file, a syscall that is tried for real) and says what it found.
+#include <bcc/bcc_version.h>
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <linux/perf_event.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/bpf_session.h"
+#include "common/btf.h"
+#include "common/debuginfo_hint.h"
+#include "common/elf_file.h"
+#include "common/kheaders.h"
+#include "common/proc.h"
+#include "common/pthread_probes.h"
+#include "common/untrusted_file.h"
+#include "tools/doctor/doctor.h"
+
+namespace doctor {
+using namespace bpfdiag;
+
+namespace {
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+std::string read_text(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string errno_text(int e) { return std::string(strerrorname_np(e) ? strerrorname_np(e) : "E?") + " (" + std::strerror(e) + ")"; }
+
+Check make(const char* category, const char* name, bool required) {
+  return Check{category, name, Verdict::Ok, required, "", ""};
+}
+
+// CapEff bits of this process.
+uint64_t effective_caps() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("CapEff:", 0) == 0) return std::stoull(line.substr(7), nullptr, 16);
+  return 0;
+}
+
+Check privileges(bool& root) {
+  Check k = make("system", "privileges", true);
+  const uint64_t caps = effective_caps();
+  const bool sys_admin = caps & (1ULL << 21), perfmon = caps & (1ULL << 38), bpf = caps & (1ULL << 39);
+  root = geteuid() == 0 && (sys_admin || (bpf && perfmon));
+  std::string have;
+  for (auto [bit, name] : {std::pair<bool, const char*>{bpf, "CAP_BPF"}, {perfmon, "CAP_PERFMON"},
+                           {sys_admin, "CAP_SYS_ADMIN"}})
+    if (bit) have += std::string(have.empty() ? "" : ", ") + name;
+  k.detail = "uid " + std::to_string(geteuid()) + ", effective capabilities: " + (have.empty() ? "none of CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN" : have);
+  if (!root) {
+    k.status = Verdict::Fail;
+    k.fix = "must run as root (BPF needs CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN); try sudo";
+  }
+  return k;
+}
+
+Check kernel(unsigned& code) {
+  Check k = make("system", "kernel", false);
+  struct utsname u;
+  uname(&u);
+  code = kernel_version_code(u.release);
+  k.detail = std::string(u.release) + " " + u.machine;
+  if (code < ((5u << 16) | (8u << 8))) {
+    k.status = Verdict::Warn;
+    k.fix = "bpfdiag is tested on 5.8 and later (CAP_BPF, BTF, raw tracepoints); upgrade the kernel";
+  } else if (std::string(u.machine) != "x86_64") {
+    k.set(Verdict::Warn, "bpfdiag is built and tested for x86_64 (uprobe placement, frame-pointer checks)");
+  }
+  return k;
+}
+
+Check btf(bool& ok) {
+  Check k = make("kernel", "btf", true);
+  struct stat st;
+  ok = false;
+  if (stat("/sys/kernel/btf/vmlinux", &st) != 0) {
+    k.status = Verdict::Fail;
+    k.detail = "/sys/kernel/btf/vmlinux not found";
+    k.fix = "a kernel built with CONFIG_DEBUG_INFO_BTF=y is required";
+    return k;
+  }
+  auto b = kernel_btf();
+  if (!b) {
+    k.status = Verdict::Fail;
+    k.detail = "/sys/kernel/btf/vmlinux unreadable: " + b.error();
+    k.fix = geteuid() ? "run as root" : "the kernel's BTF is damaged or too new for libbpf " + std::string(libbpf_version_string());
+    return k;
+  }
+  auto off = (*b)->field_offset("task_struct", {"pid"});
+  if (!off) {
+    k.status = Verdict::Fail;
+    k.detail = "BTF has no task_struct.pid: " + off.error();
+    k.fix = "the kernel's BTF is incomplete; bpfdiag reads struct offsets from it";
+    return k;
+  }
+  ok = true;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "/sys/kernel/btf/vmlinux, %.1f MB, task_struct.pid at offset %u",
+                st.st_size / 1e6, *off);
+  k.detail = buf;
+  return k;
+}
+
+Check tracefs(bool root, bool& ok) {
+  Check k = make("kernel", "tracefs", true);
+  const std::string dir = tracefs_dir();
+  ok = !dir.empty();
+  if (ok && tracefs_mounted_privately()) {
+    k.detail = "not mounted on the host; mounted in doctor's private mount namespace at " + dir +
+               ", as every bpfdiag tool does (bpftrace and perf need: mount -t tracefs nodev " + dir + ")";
+  } else if (ok) {
+    k.detail = "mounted at " + dir;
+  } else if (!root) {
+    k.status = Verdict::Skip;
+    k.detail = "not mounted; root can mount it (bpfdiag tools do, in a private mount namespace)";
+  } else {
+    k.status = Verdict::Fail;
+    k.detail = "not mounted and could not be mounted";
+    k.fix = "mount -t tracefs nodev /sys/kernel/tracing (CONFIG_TRACING is needed)";
+  }
+  return k;
+}
+
+// lockdown: "none [integrity] confidentiality". securityfs is mounted (in our private
+// namespace only) when the host has not.
+Check lockdown(bool root, std::string& mode) {
+  Check k = make("kernel", "lockdown", true);
+  const std::string path = "/sys/kernel/security/lockdown";
+  std::string how;
+  if (!exists(path) && root && private_mount_namespace() &&
+      mount("securityfs", "/sys/kernel/security", "securityfs", 0, nullptr) == 0)
+    how = " (securityfs mounted in doctor's private mount namespace)";
+  if (!exists(path)) {
+    k.status = Verdict::Skip;
+    k.detail = root ? "no " + path + ": kernel without the lockdown LSM, assuming none"
+                    : "no " + path + " (securityfs not mounted; root can mount it)";
+    mode = root ? "none" : "";
+    return k;
+  }
+  mode = lockdown_mode(read_text(path));
+  k.detail = "mode " + (mode.empty() ? std::string("unknown") : mode) + how;
+  if (mode == "integrity") {
+    k.status = Verdict::Warn;
+    k.detail += ": BPF may not write user memory, and may be refused other features (the fentry and "
+                "tp_btf lines say which); kernel reads are allowed";
+    k.fix = "bpfdiag needs none of the refused features; booting with lockdown=none (Secure Boot off) "
+            "lifts it";
+  } else if (mode == "confidentiality") {
+    k.status = Verdict::Fail;
+    k.detail += ": BPF may not read kernel memory";
+    k.fix = "runqlen, offcputime and lockstat read kernel memory: boot with lockdown=integrity or none";
+  }
+  return k;
+}
+
+// A two-instruction BPF_PROG_TYPE_TRACING program, loaded and attached for real:
+// `attach` BPF_TRACE_FENTRY at a kernel function or BPF_TRACE_RAW_TP (tp_btf).
+Check tracing_prog(bool root, const char* name, enum bpf_attach_type attach) {
+  Check k = make("bpf", name, false);
+  const bool fentry = attach == BPF_TRACE_FENTRY;
+  if (!root) {
+    k.status = Verdict::Skip;
+    k.detail = "needs root";
+    return k;
+  }
+  struct btf* vmlinux = btf__load_vmlinux_btf();
+  if (!vmlinux) {
+    k.status = Verdict::Skip;
+    k.detail = "no kernel BTF to find a target in";
+    return k;
+  }
+  const char* target = fentry ? "do_nanosleep" : "btf_trace_sched_switch";
+  int id = btf__find_by_name_kind(vmlinux, target, fentry ? BTF_KIND_FUNC : BTF_KIND_TYPEDEF);
+  btf__free(vmlinux);
+  if (id < 0) {
+    k.status = Verdict::Skip;
+    k.detail = std::string("no ") + target + " in the kernel's BTF";
+    return k;
+  }
+  const struct bpf_insn prog[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},  // r0 = 0
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},                   // exit
+  };
+  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = attach, .attach_btf_id = static_cast<__u32>(id));
+  const std::string what = fentry ? "fentry program on do_nanosleep" : "tp_btf program on sched_switch";
+  int fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, fentry ? "doctor_fentry" : "doctor_tp_btf", "GPL", prog, 2, &opts);
+  if (fd < 0) {
+    int e = errno;
+    k.status = Verdict::Warn;
+    k.detail = what + " refused at load: " + errno_text(e);
+    if (e == EPERM) k.detail += ", as kernel lockdown does";
+    k.fix = fentry ? "not needed: bpfdiag uses tracepoints; bpftrace fentry:/kfunc: and BCC's *_fentry tools "
+                     "will fail (lift lockdown: see the lockdown line)"
+                   : "not needed: bpfdiag uses raw tracepoints; bpftrace rawtracepoint with BTF args and "
+                     "libbpf-tools tp_btf programs will fail";
+    return k;
+  }
+  int link = bpf_link_create(fd, 0, attach, nullptr);
+  int e = errno;
+  close(fd);
+  if (link < 0) {
+    k.status = Verdict::Warn;
+    k.detail = what + " loaded but attach refused: " + errno_text(e);
+    k.fix = "not needed by bpfdiag; fentry/tp_btf tools of other suites will fail";
+    return k;
+  }
+  close(link);
+  k.detail = what + " loaded and attached";
+  return k;
+}
+
+Check kprobes(const std::string& tracefs_root) {
+  Check k = make("kernel", "kprobes", false);
+  const bool pmu = exists("/sys/bus/event_source/devices/kprobe/type");
+  const bool events = !tracefs_root.empty() && exists(tracefs_root + "/kprobe_events");
+  if (pmu || events) {
+    k.detail = std::string("available (") + (pmu ? "perf kprobe PMU" : "") + (pmu && events ? ", " : "") +
+               (events ? "kprobe_events" : "") + ")";
+    return k;
+  }
+  k.status = Verdict::Warn;
+  k.detail = "absent: no /sys/bus/event_source/devices/kprobe and no kprobe_events in tracefs "
+             "(kernel without CONFIG_KPROBES)";
+  k.fix = "not needed: bpfdiag uses tracepoints only; BCC and bpftrace kprobe: tools need CONFIG_KPROBES=y";
+  return k;
+}
+
+Check uprobes(bool& ok) {
+  Check k = make("kernel", "uprobes", false);
+  const std::string type = read_text("/sys/bus/event_source/devices/uprobe/type");
+  ok = !type.empty();
+  if (ok) {
+    k.detail = "perf uprobe PMU, type " + type;
+  } else {
+    k.status = Verdict::Warn;
+    k.detail = "absent: no /sys/bus/event_source/devices/uprobe";
+    k.fix = "pmheld and lockstat --uprobes need a kernel with CONFIG_UPROBE_EVENTS=y";
+  }
+  return k;
+}
+
+Check perf_events(bool root, bool& ok) {
+  Check k = make("kernel", "perf_events", false);
+  ok = false;
+  if (!root) {
+    k.status = Verdict::Skip;
+    k.detail = "needs root";
+    return k;
+  }
+  struct perf_event_attr attr = {};
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.size = sizeof attr;
+  attr.config = PERF_COUNT_SW_CPU_CLOCK;
+  attr.freq = 1;
+  attr.sample_freq = 99;
+  attr.disabled = 1;
+  int fd = static_cast<int>(syscall(__NR_perf_event_open, &attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC));
+  if (fd < 0) {
+    int e = errno;
+    k.status = Verdict::Warn;
+    k.detail = "cpu-clock perf event on CPU 0 refused: " + errno_text(e);
+    k.fix = "runqlen samples with perf events: a kernel with CONFIG_PERF_EVENTS is needed";
+    return k;
+  }
+  close(fd);
+  ok = true;
+  k.detail = "cpu-clock sampling event opened on CPU 0 (" + std::to_string(online_cpus()) + " CPUs online)";
+  return k;
+}
+
+Check paranoid(bool root) {
+  Check k = make("system", "perf_event_paranoid", false);
+  const std::string p = read_text("/proc/sys/kernel/perf_event_paranoid");
+  const std::string u = read_text("/proc/sys/kernel/unprivileged_bpf_disabled");
+  k.detail = "kernel.perf_event_paranoid=" + (p.empty() ? "?" : p) +
+             ", kernel.unprivileged_bpf_disabled=" + (u.empty() ? "?" : u);
+  if (root) {
+    k.detail += " (no limit for root)";
+  } else {
+    k.status = Verdict::Warn;
+    k.fix = "bpfdiag runs as root; these settings then do not matter";
+  }
+  return k;
+}
+
+// The memory cgroup limit of this process (cgroup v2), "" when none or unknown.
+std::string memcg_limit() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("0::", 0) == 0) return read_text("/sys/fs/cgroup" + line.substr(3) + "/memory.max");
+  return "";
+}
+
+Check memlock(unsigned code) {
+  Check k = make("system", "memlock", false);
+  struct rlimit rl;
+  getrlimit(RLIMIT_MEMLOCK, &rl);
+  const std::string lim =
+      rl.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(rl.rlim_cur / 1024) + " KiB";
+  const std::string cg = memcg_limit();
+  const bool memcg = code >= ((5u << 16) | (11u << 8));
+  k.detail = "RLIMIT_MEMLOCK " + lim + "; " +
+             (memcg ? "BPF memory is charged to the memory cgroup (kernel 5.11+), memlock is not used"
+                    : "BPF memory is charged to RLIMIT_MEMLOCK (kernel before 5.11)") +
+             "; memory.max " + (cg.empty() ? "unknown" : cg);
+  if (!memcg && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (64ULL << 20)) {
+    k.set(Verdict::Warn, "raise it: ulimit -l unlimited (maps fail to be created otherwise)");
+  }
+  if (!cg.empty() && cg != "max" && std::stoull(cg) < (256ULL << 20)) {
+    k.status = Verdict::Warn;
+    k.fix = "the memory cgroup allows under 256 MB: compiling a BPF program takes ~120 MB; raise memory.max";
+  }
+  return k;
+}
+
+Check kernel_headers() {
+  Check k = make("bpf", "kernel_headers", false);
+  struct utsname u;
+  uname(&u);
+  const std::string build = std::string("/lib/modules/") + u.release + "/build";
+  if (exists(build + "/include")) {
+    k.detail = "installed at " + build + "; bpfdiag does not use them (it compiles against its own header "
+               "shim and reads struct offsets from BTF)";
+  } else {
+    k.detail = std::string("none for ") + u.release + " (stock BCC tools fail here, and Debian's headers of "
+               "another release give wrong struct layouts); not needed: bpfdiag compiles against its own "
+               "header shim (common/kheaders) and reads struct offsets from BTF";
+  }
+  return k;
+}
+
+Check libbcc() {
+  Check k = make("bpf", "libbcc", true);
+  k.detail = std::string("libbcc " LIBBCC_VERSION ", libbpf ") + libbpf_version_string();
+  if (LIBBCC_VERSION_CODE < __LIBBCC_VERSION(0, 26, 0)) {
+    k.status = Verdict::Warn;
+    k.required = false;
+    k.fix = "bpfdiag is tested with libbcc 0.26 (Debian 12's libbpfcc)";
+  }
+  return k;
+}
+
+}  // namespace
+
+SystemProbe probe_system() {
+  SystemProbe out;
+  Features& f = out.features;
+  unsigned code = 0;
+  std::string mode;
+  out.checks.push_back(privileges(f.root));
+  out.checks.push_back(kernel(code));
+  out.checks.push_back(btf(f.btf));
+  out.checks.push_back(tracefs(f.root, f.tracefs));
+  out.checks.push_back(lockdown(f.root, mode));
+  out.checks.push_back(tracing_prog(f.root, "fentry", BPF_TRACE_FENTRY));
+  out.checks.push_back(tracing_prog(f.root, "tp_btf", BPF_TRACE_RAW_TP));
+  out.checks.push_back(kprobes(tracefs_dir()));
+  out.checks.push_back(uprobes(f.uprobes));
+  out.checks.push_back(perf_events(f.root, f.perf_cpu_clock));
+  out.checks.push_back(paranoid(f.root));
+  out.checks.push_back(memlock(code));
+  out.checks.push_back(kernel_headers());
+  out.checks.push_back(libbcc());
+  for (const auto& tp : matrix_tracepoints())
+    if (tracepoint_exists(tp)) f.tracepoints.insert(tp);
+  return out;
+}
+
+// --- the target --------------------------------------------------------------------
+
+Result<FramePointerSample> sample_frame_pointers(const std::string& path, size_t max_functions) {
+  UntrustedPolicy pol;
+  pol.follow_links = true;  // /proc/PID/exe, /proc/self/fd/N: kernel magic links
+  auto r = open_untrusted(path, pol);
+  if (!r.file) return Error{"cannot open " + path + ": " + (r.refused.empty() ? std::strerror(r.err) : r.refused)};
+  auto elf = ElfFile::open(r.file);
+  if (!elf) return Error{path + " is not an ELF file"};
+  static const char* const kSkip[] = {"_start", "_init", "_fini", "deregister_tm_clones", "register_tm_clones",
+                                      "__do_global_dtors_aux", "frame_dummy", "_dl_relocate_static_pie"};
+  std::vector<std::pair<uint64_t, uint64_t>> funcs;  // vaddr, size
+  elf->for_each_symbol([&](const ElfSymbolEntry& s) {
+    if (s.type != 2 /* STT_FUNC */ || s.size < 8) return;
+    for (const char* n : kSkip)
+      if (s.name == n) return;
+    funcs.emplace_back(s.value, s.size);
+  });
+  std::sort(funcs.begin(), funcs.end());
+  funcs.erase(std::unique(funcs.begin(), funcs.end(),
+                          [](const auto& a, const auto& b) { return a.first == b.first; }),
+              funcs.end());
+  FramePointerSample out;
+  const size_t step = std::max<size_t>(1, funcs.size() / std::max<size_t>(1, max_functions));
+  for (size_t i = 0; i < funcs.size() && out.functions + out.frameless < max_functions; i += step) {
+    auto [vaddr, size] = funcs[i];
+    for (const auto& seg : elf->load_segments()) {
+      if (!(seg.flags & 1 /* PF_X */) || vaddr < seg.vaddr || vaddr >= seg.vaddr + seg.filesz) continue;
+      std::vector<uint8_t> code;
+      if (!elf->read(vaddr - seg.vaddr + seg.offset, std::min<uint64_t>(size, 64), code)) break;
+      switch (frame_setup(code.data(), code.size())) {
+        case FrameSetup::FramePointer: out.functions++, out.with_fp++; break;
+        case FrameSetup::NoFramePointer: out.functions++; break;
+        case FrameSetup::Frameless: out.frameless++; break;
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Symbols and frame pointers of one file of the target (its executable or its libc).
+void check_file(std::vector<Check>& out, const std::string& what, const std::string& open_path,
+                const std::string& shown_path, bool is_libc) {
+  Check sym{"target", what + "_symbols", Verdict::Ok, false, "", ""};
+  auto names = read_elf_names(open_path);
+  if (!names) {
+    sym.status = Verdict::Skip;
+    sym.detail = shown_path + ": not a readable ELF file";
+    out.push_back(sym);
+    return;
+  }
+  const std::string hint = debuginfo_hint(open_path, shown_path);
+  if (names->has_symtab) {
+    sym.detail = shown_path + ": has .symtab (function names)";
+  } else if (hint.empty()) {
+    sym.detail = shown_path + ": stripped, build-id debug file installed under /usr/lib/debug/.build-id";
+  } else {
+    sym.status = Verdict::Warn;
+    sym.detail = shown_path + ": stripped (.dynsym only), no build-id debug file" +
+                 (names->build_id.empty() ? std::string(" (and no build id)") : " for build id " + names->build_id);
+    sym.fix = hint;
+  }
+  out.push_back(sym);
+
+  Check fp{"target", what + "_frame_pointers", Verdict::Ok, false, "", ""};
+  auto s = sample_frame_pointers(open_path, 200);
+  if (!s) {
+    fp.status = Verdict::Skip;
+    fp.detail = s.error();
+    out.push_back(fp);
+    return;
+  }
+  const std::string v = frame_pointer_verdict(*s);
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "%s: frame pointers %s (%llu of %llu sampled functions with a stack frame set up %%rbp; "
+                "%llu leaf functions without a frame not counted)",
+                shown_path.c_str(), v.c_str(), static_cast<unsigned long long>(s->with_fp),
+                static_cast<unsigned long long>(s->functions), static_cast<unsigned long long>(s->frameless));
+  fp.detail = buf;
+  if (v == "unknown") {
+    fp.status = Verdict::Skip;
+  } else if (v != "yes") {
+    fp.status = Verdict::Warn;
+    fp.fix = is_libc ? "user stacks stop at the first libc frame; perf record --call-graph dwarf recovers "
+                       "the callers"
+                     : "user stacks will be cut short: rebuild with -fno-omit-frame-pointer";
+  }
+  out.push_back(fp);
+}
+
+}  // namespace
+
+std::vector<Check> probe_target(uint32_t pid) {
+  std::vector<Check> out;
+  const std::string comm = proc_comm(pid);
+  Check t{"target", "process", Verdict::Ok, false, "", ""};
+  char exe[4096];
+  const std::string link = "/proc/" + std::to_string(pid) + "/exe";
+  ssize_t n = readlink(link.c_str(), exe, sizeof exe - 1);
+  if (n <= 0) {
+    t.status = Verdict::Skip;
+    t.detail = "PID " + std::to_string(pid) + " (" + comm + "): no executable (kernel thread, or gone): " +
+               std::strerror(errno);
+    out.push_back(t);
+    return out;
+  }
+  exe[n] = 0;
+  const std::string exe_path = exe;
+  t.detail = "PID " + std::to_string(pid) + " (" + comm + "), " + std::to_string(proc_threads(pid).size()) +
+             " threads, " + exe_path;
+  out.push_back(t);
+  check_file(out, "exe", link, exe_path, false);
+  auto lib = find_pthread_lib(pid);
+  if (!lib) {
+    out.push_back(Check{"target", "libc", Verdict::Skip, false, lib.error(), ""});
+  } else if (lib->static_exe) {
+    out.push_back(Check{"target", "libc", Verdict::Ok, false, "glibc is linked into the executable", ""});
+  } else {
+    check_file(out, "libc", lib->probe_path(), lib->display, true);
+  }
+  for (auto& k : out) k.pid = pid;
+  return out;
+}
+
+}  // namespace doctor

@@ -1,0 +1,151 @@
+// doctor runtime: the checks in order, the live check, the report and the exit status.
+#include <bcc/BPF.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "common/bpf_counters.h"
+#include "common/pthread_probes.h"
+#include "common/runloop.h"
+#include "common/tool.h"
+#include "tools/doctor/doctor.h"
+
+extern "C" {
+#include <linux/types.h>
+
+#include "doctor_shared.h"
+}
+
+namespace doctor {
+using namespace bpfdiag;
+
+namespace {
+
+constexpr uint64_t kSyscalls = 1000;  // getppid() calls: tracepoint, perf buffer, uprobe
+constexpr uint64_t kBatch = 200;      // perf buffer polled after each batch
+constexpr uint64_t kSleeps = 50;      // 20 us sleeps: one voluntary switch each
+
+const std::vector<CounterSlot> kCounters = {{DOCTOR_CNT_SUBMIT_FAILED, "lost_events"}};
+
+struct Delivery {
+  std::vector<bool> seen = std::vector<bool>(kSyscalls, false);
+  uint64_t received = 0, lost = 0, duplicated = 0;
+};
+
+void on_event(void* cookie, void* data, int size) {
+  auto* d = static_cast<Delivery*>(cookie);
+  if (size < static_cast<int>(sizeof(doctor_event))) return;
+  doctor_event ev;
+  std::memcpy(&ev, data, sizeof ev);
+  d->received++;
+  if (ev.seq >= d->seen.size() || d->seen[ev.seq])
+    d->duplicated++;
+  else
+    d->seen[ev.seq] = true;
+}
+
+void on_lost(void* cookie, uint64_t n) { static_cast<Delivery*>(cookie)->lost += n; }
+
+uint64_t read_count(ebpf::BPF& bpf, int slot) {
+  uint64_t v = 0;
+  bpf.get_array_table<uint64_t>("counts").get_value(slot, v);
+  return v;
+}
+
+// Loads doctor.bpf.c, attaches it, makes known events and counts what arrived. An
+// error means the program could not be compiled, loaded or attached (one line).
+Result<LiveResult> live_check(DataQuality& dq) {
+  LiveResult r;
+  const uint64_t t0 = monotonic_ns();
+  const auto tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  // Found before loading: the uprobe's library (our own libc, through the open file).
+  auto lib = find_pthread_lib(static_cast<uint32_t>(getpid()));
+  auto loaded = load_tool(ToolPlan{"doctor", bpf_text(), bpf_cflags(tid), false, {"syscalls:sys_enter_getppid"}});
+  if (!loaded) return Error{loaded.error()};
+  BpfSession& s = **loaded;
+  r.compile_ns = monotonic_ns() - t0;
+  Delivery d;
+  if (auto st = s.open_perf_buffer("events", on_event, on_lost, &d, 16)) return Error{st->message};
+  if (auto st = s.attach_tracepoint("syscalls:sys_enter_getppid", "tracepoint__syscalls__sys_enter_getppid"))
+    return Error{st->message};
+  if (auto st = s.attach_raw_tracepoint("sched_switch", "raw_tracepoint__sched_switch")) return Error{st->message};
+  if (!lib)
+    r.uprobe_error = lib.error();
+  else if (auto st = s.attach_uprobe(lib->probe_path(), "getppid", "on_getppid", false, getpid()))
+    r.uprobe_error = st->message;
+
+  for (uint64_t done = 0; done < kSyscalls;) {
+    for (uint64_t i = 0; i < kBatch && done < kSyscalls; ++i, ++done) getppid();
+    s.poll_perf_buffer("events", 0);
+  }
+  r.syscalls_made = kSyscalls;
+  r.uprobe_calls = r.uprobe_error.empty() ? kSyscalls : 0;
+
+  const uint64_t switches0 = read_count(s.bpf(), DOCTOR_SWITCHES);
+  const struct timespec nap = {0, 20000};
+  for (uint64_t i = 0; i < kSleeps; ++i) clock_nanosleep(CLOCK_MONOTONIC, 0, &nap, nullptr);
+  r.switches_counted = read_count(s.bpf(), DOCTOR_SWITCHES) - switches0;
+  r.sleeps_made = kSleeps;
+
+  r.syscalls_counted = read_count(s.bpf(), DOCTOR_SYSCALLS);
+  r.uprobe_hits = read_count(s.bpf(), DOCTOR_UPROBES);
+  const uint64_t deadline = monotonic_ns() + 200000000ULL;  // what is still in flight
+  while (d.received + d.lost < r.syscalls_counted && monotonic_ns() < deadline) s.poll_perf_buffer("events", 10);
+  r.events_received = d.received;
+  r.events_lost = d.lost;
+  r.events_duplicated = d.duplicated;
+  dq.add("lost_events", d.lost);
+  if (auto st = add_bpf_counters(s.bpf(), kCounters, dq)) return Error{st->message};
+  r.total_ns = monotonic_ns() - t0;
+  return r;
+}
+
+std::string failure_line(const std::vector<Check>& checks) {
+  std::string msg = "this machine cannot be traced:";
+  for (const auto& k : checks)
+    if (k.required && k.status == Verdict::Fail) msg += " " + k.name + ": " + (k.fix.empty() ? k.detail : k.fix) + ";";
+  msg.pop_back();
+  return msg;
+}
+
+}  // namespace
+
+Status run(const Config& c) {
+  if (c.ebpf) {
+    std::cout << ebpf_listing(bpf_text(), bpf_cflags(static_cast<uint32_t>(syscall(SYS_gettid))));
+    return std::nullopt;
+  }
+  const uint64_t t0 = monotonic_ns();
+  render_start(std::cout, c);
+  SystemProbe sys = probe_system();
+  std::vector<Check> checks = sys.checks;
+  DataQuality dq = empty_quality();
+  if (!c.live) {
+    checks.push_back(Check{"live", "live_check", Verdict::Skip, false, "not run (--no-live)", ""});
+  } else if (!sys.features.root) {
+    checks.push_back(Check{"live", "live_check", Verdict::Skip, false, "needs root", ""});
+  } else {
+    auto r = live_check(dq);
+    if (!r) {
+      checks.push_back(Check{"live", "live_check", Verdict::Fail, true, r.error(),
+                             "no BPF program can be loaded and attached here: see the first failed check"});
+    } else {
+      char buf[160];
+      std::snprintf(buf, sizeof buf,
+                    "compiled against bpfdiag's header shim and loaded in %.0f ms (no kernel headers needed)",
+                    r->compile_ns / 1e6);
+      checks.push_back(Check{"live", "bpf_compile", Verdict::Ok, true, buf, ""});
+      for (auto& k : live_checks(*r)) checks.push_back(k);
+    }
+  }
+  for (auto& k : tool_matrix(sys.features)) checks.push_back(k);
+  for (uint32_t pid : c.pids)
+    for (auto& k : probe_target(pid)) checks.push_back(k);
+  render(std::cout, c, checks, dq, monotonic_ns() - t0);
+  if (exit_code(checks) != 0) return Error{failure_line(checks)};
+  return std::nullopt;
+}
+
+}  // namespace doctor

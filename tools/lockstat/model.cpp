@@ -1,0 +1,392 @@
+// lockstat's model: what each wait is (contention, GIL, condition, idle, timed) and
+// the per-lock and per-thread rows built from the raw BPF aggregates.
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+#include "tools/lockstat/internal.h"
+
+namespace lockstat {
+using namespace bpfdiag;
+
+std::string LockRow::name() const { return symbol.empty() ? hex_addr(addr) : symbol; }
+
+// --- classification -----------------------------------------------------------------
+
+std::string kernel_lock_kind(uint32_t flags) {
+  uint32_t f = flags & 0xffff;
+  bool rd = f & LS_LCB_READ, wr = f & LS_LCB_WRITE;
+  std::string rw = rd && wr ? "" : rd ? ":R" : wr ? ":W" : "";
+  if (f & LS_LCB_MUTEX) return "mutex";
+  if (f & LS_LCB_PERCPU) return "pcpu-sem" + rw;
+  if (f & LS_LCB_RT) return (rd || wr) ? "rwlock-rt" + rw : "rt-mutex";
+  if (f & LS_LCB_SPIN) return (rd || wr) ? "rwlock" + rw : "spinlock";
+  if (rd || wr) return "rwsem" + rw;
+  return "semaphore";  // down(): contention_begin(sem, 0)
+}
+
+uint64_t map_entries_for_threads(uint64_t threads) {
+  uint64_t want = std::min<uint64_t>(threads * 8, 1u << 22), n = 16384;
+  while (n < want) n <<= 1;
+  return n;
+}
+
+const char* wait_class_name(WaitClass c) {
+  switch (c) {
+    case WaitClass::Contention: return "contention";
+    case WaitClass::Gil: return "gil";
+    case WaitClass::Idle: return "idle";
+    case WaitClass::Condition: return "condition";
+    case WaitClass::Timed: return "timed";
+  }
+  return "?";
+}
+
+std::string user_lock_kind(uint32_t kind, uint32_t flags) {
+  if (kind == LS_KIND_PTHREAD) return "pthread";
+  if (flags & LS_FUTEX_PI) return "futex-pi";
+  if (flags & LS_FUTEX_LOCKWORD) return "futex-mutex";
+  if (flags & (LS_FUTEX_BITSET | LS_FUTEX_WAIT2 | LS_FUTEX_WAITV)) return "futex-sync";
+  return "futex";
+}
+
+bool is_wrapper_frame(const std::string& f) {
+  // instrumentation and portability shims around the real lock call
+  static const char* kPrefixes[] = {"psi_", "inline_mysql_", "my_mutex_", "my_rw_", "safe_mutex_",
+                                    "PyThread_acquire_lock", "PyThread_release_lock", "acquire_timed",
+                                    "lock_PyThread_acquire_lock", "rlock_acquire", "_PyMutex_",
+                                    "PyMUTEX_", "__gthread_", "std::mutex::", "std::__mutex_base",
+                                    "std::unique_lock", "std::lock_guard", "std::condition_variable::",
+                                    "std::shared_mutex::", "pthread_", "__pthread_", "sem_", "__new_sem_"};
+  for (const char* p : kPrefixes)
+    if (f.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+bool is_rq_lock_frame(const std::string& f) {
+  static const char* kPrefixes[] = {"raw_spin_rq_lock", "_raw_spin_rq_lock", "double_rq_lock",
+                                    "double_lock_balance", "_double_lock_balance", "rq_lock",
+                                    "__task_rq_lock", "task_rq_lock", "raw_spin_rq_trylock"};
+  for (const char* p : kPrefixes)
+    if (f.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+namespace {
+
+std::string pct_str(double share) {
+  if (share > 0 && share < 0.005) return "<1%";
+  char b[16];
+  std::snprintf(b, sizeof b, "%.0f%%", share * 100);
+  return b;
+}
+
+}  // namespace
+
+WaitClass classify(const LockRow& r) {
+  if (r.layer == "kernel" || r.kind == "pthread") return WaitClass::Contention;
+  // runtime knowledge on top: CPython's GIL lives in _PyRuntime (3.11); both its
+  // mutex and its condition variable are the GIL. (A take_gil frame is no proof:
+  // CPython's stack keeps stale take_gil return addresses that the futex-mode stack
+  // scan can pick up for an idle queue's semaphore.)
+  if (r.symbol.rfind("_PyRuntime", 0) == 0) return WaitClass::Gil;
+  uint64_t waits = std::max<uint64_t>(r.contended, 1);
+  // timed waits nobody ended early: sleeps, polls, background timers
+  if (r.timedout * 2 >= waits && r.timedout) return WaitClass::Timed;
+  bool peers = r.wakes >= 3 && r.peer_wakes * 2 >= r.wakes;      // woken by fellow waiters
+  bool producers = r.wakes >= 3 && r.peer_wakes * 5 < r.wakes;   // woken by others
+  // glibc's mutexes wait with FUTEX_WAIT on a word that is 2 when it has waiters
+  // (__lll_lock_wait); PI mutexes lock in the kernel: that is contention, whoever wakes
+  if (r.futex_flags & (LS_FUTEX_LOCKWORD | LS_FUTEX_PI | LS_FUTEX_REQUEUE)) return WaitClass::Contention;
+  bool sync = r.futex_flags & (LS_FUTEX_BITSET | LS_FUTEX_WAIT2 | LS_FUTEX_WAITV);
+  if (!sync) {
+    // plain FUTEX_WAIT without glibc's lock word: custom locks (InnoDB's srw_mutex,
+    // ssux_lock) -- unless the waiters are woken by threads that never wait on it
+    return producers ? WaitClass::Idle : WaitClass::Contention;
+  }
+  // FUTEX_WAIT_BITSET: glibc's condvars, semaphores, rwlocks and barriers. A
+  // semaphore or rwlock used as a lock is released by the threads that also wait
+  // for it (peers); a queue or a condition is signalled by producers.
+  if (peers) return WaitClass::Contention;
+  return producers ? WaitClass::Idle : WaitClass::Condition;
+}
+
+bool is_kernel_lock_frame(const std::string& frame) {
+  static const char* kPrefixes[] = {"_raw_",      "__raw_",      "do_raw_",      "queued_",
+                                    "native_queued", "__pv_queued", "pv_queued",  "mutex_lock",
+                                    "__mutex_lock", "mutex_spin",  "down_",       "__down",
+                                    "rwsem_",     "__rwsem",     "rt_mutex",     "__rt_mutex",
+                                    "rt_spin",    "rt_read",     "rt_write",     "percpu_down",
+                                    "__percpu_down", "osq_lock",
+                                    "rwbase_", "raw_spin_rq_", "_raw_spin_rq_"};
+  for (const char* p : kPrefixes)
+    if (frame.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+std::string reading(const LockRow& r) {
+  size_t n = r.waiters.size();
+  if (!r.contended) return "";
+  std::string p50 = fmt_ns(r.p50_ns), mx = fmt_ns(r.max_ns);
+  std::string thr = std::to_string(n) + (n == 1 ? " thread" : " threads");
+  bool known = r.max_share > 0;
+  std::string share = known ? ", up to " + pct_str(r.max_share) + " of a thread's time" : "";
+  uint64_t waits = std::max<uint64_t>(r.contended, 1);
+  switch (r.cls) {
+    case WaitClass::Gil:
+      return "GIL: " + thr + " wait for the interpreter lock" + share + " (p50 " + p50 +
+             "); CPU-bound Python threads take turns, not lock contention";
+    case WaitClass::Timed:
+      return "timed wait: " + pct_str(double(r.timedout) / waits) + " of waits ran to their timeout (p50 " +
+             p50 + "): sleeps or polls, not lock contention";
+    case WaitClass::Idle:
+      return "idle: " + thr + " wait for work, woken by " + std::to_string(r.wakers) +
+             (r.wakers == 1 ? " producer" : " producers") + " (p50 " + p50 + "); not lock contention";
+    case WaitClass::Condition:
+      return "condition wait: " + thr + " wait for a signal (p50 " + p50 + "); not lock contention";
+    case WaitClass::Contention: break;
+  }
+  // contention: how much of their time the waiters lose, and what the waits say
+  // about holds (a waiter's wait is the holds queued ahead of it)
+  bool long_holds = r.p50_ns >= kMs;
+  if (known && r.max_share < 0.10)
+    return "light: " + thr + " waiting" + share + " (p50 " + p50 + ")";
+  if (n >= 3 && long_holds)
+    return "convoy behind long holds: " + thr + " queue" + share + " (p50 " + p50 + ", max " + mx +
+           "); the holder keeps it long";
+  if (n >= 3)
+    return "convoy: " + thr + " queue" + share + " (p50 " + p50 +
+           "); shorten or split the critical section";
+  if (long_holds)
+    return "long hold: " + thr + " wait" + share + " (p50 " + p50 + ", max " + mx +
+           "); the holder keeps it long";
+  return "contended: " + thr + " wait in short waits" + share + " (p50 " + p50 +
+         "); the lock is taken very often";
+}
+
+// --- aggregation --------------------------------------------------------------------
+
+namespace {
+
+// One lock of the report. Kernel waits at one address are two locks when some spin
+// and some sleep (struct semaphore and its own spinlock share the address).
+struct GroupKey {
+  bool kernel;
+  uint32_t pid;
+  uint64_t addr;
+  bool spin;
+  bool operator<(const GroupKey& o) const {
+    return std::tie(kernel, pid, addr, spin) < std::tie(o.kernel, o.pid, o.addr, o.spin);
+  }
+};
+
+GroupKey group_of(uint32_t kind, uint32_t pid, uint64_t addr, bool spin) {
+  bool k = kind == LS_KIND_KERNEL;
+  return {k, k ? 0 : pid, addr, k && spin};
+}
+GroupKey group_of(const lockstat_key& k) {
+  return group_of(k.kind, k.pid, k.addr, ls_kernel_spins(k.flags));
+}
+GroupKey group_of(const lockstat_hkey& k) { return group_of(k.kind, k.pid, k.addr, k.spin); }
+
+bool name_filter_pass(const Config& c, uint64_t addr, const std::string& symbol) {
+  if (c.lock_addrs.empty() && c.lock_names.empty()) return true;
+  if (std::find(c.lock_addrs.begin(), c.lock_addrs.end(), addr) != c.lock_addrs.end()) return true;
+  return !symbol.empty() &&
+         std::find(c.lock_names.begin(), c.lock_names.end(), symbol) != c.lock_names.end();
+}
+
+std::string comm_of(const Snapshot& s, uint32_t tid) {
+  auto it = s.comms.find(tid);
+  return it == s.comms.end() ? "?" : it->second;
+}
+
+template <typename T>
+void pct(T& row) {
+  row.p50_ns = row.hist.percentile(50);
+  row.p90_ns = row.hist.percentile(90);
+  row.p99_ns = row.hist.percentile(99);
+}
+
+}  // namespace
+
+std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config& c) {
+  std::map<GroupKey, LockRow> groups;
+  std::map<GroupKey, uint32_t> flags;
+  std::map<GroupKey, std::set<uint32_t>> pids;
+  std::map<GroupKey, std::map<uint32_t, WaiterRow>> waiters;
+  std::map<GroupKey, std::map<std::string, SiteRow>> sites;
+  for (const auto& w : s.waits) {
+    GroupKey g = group_of(w.key);
+    LockRow& r = groups[g];
+    r.addr = w.key.addr;
+    r.pid = g.pid;
+    r.layer = g.kernel ? "kernel" : "user";
+    flags[g] |= w.key.flags;
+    if (g.kernel) r.kind = "";
+    else r.kind = user_lock_kind(w.key.kind, flags[g]);
+    pids[g].insert(w.key.pid);
+    r.contended += w.val.blocked;
+    r.calls += w.val.count;
+    r.total_ns += w.val.total_ns;
+    r.max_ns = std::max<uint64_t>(r.max_ns, w.val.max_ns);
+    r.timedout += w.val.timedout;
+    if (!g.kernel) r.futex_flags |= w.key.flags;
+    auto& wr = waiters[g][w.key.tid];
+    wr.tid = w.key.tid;
+    wr.contended += w.val.blocked;
+    wr.total_ns += w.val.total_ns;
+    wr.max_ns = std::max<uint64_t>(wr.max_ns, w.val.max_ns);
+    {  // always: frames name rq_lock and the GIL even when -s 0 hides sites
+      std::vector<std::string> frames = n.frames ? n.frames(w.key) : std::vector<std::string>{};
+      std::string site = n.site ? n.site(w.key, frames) : "";
+      if (site.empty()) site = "[unknown]";
+      auto& sr = sites[g][site];
+      if (sr.stack.empty()) sr.stack = frames;
+      sr.site = site;
+      sr.contended += w.val.blocked;
+      sr.total_ns += w.val.total_ns;
+    }
+  }
+  for (const auto& [hk, cnt] : s.hist) {
+    auto it = groups.find(group_of(hk));
+    if (it != groups.end()) it->second.hist.add_bucket(hk.bucket, cnt);
+  }
+  // who woke the waiters (futex mode): fellow waiters or producers
+  std::map<GroupKey, std::map<uint32_t, uint64_t>> wakes;
+  for (const auto& [wk, cnt] : s.wakers) wakes[group_of(LS_KIND_FUTEX, wk.pid, wk.addr, false)][wk.waker] += cnt;
+  std::vector<LockRow> out;
+  for (auto& [g, r] : groups) {
+    uint32_t f = flags[g];
+    for (const auto& [tid, cnt] : wakes[g]) {
+      r.wakes += cnt;
+      if (tid) ++r.wakers;
+      if (tid && waiters[g].count(tid)) r.peer_wakes += cnt;
+    }
+    if (g.kernel) {
+      r.kind = kernel_lock_kind(f);
+      r.spin = g.spin;
+      if (f & LS_KID_MMAP_LOCK) {
+        uint32_t off = f >> LS_KID_OFFSET_SHIFT;
+        r.symbol = off ? "mmap_lock+" + std::to_string(off) : "mmap_lock";
+      }
+      else if (f & LS_KID_SIGLOCK) r.symbol = "siglock";
+      else if (n.lock_symbol) r.symbol = n.lock_symbol(0, r.addr);
+      if (pids[g].size() == 1) r.pid = *pids[g].begin();
+    } else if (n.lock_symbol) {
+      r.symbol = n.lock_symbol(r.pid, r.addr);
+    }
+    if (!name_filter_pass(c, r.addr, r.symbol)) continue;
+    r.hist.set_exact_sum(r.total_ns);
+    r.hist.set_exact_max(r.max_ns);
+    pct(r);
+    for (auto& [tid, wr] : waiters[g]) {
+      wr.comm = comm_of(s, tid);
+      r.waiters.push_back(wr);
+    }
+    auto by_total = [](const auto& a, const auto& b) { return a.total_ns > b.total_ns; };
+    std::stable_sort(r.waiters.begin(), r.waiters.end(), by_total);
+    for (auto& [name, sr] : sites[g]) r.sites.push_back(sr);
+    std::stable_sort(r.sites.begin(), r.sites.end(), by_total);
+    if (g.kernel && r.symbol.empty() && (f & LS_LCB_SPIN)) {
+      // per-CPU run-queue locks have no symbol of their own: perf calls them rq_lock
+      for (const auto& st : r.sites)
+        for (const auto& fr : st.stack)
+          if (is_rq_lock_frame(fr)) r.symbol = "rq_lock";
+    }
+    if (s.window_ns)
+      for (const auto& w : r.waiters)
+        if (w.tid) r.max_share = std::max(r.max_share, std::min(1.0, double(w.total_ns) / s.window_ns));
+    r.cls = classify(r);
+    if (!c.stacks) r.sites.clear();
+    r.comm = r.pid ? comm_of(s, r.pid) : "";
+    if (r.comm == "?" && !r.waiters.empty()) r.comm = r.waiters.front().comm;
+    out.push_back(std::move(r));
+  }
+  auto t = lock_table(c.uprobes);
+  if (!configure(t, c)) t.sort(out);
+  return out;
+}
+
+namespace {
+
+// Threads waiting on the contended locks of `locks` (on any lock, with -L).
+std::vector<ThreadRow> threads_of(const Snapshot& s, const std::vector<LockRow>& locks, const Config& c) {
+  std::map<GroupKey, std::string> lock_names;
+  bool filtered = !c.lock_addrs.empty() || !c.lock_names.empty();
+  for (auto& l : locks) {
+    // threads are ranked by lock contention; condition, idle, timed and GIL waits
+    // count only when the user asked for that lock by name (-L)
+    if (l.cls != WaitClass::Contention && !filtered) continue;
+    bool kernel = l.layer == "kernel";
+    GroupKey g{kernel, kernel ? 0 : l.pid, l.addr, kernel && l.spin};
+    lock_names[g] = l.name();
+  }
+  std::map<uint32_t, ThreadRow> rows;
+  std::map<uint32_t, std::map<std::string, uint64_t>> per_lock;
+  for (const auto& w : s.waits) {
+    GroupKey g = group_of(w.key);
+    auto ln = lock_names.find(g);
+    if (ln == lock_names.end()) continue;
+    auto& r = rows[w.key.tid];
+    r.pid = w.key.pid;
+    r.tid = w.key.tid;
+    r.contended += w.val.blocked;
+    r.calls += w.val.count;
+    r.total_ns += w.val.total_ns;
+    r.max_ns = std::max<uint64_t>(r.max_ns, w.val.max_ns);
+    per_lock[w.key.tid][ln->second] += w.val.total_ns;
+  }
+  for (const auto& [hk, cnt] : s.hist) {
+    auto it = rows.find(hk.tid);
+    if (it != rows.end() && lock_names.count(group_of(hk)))
+      it->second.hist.add_bucket(hk.bucket, cnt);
+  }
+  std::vector<ThreadRow> out;
+  for (auto& [tid, r] : rows) {
+    r.comm = comm_of(s, tid);
+    r.locks = per_lock[tid].size();
+    uint64_t best = 0;
+    for (auto& [name, tot] : per_lock[tid])
+      if (tot >= best) best = tot, r.top_lock = name;
+    r.hist.set_exact_sum(r.total_ns);
+    r.hist.set_exact_max(r.max_ns);
+    pct(r);
+    out.push_back(std::move(r));
+  }
+  auto t = thread_table(c.uprobes);
+  if (!configure(t, c)) t.sort(out);
+  return out;
+}
+
+// The lock rows the thread view is built from: every lock, unsorted, no sites.
+Config lock_config_for_threads(const Config& c) {
+  Config lc = c;
+  lc.per_thread = false;
+  lc.sort = "wait_total_ns";
+  lc.fields.clear();
+  lc.entries = 0;
+  lc.stacks = 0;
+  return lc;
+}
+
+}  // namespace
+
+std::vector<ThreadRow> build_threads(const Snapshot& s, const Names& n, const Config& c) {
+  return threads_of(s, build_locks(s, n, lock_config_for_threads(c)), c);
+}
+
+Report build_report(const Snapshot& s, const Names& n, const Config& c) {
+  Report rep;
+  auto all = build_locks(s, n, c.per_thread ? lock_config_for_threads(c) : c);
+  if (c.per_thread) rep.threads = threads_of(s, all, c);
+  // lock contention is ranked; condition, idle, timed and GIL waits are apart
+  for (auto& r : all) (r.cls == WaitClass::Contention ? rep.locks : rep.other).push_back(std::move(r));
+  return rep;
+}
+
+DataQuality empty_dq() {
+  return DataQuality::with_keys({"below_min", "stack_scans_failed", "stale_begins", "nest_overflow"});
+}
+
+}  // namespace lockstat

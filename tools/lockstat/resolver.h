@@ -1,0 +1,77 @@
+// lockstat's name resolution: lock symbols, stacks and call sites for the report.
+#pragma once
+#include <bcc/BPF.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "common/stacks.h"
+#include "common/symbolize.h"
+#include "tools/lockstat/lockstat.h"
+
+namespace lockstat {
+
+using bpfdiag::SymbolInfo;
+using bpfdiag::Symbolizer;
+
+// Names for the report, from the symbolizer and the BPF stack table.
+class Resolver {
+ public:
+  explicit Resolver(ebpf::BPFStackTable table) : table_(std::move(table)) {}
+  Symbolizer& sym() { return sym_; }
+
+  // Futex mode's user-stack scans (stack id -> words at the user sp), per report.
+  void set_scans(std::map<int32_t, std::vector<uint64_t>> scans) { scans_ = std::move(scans); }
+
+  // Each CPU's run-queue lock address (BPF rq_locks map), named rq_lock as perf does.
+  void set_rq_locks(std::set<uint64_t> a) { rq_locks_ = std::move(a); }
+
+  Names names();
+
+ private:
+  static bool in_libc(const SymbolInfo& s) {
+    const std::string& m = s.module;
+    return m.find("libc.so") != std::string::npos || m.find("libpthread") != std::string::npos ||
+           m.find("ld-linux") != std::string::npos;
+  }
+  // The innermost word of the scanned user stack that looks like a return address
+  // into code outside the C library: inside a known function but not at its first
+  // byte, and not a pointer to a global (the mutex's own address is usually saved on
+  // the stack too; the code lookup alone would attribute it to the sizeless _fini
+  // that precedes the data segments).
+  // Instrumentation wrappers (psi_mutex_lock, PyThread_acquire_lock_timed, ...) are
+  // skipped: the site is the code that wanted the lock.
+  SymbolInfo scanned_caller(const lockstat_key& k) {
+    auto it = scans_.find(k.stack_id);
+    if (k.stack_id < 0 || it == scans_.end()) return {};
+    SymbolInfo wrapper;
+    for (uint64_t w : it->second) {
+      if (w < 4096) continue;
+      SymbolInfo s = sym_.lookup_user(k.pid, w);
+      if (!s.found || s.offset == 0 || in_libc(s) || s.name == "_fini" || s.name == "_init") continue;
+      if (sym_.lookup_data(k.pid, w).found) continue;
+      if (is_wrapper_frame(s.name)) {
+        if (!wrapper.found) wrapper = s;
+        continue;
+      }
+      return s;
+    }
+    return wrapper;  // only wrappers within reach: better than nothing
+  }
+  const std::vector<uint64_t>& addrs(const lockstat_key& k) {
+    auto key = std::make_tuple(k.kind == LS_KIND_KERNEL ? 0u : k.pid, k.stack_id);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    return cache_[key] = bpfdiag::stack_addrs(table_, k.stack_id);
+  }
+  Symbolizer sym_;
+  ebpf::BPFStackTable table_;
+  std::map<std::tuple<uint32_t, int32_t>, std::vector<uint64_t>> cache_;
+  std::map<int32_t, std::vector<uint64_t>> scans_;
+  std::set<uint64_t> rq_locks_;
+};
+
+
+}  // namespace lockstat

@@ -1,0 +1,214 @@
+// offcputime's option table (BCC's flags: -p -t -u -k -U -K -d -f -m -M --state
+// --stack-storage-size, positional [duration]), parsing into Config, BPF cflags.
+#include <algorithm>
+
+#include "common/bpf_text.h"
+#include "common/btf.h"
+#include "common/cli.h"
+#include "common/embedded.h"
+#include "common/filters.h"
+#include "common/proc.h"
+#include "tools/offcputime/offcputime.h"
+
+namespace bpfdiag {
+extern const EmbeddedFile kBpf_offcputime[];
+}
+
+namespace offcputime {
+using namespace bpfdiag;
+
+namespace {
+constexpr uint64_t kMaxMapEntries = 1048576;
+
+OptionSpec tool_opt(std::string flags, std::string arg, std::string help, std::string group,
+                    bool hidden = false) {
+  return OptionSpec{std::move(flags), std::move(arg), std::move(help), std::move(group), hidden};
+}
+
+ToolSpec make_spec() {
+  ToolSpec s;
+  s.name = "offcputime";
+  s.summary = "summarize off-CPU time by stack: where do threads wait?";
+  s.description =
+      "Every time a thread leaves a CPU, its user and kernel stacks are recorded; when\n"
+      "it runs again, the time it spent off-CPU is added to that stack (in the kernel).\n"
+      "Uses the sched_switch tracepoint only (no kprobes). Times shown in microseconds.";
+  s.options = {
+      opt::pid("trace these processes only"),
+      opt::tid("trace these threads only"),
+      tool_opt("u,user-threads-only", "", "user threads only (no kernel threads)", "Filters"),
+      tool_opt("k,kernel-threads-only", "", "kernel threads only (no user threads)", "Filters"),
+      tool_opt("state", "STATE",
+               "only blocks in this task state: 0 = running/preempted\n"
+               "(exact match), otherwise a bitmask (1 = interruptible\n"
+               "sleep, 2 = uninterruptible)",
+               "Filters"),
+      opt::min("only blocks of at least TIME (default unit us,\ndefault 1 us)"),
+      opt::max("only blocks of at most TIME (default unit us)"),
+      tool_opt("min-block-time", "TIME", "", "Filters", true),  // BCC's long names
+      tool_opt("max-block-time", "TIME", "", "Filters", true),
+      opt::user_stacks_only("show user space stacks only"),
+      opt::kernel_stacks_only("show kernel space stacks only"),
+      tool_opt("d,delimited", "", "insert \"--\" between kernel and user stacks", "Output"),
+      opt::folded("folded output for flamegraph.pl and speedscope"),
+      opt::per_thread("folded: name threads \"comm-PID/TID\" so they never merge"),
+      opt::json("NDJSON: offcputime.start, an offcputime.stack record\n"
+                "per stack, then offcputime.summary (times in ns)"),
+      opt::ebpf(),
+      opt::help(),
+      tool_opt("duration", "TIME", "trace for TIME (default unit s), then report", "Schedule"),
+      opt::interval(),
+      opt::count(),
+      tool_opt("stack-storage-size", "N",
+               "stack traces kept (1-262144; default: sized\n"
+               "from the threads traced, 16384-131072)",
+               "Limits"),
+      tool_opt("map-entries", "N", "threads/stacks tracked (default 32768, 1024-1048576)", "Limits"),
+      tool_opt("map-size", "N", "", "Limits", true),  // the old name of --map-entries
+  };
+  s.examples =
+      "  offcputime             # trace off-CPU stack time until Ctrl-C\n"
+      "  offcputime 5           # trace for 5 seconds only\n"
+      "  offcputime -df 5       # 5 seconds, folded output with a \"-\" user/kernel frame\n"
+      "  offcputime -m 1000     # trace only blocks of at least 1 ms\n"
+      "  offcputime -M 10ms     # trace only blocks of at most 10 ms\n"
+      "  offcputime -p 185      # only trace threads of PID 185\n"
+      "  offcputime -t 188      # only trace thread 188\n"
+      "  offcputime -u          # only trace user threads (no kernel threads)\n"
+      "  offcputime -k          # only trace kernel threads\n"
+      "  offcputime -U          # only show user space stacks (no kernel)\n"
+      "  offcputime -K          # only show kernel space stacks (no user)\n"
+      "  offcputime --state 2   # only blocks in uninterruptible sleep (D)\n"
+      "  offcputime -i 5 -c 3   # three reports, 5 seconds each\n"
+      "  offcputime -fP -p 185 5 > out.folded  # per-thread flame graph input\n"
+      "  offcputime -j 5        # NDJSON: every stack with offcpu_total_ns\n";
+  s.positional = Positional::Duration;
+  return s;
+}
+
+// parse_tool_cli names the duration option "-d/--duration"; here -d is BCC's delimiter.
+std::string fix_duration_name(std::string e) {
+  auto at = e.find("-d/--duration");
+  if (at != std::string::npos) e.replace(at, 13, "--duration");
+  return e;
+}
+}  // namespace
+
+const ToolSpec& tool_spec() {
+  static const ToolSpec spec = make_spec();
+  return spec;
+}
+
+Result<Config> parse_args(int argc, char** argv) {
+  auto r = parse_tool_cli(tool_spec(), argc, argv);
+  if (!r) return Error{fix_duration_name(r.error())};
+  const CommonOptions& co = r->common;
+  const auto& raw = r->raw;
+  Config c;
+  c.help = co.help;
+  if (c.help) return c;
+  c.pids = co.pids;
+  c.tids = co.tids;
+  c.user_stacks_only = co.user_stacks_only;
+  c.kernel_stacks_only = co.kernel_stacks_only;
+  c.folded = co.folded;
+  c.per_thread = co.per_thread;
+  c.json = co.json;
+  c.ebpf = co.ebpf;
+  c.schedule = co.schedule;
+  c.user_threads_only = raw.count("user-threads-only");
+  c.kernel_threads_only = raw.count("kernel-threads-only");
+  c.delimiter = raw.count("delimited");
+  if (c.user_threads_only && c.kernel_threads_only)
+    return Error{"-u and -k are mutually exclusive (user or kernel threads)"};
+  if (c.kernel_threads_only && c.user_stacks_only)
+    return Error{"-k with -U shows nothing: kernel threads have no user stack"};
+  constexpr uint64_t kUs = 1000, kDay = 86400ULL * 1000000000ULL;
+  std::optional<uint64_t> min = co.min_ns, max = co.max_ns;
+  if (auto m = opt_str(raw, "min-block-time")) {
+    if (min) return Error{"give -m/--min once (--min-block-time is its old name)"};
+    auto v = parse_duration_ns(*m, "-m/--min", kUs, 0, kDay);
+    if (!v) return Error{v.error()};
+    min = *v;
+  }
+  if (auto m = opt_str(raw, "max-block-time")) {
+    if (max) return Error{"give -M/--max once (--max-block-time is its old name)"};
+    auto v = parse_duration_ns(*m, "-M/--max", kUs, 1, kDay);
+    if (!v) return Error{v.error()};
+    max = *v;
+  }
+  if (min) c.min_ns = *min;
+  if (max) c.max_ns = *max;
+  if (c.max_ns && c.min_ns > c.max_ns)
+    return Error{"min block time (-m " + format_duration(c.min_ns) + ") is above max block time (-M " +
+                 format_duration(c.max_ns) + ")"};
+  if (auto s = opt_str(raw, "state")) {
+    auto v = parse_uint(*s, "--state", 0, 0xffff);
+    if (!v) return Error{v.error()};
+    c.state = *v;
+  }
+  if (auto s = opt_str(raw, "stack-storage-size")) {  // else 0: sized in run()
+    auto v = parse_uint(*s, "--stack-storage-size", 1, 262144);
+    if (!v) return Error{v.error()};
+    c.stack_storage_size = *v;
+  }
+  const std::string* entries = opt_str(raw, "map-entries");
+  if (auto old = opt_str(raw, "map-size")) {
+    if (entries) return Error{"give --map-entries once (--map-size is its old name)"};
+    entries = old;
+  }
+  if (entries) {
+    auto v = parse_uint(*entries, "--map-entries", 1024, kMaxMapEntries);
+    if (!v) return Error{v.error()};
+    c.map_entries = *v;
+  }
+  if (auto st = validate_targets(c)) return *st;
+  return c;
+}
+
+Status validate_targets(const Config& c) {
+  if (auto st = check_pids_exist(c.pids)) return st;
+  for (auto t : c.tids) {
+    if (!pid_exists(t)) return Error{"no thread with TID " + std::to_string(t)};
+    if (c.pids.empty()) continue;
+    bool ok = false;
+    for (auto p : c.pids) ok = ok || is_thread_of(t, p);
+    if (!ok) {
+      std::string list;
+      for (auto p : c.pids) list += (list.empty() ? "" : ",") + std::to_string(p);
+      return Error{"TID " + std::to_string(t) + " is not a thread of PID " + list};
+    }
+  }
+  return std::nullopt;
+}
+
+std::string bpf_text() { return with_common_header(kBpf_offcputime[0].text); }
+
+Result<std::vector<std::string>> bpf_cflags(const Config& c) {
+  auto f = kernel_offset_cflags({
+      {"OFF_TASK_PID", "task_struct", {"pid"}},
+      {"OFF_TASK_TGID", "task_struct", {"tgid"}},
+      {"OFF_TASK_FLAGS", "task_struct", {"flags"}},
+      {"OFF_TASK_STATE", "task_struct", {"__state", "state"}},
+  });
+  if (!f) return Error{f.error()};
+  std::vector<std::string> flags = *f;
+  flags.push_back(id_filter_cflag("TGID_OK", c.pids));
+  flags.push_back(id_filter_cflag("TID_OK", c.tids));
+  if (c.user_threads_only) flags.push_back("-DUSER_THREADS_ONLY");
+  if (c.kernel_threads_only) flags.push_back("-DKERNEL_THREADS_ONLY");
+  if (c.state) flags.push_back((*c.state == 0 ? "-DSTATE_EQ=" : "-DSTATE_MASK=") + std::to_string(*c.state));
+  flags.push_back("-DMIN_NS=" + std::to_string(c.min_ns) + "ULL");
+  flags.push_back("-DMAX_NS=" + (c.max_ns ? std::to_string(c.max_ns) + "ULL" : std::string("0xffffffffffffffffULL")));
+  if (!c.kernel_stacks_only) flags.push_back("-DCAPTURE_USER");
+  if (!c.user_stacks_only) flags.push_back("-DCAPTURE_KERNEL");
+  uint64_t stacks = c.stack_storage_size ? c.stack_storage_size : kDefaultStackStorage;
+  flags.push_back("-DSTACK_STORAGE_SIZE=" + std::to_string(stacks));
+  flags.push_back("-DOVERFLOW_STORAGE_SIZE=" + std::to_string(overflow_storage_size(stacks)));
+  flags.push_back("-DSTART_SIZE=" + std::to_string(c.map_entries));
+  flags.push_back("-DCOUNTS_SIZE=" + std::to_string(c.map_entries));
+  flags.push_back("-DSEEN_SIZE=" + std::to_string(c.map_entries));
+  return flags;
+}
+
+}  // namespace offcputime

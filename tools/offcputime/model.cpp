@@ -1,0 +1,132 @@
+// offcputime's model: entries merged as they render, per-thread totals, folded lines,
+// the warnings at the end of a run, the start record's fields and the banner.
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "common/parse.h"
+#include "tools/offcputime/offcputime.h"
+
+namespace offcputime {
+using namespace bpfdiag;
+
+const std::vector<std::string>& dq_keys() {
+  // seen_full: a new process was not announced (symbols only, no time lost);
+  // overflow_stacks: stacks kept in the overflow map (not lost); unknown_frames:
+  // frames no symbol names; processes_gone_before_seen: exited before their maps
+  // could be read.
+  static const std::vector<std::string> keys = {"seen_full", "overflow_stacks", "unknown_frames",
+                                                "processes_gone_before_seen"};
+  return keys;
+}
+
+// Stack ids that differ only in frames symbolization drops (the tracing path's own
+// frames) or cannot name render the same; report them as one entry.
+void merge_identical(std::vector<Entry>& entries) {
+  using Key = std::tuple<uint32_t, uint32_t, std::string, std::vector<std::string>, std::vector<std::string>,
+                         bool, bool>;
+  std::map<Key, size_t> index;
+  std::vector<Entry> out;
+  for (auto& e : entries) {
+    Key key{e.pid, e.tid, e.comm, e.stack.user, e.stack.kernel, e.stack.user_missing, e.stack.kernel_missing};
+    auto it = index.find(key);
+    if (it == index.end()) {
+      index.emplace(std::move(key), out.size());
+      out.push_back(std::move(e));
+      continue;
+    }
+    Entry& m = out[it->second];
+    m.total_ns += e.total_ns;
+    m.count += e.count;
+    m.max_ns = std::max(m.max_ns, e.max_ns);
+  }
+  entries = std::move(out);
+}
+
+std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries) {
+  std::map<std::pair<uint32_t, uint32_t>, ThreadTotal> by_thread;
+  for (auto& e : entries) {
+    auto& t = by_thread[{e.pid, e.tid}];
+    if (t.comm.empty()) t = ThreadTotal{e.pid, e.tid, e.comm, 0, 0};
+    t.total_ns += e.total_ns;
+    t.count += e.count;
+  }
+  std::vector<ThreadTotal> out;
+  for (auto& [k, t] : by_thread) out.push_back(t);
+  return out;
+}
+
+static std::string folded_name(const Config& c, const Entry& e) {
+  if (!c.per_thread) return e.comm;
+  return e.comm + "-" + std::to_string(e.pid) + "/" + std::to_string(e.tid);
+}
+
+std::vector<std::string> folded_lines(const Config& c, const std::vector<Entry>& entries) {
+  // merge identical lines (same name and frames), keeping first-seen order
+  std::map<std::string, uint64_t> sums;
+  std::vector<std::string> order;
+  for (auto& e : entries) {
+    std::string l = folded_line(folded_name(c, e), e.stack, 0);
+    l.resize(l.size() - 2);  // drop " 0"
+    if (!sums.count(l)) order.push_back(l);
+    sums[l] += e.total_ns;
+  }
+  std::vector<std::string> out;
+  for (auto& l : order) out.push_back(l + " " + std::to_string(sums[l] / 1000));
+  return out;
+}
+
+std::vector<std::string> warnings(const Config& c, const DataQuality& dq) {
+  std::vector<std::string> w;
+  uint64_t bigger_maps = std::min<uint64_t>(c.map_entries * 4, 1048576);
+  if (dq.lost_stacks)
+    w.push_back("warning: " + std::to_string(dq.lost_stacks) +
+                " stack traces could not be stored (hash collision or full table); try "
+                "--stack-storage-size " + std::to_string(std::min<uint64_t>(
+                    (c.stack_storage_size ? c.stack_storage_size : kDefaultStackStorage) * 4, 262144)));
+  if (dq.map_full)
+    w.push_back("warning: " + std::to_string(dq.map_full) +
+                " off-CPU periods were dropped because a map was full; try --map-entries " +
+                std::to_string(bigger_maps));
+  auto sf = dq.extra.find("seen_full");
+  if (sf != dq.extra.end() && sf->second)
+    w.push_back("warning: " + std::to_string(sf->second) + " new processes were not announced because " +
+                std::to_string(c.map_entries) + " live processes were already tracked (no periods were " +
+                "dropped; their stacks may show [unknown] if they exited early); try --map-entries " +
+                std::to_string(bigger_maps));
+  return w;
+}
+
+nlohmann::json start_fields(const Config& c, uint64_t probes) {
+  auto opt_ns = [](uint64_t v, bool set) { return set ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  const Schedule& s = c.schedule;
+  return start_record_fields(c.pids, c.tids, probes,
+                             {{"user_threads_only", c.user_threads_only},
+                              {"kernel_threads_only", c.kernel_threads_only},
+                              {"user_stacks_only", c.user_stacks_only},
+                              {"kernel_stacks_only", c.kernel_stacks_only},
+                              {"min_ns", c.min_ns},
+                              {"max_ns", opt_ns(c.max_ns, c.max_ns != 0)},
+                              {"state", opt_ns(c.state.value_or(0), c.state.has_value())},
+                              {"stack_storage_size", c.stack_storage_size},
+                              {"map_entries", c.map_entries},
+                              {"interval_ns", opt_ns(s.interval_ns.value_or(0), s.interval_ns.has_value())},
+                              {"duration_ns", opt_ns(s.duration_ns.value_or(0), s.duration_ns.has_value())}});
+}
+
+std::string banner(const Config& c) {
+  std::string who = "all threads";
+  auto list = [](const std::vector<uint32_t>& v) {
+    std::string s;
+    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    return s;
+  };
+  if (!c.tids.empty()) who = "TID " + list(c.tids);
+  else if (!c.pids.empty()) who = "PID " + list(c.pids);
+  if (c.user_threads_only) who += " (user threads)";
+  if (c.kernel_threads_only) who += " (kernel threads)";
+  std::string what = c.user_stacks_only ? "user" : c.kernel_stacks_only ? "kernel" : "user + kernel";
+  return "Tracing off-CPU time (us) of " + who + " by " + what + " stack" + banner_until(c.schedule);
+}
+
+}  // namespace offcputime

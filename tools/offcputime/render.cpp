@@ -1,0 +1,75 @@
+// offcputime's renderers: BCC's multi-line stacks, folded lines, NDJSON records.
+#include <algorithm>
+
+#include "common/output.h"
+#include "common/stacks.h"
+#include "tools/offcputime/offcputime.h"
+
+namespace offcputime {
+using namespace bpfdiag;
+
+namespace {
+
+std::vector<const Entry*> sorted_by_total(const std::vector<Entry>& entries, bool descending) {
+  std::vector<const Entry*> sorted;
+  for (auto& e : entries) sorted.push_back(&e);
+  std::stable_sort(sorted.begin(), sorted.end(), [descending](const Entry* a, const Entry* b) {
+    return descending ? a->total_ns > b->total_ns : a->total_ns < b->total_ns;
+  });
+  return sorted;
+}
+
+// One "offcputime.stack" record's own fields.
+nlohmann::json stack_fields(const Entry& e) {
+  nlohmann::json j = {{"pid", e.pid},
+                      {"tid", e.tid},
+                      {"comm", e.comm},
+                      {"offcpu_total_ns", e.total_ns},
+                      {"offcpu_count", e.count},
+                      {"offcpu_max_ns", e.max_ns}};
+  const nlohmann::json st = stack_json(e.stack);
+  for (auto it = st.begin(); it != st.end(); ++it) j[it.key()] = it.value();
+  return j;
+}
+
+nlohmann::json summary_fields(const Report& r) {
+  nlohmann::json threads = nlohmann::json::array();
+  uint64_t total = 0, count = 0;
+  for (auto& t : thread_totals(r.entries)) {
+    threads.push_back({{"pid", t.pid},
+                       {"tid", t.tid},
+                       {"comm", t.comm},
+                       {"offcpu_total_ns", t.total_ns},
+                       {"offcpu_count", t.count}});
+    total += t.total_ns;
+    count += t.count;
+  }
+  return {{"offcpu_total_ns", total},
+          {"offcpu_count", count},
+          {"stack_count", r.entries.size()},
+          {"thread_count", threads.size()},
+          {"threads", threads}};
+}
+
+}  // namespace
+
+void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r) {
+  if (c.json) {
+    for (auto* e : sorted_by_total(r.entries, true))
+      write_record(os, make_record("offcputime", "stack", r.window, stack_fields(*e), r.dq));
+    write_record(os, make_record("offcputime", "summary", r.window, summary_fields(r), r.dq));
+    return;
+  }
+  if (c.folded) {
+    for (auto& l : folded_lines(c, r.entries)) os << l << "\n";
+    os.flush();
+    err << r.dq.to_text() << "\n";
+    return;
+  }
+  for (auto* e : sorted_by_total(r.entries, false))
+    print_stack_multiline(os, e->stack, e->comm, e->tid, e->total_ns / 1000, StackFormat{c.delimiter});
+  os << r.dq.to_text() << "\n";
+  os.flush();
+}
+
+}  // namespace offcputime

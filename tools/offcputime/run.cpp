@@ -1,0 +1,139 @@
+// offcputime's run(): the suite's skeleton (load_tool -> attach -> announce_attached
+// -> run_tool_loop) around reading the in-kernel aggregation into a Report.
+#include <bcc/BPF.h>
+#include <linux/types.h>
+
+#include <cstring>
+#include <iostream>
+#include <set>
+
+#include "common/bpf_counters.h"
+#include "common/bpf_maps.h"
+#include "common/bpf_session.h"
+#include "common/symbolize.h"
+#include "common/target.h"
+#include "common/tool.h"
+#include "tools/offcputime/offcputime.h"
+
+extern "C" {
+#include "offcputime_shared.h"
+}
+static_assert(sizeof(offcpu_key) == 32, "offcpu_key layout shared with BPF");
+static_assert(sizeof(offcpu_val) == 24, "offcpu_val layout shared with BPF");
+static_assert(sizeof(offcpu_start) == 40, "offcpu_start layout shared with BPF");
+
+namespace offcputime {
+using namespace bpfdiag;
+
+namespace {
+
+const std::vector<CounterSlot> kCounters = {{OFFCPU_CNT_STACK_LOST, "lost_stacks"},
+                                            {OFFCPU_CNT_START_FULL, "map_full"},
+                                            {OFFCPU_CNT_COUNTS_FULL, "map_full"},
+                                            {OFFCPU_CNT_UNMATCHED_IN, "unmatched_end"},
+                                            {OFFCPU_CNT_SEEN_FULL, "seen_full"},
+                                            {OFFCPU_CNT_STACK_OVERFLOW, "overflow_stacks"}};
+
+const std::vector<std::pair<std::string, std::string>> kProbes = {
+    {"sched_process_exec", "raw_tracepoint__sched_process_exec"},
+    {"sched_process_exit", "raw_tracepoint__sched_process_exit"},
+    {"sched_switch", "raw_tracepoint__sched_switch"}};
+
+struct Live {
+  Symbolizer sym;
+  uint64_t lost_events = 0;
+};
+
+void on_new_proc(void* cookie, void* data, int size) {
+  if (size < static_cast<int>(sizeof(uint32_t))) return;
+  uint32_t tgid;
+  std::memcpy(&tgid, data, sizeof tgid);
+  auto& sym = static_cast<Live*>(cookie)->sym;
+  if (sym.remembered(tgid))
+    sym.refresh(tgid);  // announced again after exec: new mappings
+  else
+    sym.remember(tgid);
+}
+
+void on_lost(void* cookie, uint64_t n) { static_cast<Live*>(cookie)->lost_events += n; }
+
+}  // namespace
+
+Status run(const Config& user_config) {
+  Config c = user_config;
+  if (!c.stack_storage_size) c.stack_storage_size = auto_stack_storage(count_traced_threads(c));
+  auto flags = bpf_cflags(c);
+  if (!flags) return Error{flags.error()};
+  auto loaded = load_tool(ToolPlan{"offcputime", bpf_text(), *flags, c.ebpf, {}});
+  if (!loaded) return Error{loaded.error()};
+  if (!*loaded) return std::nullopt;  // --ebpf
+  BpfSession& session = **loaded;
+  Live live;
+  if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
+  for (auto p : c.pids) live.sym.remember(p);
+  for (auto& [tp, fn] : kProbes)
+    if (auto st = session.attach_raw_tracepoint(tp, fn))
+      return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
+  DataQuality dq0 = DataQuality::with_keys(dq_keys());
+  announce_attached(std::cout, "offcputime", c.json, banner(c), start_fields(c, kProbes.size()), dq0);
+
+  uint64_t window_start = monotonic_ns();
+  CounterDeltas deltas;
+  uint64_t lost_reported = 0;
+  RunHooks hooks;
+  hooks.poll = [&](int timeout_ms) {
+    session.poll_perf_buffer("new_procs", std::min(timeout_ms, 100));
+    // Bounded memory on long runs: forget exited processes no counted stack refers to.
+    live.sym.forget_exited_every(10000000000ULL, [&] {
+      std::set<uint32_t> tgids;
+      for (auto& kv : session.bpf().get_hash_table<offcpu_key, offcpu_val>("counts").get_table_offline())
+        tgids.insert(kv.first.tgid);
+      return tgids;
+    });
+  };
+  hooks.report = [&](bool final) {
+    if (final) {  // stop tracing first: the last report is a consistent snapshot
+      StderrNoiseFilter quiet;
+      for (auto& [tp, fn] : kProbes) session.bpf().detach_raw_tracepoint(tp);
+    }
+    uint64_t now = monotonic_ns();
+    session.poll_perf_buffer("new_procs", 0);  // announcements still queued
+    Report rep;
+    rep.window = window_ending_now(now - window_start, final);
+    window_start = now;
+    rep.dq = DataQuality::with_keys(dq_keys());
+    if (auto st = add_bpf_counters(session.bpf(), kCounters, rep.dq, &deltas))
+      std::cerr << "offcputime: " << st->message << "\n";
+    rep.dq.lost_events = live.lost_events - lost_reported;
+    lost_reported = live.lost_events;
+    // threads off-CPU right now: their period ends in a later window (or never)
+    rep.dq.unmatched_begin = session.bpf().get_hash_table<uint32_t, offcpu_start>("start").get_table_offline().size();
+    auto primary = session.bpf().get_stack_table("stack_traces");
+    auto overflow = read_overflow(session.bpf());
+    auto counts_table = session.bpf().get_hash_table<offcpu_key, offcpu_val>("counts");
+    StackParts parts{!c.kernel_stacks_only, !c.user_stacks_only};
+    auto before = live.sym.stats();
+    for (auto& [k, v] : drain_hash<offcpu_key, offcpu_val>(counts_table)) {
+      Entry e;
+      e.pid = k.tgid;
+      e.tid = k.tid;
+      e.comm = std::string(k.comm, strnlen(k.comm, sizeof k.comm));
+      e.total_ns = v.total_ns;
+      e.count = v.count;
+      e.max_ns = v.max_ns;
+      e.stack = resolve_both(primary, overflow, live.sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts);
+      rep.entries.push_back(std::move(e));
+    }
+    merge_identical(rep.entries);
+    auto& ss = live.sym.stats();
+    rep.dq.add("unknown_frames", (ss.user_unknown + ss.kernel_unknown) - (before.user_unknown + before.kernel_unknown));
+    rep.dq.add("processes_gone_before_seen", ss.pids_unreadable - before.pids_unreadable);
+    render(std::cout, std::cerr, c, rep);
+    if (final)
+      for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
+  };
+  TargetWatch watch(c.pids);  // -p: stop with "PID N exited" when every target is gone
+  return run_tool_loop(c.schedule, hooks, watch);
+}
+
+}  // namespace offcputime

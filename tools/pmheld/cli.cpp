@@ -1,0 +1,96 @@
+// pmheld's option table, parsing and BPF compile flags.
+#include <linux/types.h>
+
+#include "common/bpf_text.h"
+#include "common/cli.h"
+#include "common/embedded.h"
+#include "common/tool_config.h"
+#include "tools/pmheld/pmheld.h"
+
+namespace bpfdiag {
+extern const EmbeddedFile kBpf_pmheld[];
+}
+
+namespace pmheld {
+using namespace bpfdiag;
+
+namespace {
+
+const char kDescription[] = R"(A hold lasts from the successful return of pthread_mutex_lock, _trylock,
+_timedlock or _clocklock to pthread_mutex_unlock. pthread_cond_wait and
+_timedwait release the mutex while waiting, so a wait ends the hold and its
+return starts a new one: condition-variable waits never count as holding.
+Locks are named by their data symbol when they have one (static mutexes).
+
+FIELDS (--sort, --fields, CSV and JSON use these names; short names in ()):
+  pid comm lock addr hold_count (count) hold_total_ns (total)
+  hold_avg_ns (avg) hold_p50_ns (p50) hold_p90_ns (p90) hold_p99_ns (p99)
+  hold_max_ns (max))";
+
+const char kExamples[] = R"(  pmheld -p 181             # hold times of PID 181's mutexes, until Ctrl-C
+  pmheld -p 181 -d 10       # trace PID 181 for 10 seconds
+  pmheld -p 181 -i 5        # a report every 5 seconds
+  pmheld -p 181 -s 0 -n 3   # top 3 locks, no stacks (lower overhead)
+  pmheld -S p99 -d 5        # all processes for 5 s, worst p99 hold first
+  pmheld -p 181 -j -d 10    # NDJSON records per lock after 10 seconds
+)";
+
+ToolSpec make_spec() {
+  return ToolSpec{
+      "pmheld",
+      "summarize pthread mutex hold times per lock and acquiring stack.",
+      kDescription,
+      with_standard_options({
+          opt::pid("trace only these processes (default: every process\nusing this machine's libc)"),
+          opt::stacks("acquiring stacks shown per lock (default 3; 0: do\nnot record stacks, which is cheaper)"),
+          OptionSpec{"stack-storage-size", "N",
+                     "distinct acquiring stacks kept for the whole run\n(default 16384, 1-262144)", "Output"},
+          opt::entries("locks shown (default 10; 0: all)"),
+          opt::sort("order locks by a field (default hold_total_ns);\n-KEY sorts ascending"),
+          opt::fields("table columns, e.g. lock,count,p99 or +comm"),
+          OptionSpec{"no-hist", "", "do not print a histogram per lock", "Output"},
+          OptionSpec{"probe-at-symbol", "",
+                     "probe each function's first instruction (slower:\nit is single-stepped) instead of the first\n"
+                     "emulated one",
+                     "Output"},
+          opt::csv(),
+          opt::timestamp(),
+          opt::json("NDJSON: pmheld.start, then per report one pmheld.lock\nper lock and a pmheld.summary"),
+      }, "print where each probe was placed"),
+      kExamples,
+      Positional::None};
+}
+
+}  // namespace
+
+const ToolSpec& spec() { return cached_spec<make_spec>(); }
+const char* help_text() { return help_cstr(spec()); }
+
+Result<Config> parse_args(int argc, char** argv) {
+  Config c;
+  auto raw = parse_into(spec(), argc, argv, c);
+  if (!raw) return Error{raw.error()};
+  if (c.help) return c;
+  const auto& r = *raw;
+  c.no_hist = r.count("no-hist");
+  c.at_symbol = r.count("probe-at-symbol");
+  if (auto s = opt_str(r, "stack-storage-size")) {
+    auto v = parse_uint(*s, "--stack-storage-size", 1, 262144);
+    if (!v) return Error{v.error()};
+    c.stack_storage_size = *v;
+  }
+  auto t = lock_table();  // --sort/--fields typos are usage errors
+  if (auto st = configure(t, c)) return *st;
+  return c;
+}
+
+std::string bpf_text() { return with_common_header(kBpf_pmheld[0].text); }
+
+std::vector<std::string> bpf_cflags(const Config& c) {
+  std::vector<std::string> f;
+  if (c.stacks == 0) f.push_back("-DNO_STACKS");
+  else f.push_back("-DSTACK_ENTRIES=" + std::to_string(c.stack_storage_size));
+  return f;
+}
+
+}  // namespace pmheld

@@ -1,0 +1,242 @@
+// pmheld's runtime: find the targets' pthread functions, load and attach, collect
+// the holds from the BPF maps, report.
+#include <bcc/BPF.h>
+#include <linux/types.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+
+#include "common/bpf_counters.h"
+#include "common/bpf_maps.h"
+#include "common/bpf_session.h"
+#include "common/proc.h"
+#include "common/pthread_probes.h"
+#include "common/stacks.h"
+#include "common/symbolize.h"
+#include "common/target.h"
+#include "common/tool.h"
+#include "tools/pmheld/pmheld.h"
+
+extern "C" {
+#include "pmheld_shared.h"
+}
+// the layouts pmheld.bpf.c writes: held_key 16, held 24, stat_key 16, stat 24, hist_key 16
+static_assert(sizeof(pmheld_held_key) == 16 && sizeof(pmheld_held) == 24 && sizeof(pmheld_stat_key) == 16 &&
+                  sizeof(pmheld_stat) == 24 && sizeof(pmheld_hist_key) == 16,
+              "pmheld map layouts shared with BPF");
+
+namespace pmheld {
+using namespace bpfdiag;
+
+// --- tracing ----------------------------------------------------------------------------
+
+namespace {
+
+std::string pid_list_text(const std::vector<uint32_t>& pids) {
+  std::string s;
+  for (auto p : pids) s += (s.empty() ? "" : ", ") + std::to_string(p) + " (" + proc_comm(p) + ")";
+  return s;
+}
+
+// BPF counters -> data-quality keys.
+const std::vector<CounterSlot> kCounters = {{PMHELD_C_UNMATCHED_END, "unmatched_end"},
+                                            {PMHELD_C_LOST_STACKS, "lost_stacks"},
+                                            {PMHELD_C_MAP_FULL, "map_full"},
+                                            {PMHELD_C_REACQUIRED, "reacquired_without_unlock"},
+                                            {PMHELD_C_COND_WAITS, "cond_waits"},
+                                            {PMHELD_C_FAILED_LOCKS, "failed_locks"}};
+
+class Collector {
+ public:
+  Collector(BpfSession& s, const Config& c) : s_(s), c_(c) {}
+
+  void remember(uint32_t pid) {
+    if (comms_.count(pid)) return;
+    comms_[pid] = proc_comm(pid);
+    sym_.remember(pid);
+  }
+
+  // The target exec'd: a new program, new name and symbols.
+  void refresh(uint32_t pid) {
+    comms_[pid] = proc_comm(pid);
+    if (sym_.remembered(pid)) sym_.refresh(pid);
+    else sym_.remember(pid);
+  }
+
+  // System-wide mode: snapshot the names and symbols of processes as soon as they hold
+  // a lock, so short-lived ones are still named after they exit.
+  void remember_new_pids() {
+    auto stats = s_.bpf().get_hash_table<pmheld_stat_key, pmheld_stat>("stats");
+    for (const auto& [k, v] : stats.get_table_offline()) remember(k.tgid);
+  }
+
+  // A failure to read the BPF counters (reported at the end of the run).
+  const Status& failed() const { return failed_; }
+
+  // Moves the interval's holds out of the maps into per-lock reports. Each stats/hist
+  // entry is taken with an atomic lookup-and-delete, so a hold that ends while the
+  // report is built lands in this report or the next, never in neither. Counters are
+  // cumulative in BPF (never reset from here); a report shows their deltas.
+
+  std::vector<LockHold> collect(DataQuality& dq) {
+    auto& bpf = s_.bpf();
+    auto stats = bpf.get_hash_table<pmheld_stat_key, pmheld_stat>("stats");
+    auto hist = bpf.get_hash_table<pmheld_hist_key, uint64_t>("hist");
+    auto held = bpf.get_hash_table<pmheld_held_key, pmheld_held>("held");
+    auto st = drain_hash<pmheld_stat_key, pmheld_stat>(stats);
+    auto hs = drain_hash<pmheld_hist_key, uint64_t>(hist);
+    // Acquisitions whose stack id failed in BPF count as lost stacks; stacks found
+    // missing from the table while resolving are added below by resolve_stack.
+    if (auto e = add_bpf_counters(bpf, kCounters, dq, &deltas_)) failed_ = e;
+    dq.unmatched_begin = held.get_table_offline().size();  // holds still in progress
+
+    std::map<std::pair<uint32_t, uint64_t>, LockHold> locks;
+    for (const auto& [k, v] : hs) {
+      auto& l = locks[{k.tgid, k.lock}];
+      l.hist.add_bucket(k.bucket, v);
+    }
+    std::unique_ptr<ebpf::BPFStackTable> stacks;
+    if (c_.stacks) stacks = std::make_unique<ebpf::BPFStackTable>(bpf.get_stack_table("stacks"));
+    for (const auto& [k, v] : st) {
+      auto& l = locks[{k.tgid, k.lock}];
+      l.count += v.count;
+      l.total_ns += v.total_ns;
+      l.max_ns = std::max<uint64_t>(l.max_ns, v.max_ns);
+      if (!stacks) continue;
+      remember(k.tgid);
+      StackHold sh;
+      sh.count = v.count, sh.total_ns = v.total_ns, sh.max_ns = v.max_ns;
+      const uint64_t lost_before = dq.lost_stacks;
+      Stack stk = resolve_stack(*stacks, sym_, k.tgid, k.stack_id, -1, StackParts{true, false}, &dq);
+      // A failed id was already counted by BPF, once per acquisition: count only
+      // ids that were valid but whose frames are gone from the table.
+      if (k.stack_id < 0) dq.lost_stacks = lost_before;
+      sh.missing = k.stack_id < 0 || stk.user_missing;
+      sh.frames = stk.user;
+      l.stacks.push_back(std::move(sh));
+    }
+    std::vector<LockHold> out;
+    for (auto& [key, l] : locks) {
+      l.pid = key.first;
+      l.addr = key.second;
+      remember(l.pid);
+      l.comm = comms_[l.pid];
+      SymbolInfo si = sym_.lookup_data(l.pid, l.addr);
+      if (si.found) l.symbol = format_data_symbol(si);
+      l.hist.set_exact_sum(l.total_ns);
+      l.hist.set_exact_max(l.max_ns);
+      std::sort(l.stacks.begin(), l.stacks.end(),
+                [](const StackHold& a, const StackHold& b) { return a.total_ns > b.total_ns; });
+      out.push_back(std::move(l));
+    }
+
+    return out;
+  }
+
+ private:
+  BpfSession& s_;
+  const Config& c_;
+  Symbolizer sym_;
+  std::map<uint32_t, std::string> comms_;
+  CounterDeltas deltas_;
+  Status failed_;
+};
+
+}  // namespace
+
+Status run(const Config& c) {
+  // Locate and resolve everything before loading BPF, so bad targets fail fast (after
+  // the root/BTF check, so an unprivileged user hears about root first).
+  if (!c.ebpf)
+    if (auto st = preflight({})) return st;
+  const std::vector<PthreadFn> fns = {PthreadFn::MutexLock,     PthreadFn::MutexTrylock,
+                                      PthreadFn::MutexTimedlock, PthreadFn::MutexClocklock,
+                                      PthreadFn::MutexUnlock,   PthreadFn::CondWait,
+                                      PthreadFn::CondTimedwait, PthreadFn::CondClockwait};
+  struct Target {
+    PthreadLib lib;
+    std::vector<ProbePoint> points;
+  };
+  std::vector<Target> targets;
+  std::vector<uint32_t> pids = c.pids.empty() ? std::vector<uint32_t>{0} : c.pids;
+  for (uint32_t pid : c.ebpf ? std::vector<uint32_t>{} : pids) {
+    auto lib = find_pthread_lib(pid);
+    if (!lib) return Error{lib.error()};
+    auto pts = resolve_pthread_probes(*lib, fns, ProbeOptions{c.at_symbol});
+    if (!pts) return Error{pts.error()};
+    targets.push_back({*lib, *pts});
+  }
+  const std::vector<PthreadHandler> handlers = {
+      {PthreadFn::MutexLock, "lock_entry", "lock_return"},
+      {PthreadFn::MutexTrylock, "lock_entry", "lock_return"},
+      {PthreadFn::MutexTimedlock, "lock_entry", "lock_return"},
+      {PthreadFn::MutexClocklock, "lock_entry", "lock_return"},
+      {PthreadFn::MutexUnlock, "unlock_entry", ""},
+      {PthreadFn::CondWait, "cond_entry", "cond_return"},
+      {PthreadFn::CondTimedwait, "cond_entry", "cond_return"},
+      {PthreadFn::CondClockwait, "cond_entry", "cond_return"},
+  };
+
+  auto loaded = load_tool(ToolPlan{"pmheld", bpf_text(), bpf_cflags(c), c.ebpf, {}});
+  if (!loaded) return Error{loaded.error()};
+  if (!*loaded) return std::nullopt;  // --ebpf
+  auto& session = **loaded;
+  Collector col(session, c);
+  uint64_t probes = 0;
+  for (const auto& t : targets) {
+    if (auto st = attach_pthread_probes(session, t.lib, t.points, handlers)) return st;
+    for (const auto& p : t.points)
+      for (const auto& h : handlers)
+        if (h.fn == p.fn) probes += h.return_fn.empty() ? 1 : 2;
+    if (t.lib.pid > 0) col.remember(static_cast<uint32_t>(t.lib.pid));
+    if (c.verbose)
+      for (const auto& p : t.points)
+        std::cerr << "pmheld: probe " << t.lib.display << ":" << describe_probe_point(p) << "\n";
+  }
+  // the targets' identity for the exec/exit policy is read before the start record,
+  // with their names and symbols: an exec after it is then always seen as one
+  TargetWatch watch(c.pids, [&](uint32_t pid) { col.refresh(pid); });
+  nlohmann::json start = {{"probes", probes},
+                          {"options",
+                           {{"stacks", c.stacks},
+                            {"stack_storage_size", c.stack_storage_size},
+                            {"entries", c.entries},
+                            {"sort", c.sort},
+                            {"probe_at_symbol", c.at_symbol}}}};
+  if (!c.pids.empty()) start["pid"] = c.pids;
+  announce_attached(std::cout, "pmheld", c.json,
+                    "Tracing pthread mutex hold times in " +
+                        (c.pids.empty() ? std::string("every process") : "PID " + pid_list_text(c.pids)) +
+                        banner_until(c.schedule),
+                    start, empty_dq());
+
+  uint64_t last = monotonic_ns();
+  RunHooks hooks;
+  hooks.report = [&](bool final) {
+    DataQuality dq = empty_dq();
+    auto locks = col.collect(dq);
+    uint64_t now = monotonic_ns();
+    if (!c.json && !c.csv) std::cout << "\n";
+    render(std::cout, std::cerr, c, std::move(locks), dq, window_ending_now(now - last, final));
+    last = now;
+  };
+  uint64_t last_scan = 0;
+  hooks.poll = [&](int timeout_ms) {
+    if (c.pids.empty() && monotonic_ns() - last_scan > 200000000ULL) {
+      col.remember_new_pids();
+      last_scan = monotonic_ns();
+    }
+    struct timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+    nanosleep(&ts, nullptr);
+  };
+  // -p: stop when every target has exited; after an exec, new names and symbols
+  if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;
+  return col.failed();
+}
+
+}  // namespace pmheld

@@ -1,0 +1,120 @@
+// runqlen command line: the option table (generated --help), parsing, BPF flags.
+#include "common/bpf_text.h"
+#include "common/btf.h"
+#include "common/cli.h"
+#include "common/embedded.h"
+#include "common/option_alias.h"
+#include "tools/runqlen/runqlen.h"
+
+extern "C" {
+#include <linux/types.h>
+
+#include "runqlen_shared.h"
+}
+
+namespace bpfdiag {
+extern const EmbeddedFile kBpf_runqlen[];
+}
+
+namespace runqlen {
+using namespace bpfdiag;
+
+const ToolSpec& tool_spec() {
+  static const ToolSpec spec{
+      "runqlen",
+      "summarize CPU run queue length as a histogram, by sampling.",
+      "Reports how many tasks wait for each CPU: the CPU's run queue (every scheduling\n"
+      "class, whole CPU even inside cgroups) minus the task that is running. Idle CPUs\n"
+      "take no samples; their idle time (from sched_switch) counts as length 0 at the\n"
+      "sampling rate, so every CPU is weighted by time.",
+      {
+          opt::timestamp("include a timestamp on each interval report"),
+          OptionSpec{"O,runqocc", "", "report run queue occupancy (% of samples with a queue)", "Output"},
+          OptionSpec{"C,cpus", "", "show a separate histogram for each CPU", "Output"},
+          OptionSpec{"F,frequency", "HZ", "sample frequency per CPU (1-10000, default 99)", "Sampling"},
+          OptionSpec{"f", "HZ", "older name of -F", "Sampling", /*hidden=*/true},
+          OptionSpec{"cfs", "", "BCC's view: the sampled task's own CFS queue only", "Sampling"},
+          opt::json("NDJSON: runqlen.all (runqlen.cpu per CPU with -C), then\n"
+                    "runqlen.summary, per report"),
+          opt::interval(),
+          opt::count(),
+          opt::duration(),
+          opt::ebpf(),
+          opt::help(),
+      },
+      "  runqlen            # summarize run queue length as a histogram, until Ctrl-C\n"
+      "  runqlen 1 10       # print 1 second summaries, 10 times\n"
+      "  runqlen -T 1       # 1s summaries with timestamps\n"
+      "  runqlen -O 5       # run queue occupancy every 5 seconds\n"
+      "  runqlen -C         # a histogram per CPU\n"
+      "  runqlen -F 999 -d 10   # sample at 999 Hz for 10 seconds\n"
+      "  runqlen -j -i 1 -c 3   # three 1-second JSON reports\n",
+      Positional::IntervalCount};
+  return spec;
+}
+
+const char* help_text() {
+  static const std::string text = render_help(tool_spec());
+  return text.c_str();
+}
+
+Result<Config> parse_args(int argc, char** argv) {
+  auto r = parse_tool_cli(tool_spec(), argc, argv);
+  if (!r) return Error{r.error()};
+  const auto& raw = r->raw;
+  Config c;
+  c.help = r->common.help;
+  if (c.help) return c;
+  c.json = r->common.json;
+  c.ebpf = r->common.ebpf;
+  c.timestamp = r->common.timestamp;
+  c.schedule = r->common.schedule;
+  c.per_cpu = raw.count("cpus");
+  c.occupancy = raw.count("runqocc");
+  c.cfs_only = raw.count("cfs");
+  auto f = opt_str_or_alias(raw, "frequency", "f", "-F/--frequency");
+  if (!f) return Error{f.error()};
+  if (*f) {
+    auto v = parse_uint(**f, "-F/--frequency", 1, 10000);
+    if (!v) return Error{v.error()};
+    c.freq_hz = *v;
+  }
+  return c;
+}
+
+// common.h pasted in: libbcc rewrites map calls only in the main file
+std::string bpf_text() { return with_common_header(kBpf_runqlen[0].text); }
+
+Result<std::vector<std::string>> bpf_cflags(const Config& c) {
+  auto flags = kernel_offset_cflags({
+      {"OFF_TASK_PID", "task_struct", {"pid"}},
+      {"OFF_TASK_SE", "task_struct", {"se"}},
+      {"OFF_SE_CFS_RQ", "sched_entity", {"cfs_rq"}},
+      {"OFF_CFS_RQ_RQ", "cfs_rq", {"rq"}},
+      {"OFF_RQ_NR_RUNNING", "rq", {"nr_running"}},
+      {"OFF_CFS_RQ_NR", "cfs_rq", {"nr_queued", "nr_running"}},
+  });
+  if (!flags) return Error{flags.error()};
+  if (c.cfs_only) flags.value().push_back("-DCFS_ONLY");
+  return flags;
+}
+
+const std::vector<CounterSlot>& counter_table() {
+  static const std::vector<CounterSlot> table = {{RUNQLEN_CNT_READ_ERRORS, "read_errors"}};
+  return table;
+}
+
+DataQuality empty_quality() { return DataQuality::with_keys(counter_keys(counter_table())); }
+
+nlohmann::json effective_options(const Config& c) {
+  nlohmann::json o = {{"per_cpu", c.per_cpu},
+                      {"occupancy", c.occupancy},
+                      {"view", c.cfs_only ? "cfs" : "cpu"},
+                      {"frequency_hz", c.freq_hz}};
+  if (c.schedule.interval_ns) o["interval_ns"] = *c.schedule.interval_ns;
+  if (c.schedule.count) o["count"] = *c.schedule.count;
+  if (c.schedule.duration_ns) o["duration_ns"] = *c.schedule.duration_ns;
+  return o;
+}
+
+}  // namespace runqlen

@@ -1,0 +1,161 @@
+// threadpool command line: the option table (generated --help), BPF flags, map sizes.
+#include <algorithm>
+
+#include "common/bpf_text.h"
+#include "common/btf.h"
+#include "common/cli.h"
+#include "common/options.h"
+#include "common/embedded.h"
+#include "common/option_alias.h"
+#include "common/proc.h"
+#include "tools/threadpool/threadpool.h"
+
+namespace bpfdiag {
+extern const EmbeddedFile kBpf_threadpool[];
+}
+
+namespace threadpool {
+using namespace bpfdiag;
+
+const ToolSpec& tool_spec() {
+  static const ToolSpec spec{
+      "threadpool",
+      "is a process's thread pool CPU-starved, blocked, or too small?",
+      "Measures, per interval, how busy a process's worker threads are, how long they\n"
+      "wait for a CPU, what busy workers are blocked in (lock, I/O, poll, sleep, GIL,\n"
+      "other), and for socket servers how long accepted connections queue before a\n"
+      "worker reads them.\n"
+      "A wait is classified by what it is: waiting for work (idle) when a thread\n"
+      "outside the pool ends it (a producer, a client), lock contention when a pool\n"
+      "peer does, sleep when it times out, the GIL when the futex lies in CPython's\n"
+      "_PyRuntime. Threads are grouped by name (numbers removed); the main thread\n"
+      "joins a pool only if it waits for work as the workers do.",
+      {
+          OptionSpec{"p,pid", "PID", "the process to watch (required)", "Filters"},
+          OptionSpec{"threads", "PATTERN",
+                     "the pool: threads whose name matches this regex\n"
+                     "(default: every thread, grouped by name minus digits)",
+                     "Filters"},
+          OptionSpec{"a,all-groups", "",
+                     "text reports show every thread group (default: 3,\n"
+                     "groups of several threads first, by CPU time)",
+                     "Output"},
+          opt::timestamp("print a timestamp on each report"),
+          opt::per_thread("a line per thread in text reports"),
+          OptionSpec{"H,hist", "", "dispatch latency histogram in text reports", "Output"},
+          opt::json("NDJSON: threadpool.start, then per report a\n"
+                    "threadpool.group per group and a threadpool.summary"),
+          OptionSpec{"map-entries", "N",
+                     "size the BPF maps for N threads (default: 4x the\n"
+                     "target's threads, at least 1024); raise it when the\n"
+                     "report says updates were dropped",
+                     "Maps"},
+          OptionSpec{"max-threads", "N", "older name of --map-entries", "Maps", /*hidden=*/true},
+          opt::interval(),
+          opt::count(),
+          opt::duration(),
+          opt::ebpf(),
+          opt::help(),
+      },
+      "  threadpool -p 1234                    # summary at Ctrl-C, grouped by name\n"
+      "  threadpool -p 1234 -i 1               # a report every second\n"
+      "  threadpool -p 1234 --threads worker -i 1 -d 10   # pool: *worker*, 10s\n"
+      "  threadpool -p 1234 -P -i 5            # per-thread lines every 5 seconds\n"
+      "  threadpool -p 1234 -a -i 10           # every thread group, not only 3\n"
+      "  threadpool -p 1234 --map-entries 16384 -i 5   # maps for 16384 threads\n"
+      "  threadpool -p 1234 -j -i 1 -d 30      # NDJSON every second for 30 seconds\n",
+      Positional::None};
+  return spec;
+}
+
+Result<Config> parse_args(int argc, char** argv) {
+  Config c;
+  auto r = parse_tool_cli(tool_spec(), argc, argv);
+  if (!r) return Error{r.error()};
+  if ((c.help = r->common.help)) return c;  // --help wins over everything else
+  const auto& raw = r->raw;
+  c.hist = raw.count("hist");
+  c.all_groups = raw.count("all-groups");
+  c.timestamp = r->common.timestamp;
+  c.per_thread = r->common.per_thread;
+  c.json = r->common.json;
+  c.ebpf = r->common.ebpf;
+  c.schedule = r->common.schedule;
+  auto m = opt_str_or_alias(raw, "map-entries", "max-threads", "--map-entries");
+  if (!m) return Error{m.error()};
+  if (*m) {
+    auto v = parse_uint(**m, "--map-entries", 64, 1048576);
+    if (!v) return Error{v.error()};
+    c.map_entries = static_cast<uint32_t>(*v);
+  }
+  if (r->common.pids.empty()) return Error{"-p PID is required"};
+  if (r->common.pids.size() > 1) return Error{"-p takes one PID: threadpool watches one process"};
+  c.pid = r->common.pids.front();
+  if (auto t = opt_str(raw, "threads")) {
+    if (t->size() > kMaxPatternLen)
+      return Error{"--threads PATTERN is longer than " + std::to_string(kMaxPatternLen) + " characters"};
+    std::string err;
+    if (!compile_pattern(*t, &err)) return Error{"invalid --threads pattern '" + *t + "': " + err};
+    c.pattern = *t;
+  }
+  // --ebpf only prints the program: no process is needed
+  if (!c.ebpf)
+    if (auto st = check_pids_exist({c.pid})) return Error{st->message};
+  return c;
+}
+
+// common.h pasted in: libbcc rewrites map calls only in the main file
+std::string bpf_text() { return with_common_header(kBpf_threadpool[0].text); }
+
+MapSizes map_sizes(const Config& c, size_t nthreads) {
+  uint64_t t = c.map_entries;
+  if (!t) {  // 4x the threads there are now (pools grow), at least 1024
+    t = 1024;
+    while (t < 4 * nthreads && t < (1u << 20)) t *= 2;
+  }
+  MapSizes m;
+  m.threads = static_cast<uint32_t>(t);
+  m.waits = static_cast<uint32_t>(std::max<uint64_t>(65536, 16 * t));  // a few waits each
+  m.hist = static_cast<uint32_t>(std::max<uint64_t>(65536, 32 * t));   // dispatch buckets
+  return m;
+}
+
+Result<std::vector<std::string>> bpf_cflags(const Config& c, size_t nthreads) {
+  auto flags = kernel_offset_cflags({{"OFF_TASK_PID", "task_struct", {"pid"}},
+                                     {"OFF_TASK_TGID", "task_struct", {"tgid"}},
+                                     {"OFF_TASK_STATE", "task_struct", {"__state", "state"}}});
+  if (!flags) return Error{flags.error()};
+  const MapSizes m = map_sizes(c, nthreads);
+  flags.value().push_back("-DTARGET_TGID=" + std::to_string(c.pid));
+  flags.value().push_back("-DTP_MAX_THREADS=" + std::to_string(m.threads));
+  flags.value().push_back("-DTP_MAX_WAITS=" + std::to_string(m.waits));
+  flags.value().push_back("-DTP_MAX_HIST=" + std::to_string(m.hist));
+  return flags;
+}
+
+const char* help_text() {
+  static const std::string text = render_help(tool_spec());
+  return text.c_str();
+}
+
+std::shared_ptr<const regex_t> compile_pattern(const std::string& p, std::string* err) {
+  auto* re = new regex_t;
+  int rc = regcomp(re, p.c_str(), REG_EXTENDED | REG_NOSUB);
+  if (rc != 0) {
+    char buf[256];
+    regerror(rc, re, buf, sizeof buf);
+    if (err) *err = buf;
+    delete re;
+    return nullptr;
+  }
+  return std::shared_ptr<const regex_t>(re, [](const regex_t* r) {
+    regfree(const_cast<regex_t*>(r));
+    delete r;
+  });
+}
+
+bool pattern_search(const regex_t& re, const std::string& s) {
+  return regexec(&re, s.c_str(), 0, nullptr, 0) == 0;
+}
+
+}  // namespace threadpool

@@ -1,0 +1,246 @@
+// threadpool's tracer: snapshots -> thread groups -> reports.
+#include "tools/threadpool/tracer.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "common/proc.h"
+#include "common/runloop.h"
+
+namespace threadpool {
+using namespace bpfdiag;
+static_assert(kNumWakes == TP_NWAKE && kByPeer == TP_W_PEER && kByProcess == TP_W_PROC &&
+                  kByOther == TP_W_OTHER && kTimedOut == TP_W_TIMEOUT &&
+                  kUnseen == TP_W_UNSEEN && kByMain == TP_W_MAIN,
+              "wake classes shared with BPF");
+
+Tracer::Tracer(const Config& c, BpfSession& s, MapSizes sizes)
+    : c_(c), s_(s), sizes_(sizes), members_(c, s.bpf()), snapshots_(s.bpf()), requests_(s.bpf()),
+      runtime_locks_(c.pid) {}
+
+Status Tracer::init() {
+  comm_ = proc_comm(c_.pid);
+  members_.rescan(monotonic_ns());
+  if (members_.all().empty()) {
+    if (!pid_exists(c_.pid)) return Error{"process " + std::to_string(c_.pid) + " exited"};
+    if (!c_.pattern)
+      return Error{"cannot track the threads of PID " + std::to_string(c_.pid) +
+                   "; rerun with a larger --map-entries"};
+    std::set<std::string> names;
+    for (auto tid : proc_threads(c_.pid)) names.insert(proc_comm(tid));
+    std::string list;
+    for (auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    return Error{"no thread of PID " + std::to_string(c_.pid) + " (" + comm_ +
+                 ") matches --threads '" + *c_.pattern + "'; its thread names: " + list};
+  }
+  start_ = last_ = monotonic_ns();
+  refresh_inference();
+  return std::nullopt;
+}
+
+nlohmann::json Tracer::start_fields() const {
+  nlohmann::json threads = nlohmann::json::array();
+  for (auto& [tid, m] : members_.all()) threads.push_back({{"tid", tid}, {"comm", m.comm}, {"group", m.group}});
+  nlohmann::json options = {{"pattern", c_.pattern ? *c_.pattern : ""},
+                            {"per_thread", c_.per_thread},
+                            {"hist", c_.hist},
+                            {"all_groups", c_.all_groups},
+                            {"map_entries", sizes_.threads}};
+  if (c_.schedule.interval_ns) options["interval_ns"] = *c_.schedule.interval_ns;
+  if (c_.schedule.count) options["count"] = *c_.schedule.count;
+  if (c_.schedule.duration_ns) options["duration_ns"] = *c_.schedule.duration_ns;
+  return {{"pid", {c_.pid}}, {"comm", comm_}, {"probes", 6}, {"options", options}, {"threads", threads}};
+}
+
+// How many of each group's workers are busy right now (neither waiting for work nor
+// for the GIL).
+void Tracer::sample() {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> cnt;  // group -> {members, not busy}
+  for (auto& [tid, m] : members_.all()) {
+    auto& work = work_[m.group];
+    if (m.gone || work.excluded == tid) continue;
+    tp_thread t;
+    if (!snapshots_.state(tid, t) || t.state == TP_ST_UNKNOWN || t.state == TP_ST_DEAD) continue;
+    auto& c = cnt[m.group];
+    c.first++;
+    const bool waiting = t.state == TP_ST_BLOCKED || (t.state == TP_ST_RUNNABLE && t.w_pending);
+    if (!waiting) continue;
+    int cat = work.category(tid, WaitKey{t.w_nr, t.w_op, t.w_obj},
+                            t.state == TP_ST_BLOCKED ? kUnseen : static_cast<int>(t.w_wake));
+    if (cat == kIdle || cat == kGil) c.second++;
+  }
+  for (auto& [g, c] : cnt) {
+    auto& acc = acc_[g];
+    acc.interval_busy_max = std::max(acc.interval_busy_max, c.first - c.second);
+  }
+  last_sample_ = monotonic_ns();
+}
+
+void Tracer::tick() {
+  uint64_t now = monotonic_ns();
+  if (now - last_rescan_ >= 500000000ULL) {
+    members_.rescan(now);
+    refresh_inference();
+  }
+  // every 10 ms; slower for big pools (one map lookup per thread per sample)
+  uint64_t period = std::clamp<uint64_t>(members_.all().size() * 200000ULL, 10000000ULL, 100000000ULL);
+  if (now - last_sample_ >= period) sample();
+}
+
+bool Tracer::target_gone() {
+  if (!exited_ && watch_.check(100000000ULL)) exited_ = true;  // common/target.h policy
+  return exited_;
+}
+
+// Where each group waits for work, from the times so far.
+void Tracer::refresh_inference(const std::map<uint32_t, ThreadTimes>* snap) {
+  std::map<uint32_t, ThreadTimes> local;
+  if (!snap) {
+    local = snapshots_.take(members_.all(), monotonic_ns(), /*with_hist=*/false);
+    snap = &local;
+  }
+  const auto& locks = runtime_locks_.update(*snap);
+  members_.update_roles(*snap);
+  std::map<std::string, std::map<uint32_t, ThreadTimes>> by_group;
+  std::map<std::string, size_t> sizes;
+  for (auto& [tid, m] : members_.all()) {
+    sizes[m.group]++;
+    auto it = snap->find(tid);
+    if (it != snap->end()) by_group[m.group][tid] = it->second;
+  }
+  for (auto& [g, n] : sizes) work_[g] = infer_work_waits(by_group[g], n, c_.pid, locks);
+  last_rescan_ = monotonic_ns();
+}
+
+Status Tracer::report(bool final) {
+  s_.poll_perf_buffer("reqs", 0);
+  const uint64_t now = monotonic_ns();
+  auto cur = snapshots_.take(members_.all(), now);
+  refresh_inference(&cur);
+  auto dq = quality(final);
+  if (!dq) return Error{dq.error()};
+  ReportMeta m;
+  m.pid = c_.pid;
+  m.comm = comm_;
+  m.target_exited = exited_;
+  auto groups = build(cur, prev_, last_, now, /*summary=*/false, dq->interval);
+  if (c_.schedule.interval_ns) {
+    // the last interval report is not the final one: the whole-run report follows it
+    m.window = window_ending_now(now - last_, false);
+    render(std::cout, c_, m, groups, dq->interval);
+  }
+  for (auto& g : groups) {
+    auto& acc = acc_[g.name];
+    acc.busy_max = std::max(acc.busy_max, g.busy_max);
+    acc.interval_busy_max = 0;
+  }
+  if (final) {
+    auto sum = build(cur, {}, start_, now, /*summary=*/true, dq->total);
+    m.summary = true;
+    m.window = window_ending_now(now - start_, true);
+    render(std::cout, c_, m, sum, dq->total);
+  }
+  prev_ = std::move(cur);
+  last_ = now;
+  return std::nullopt;
+}
+
+void Tracer::warn_loss(std::ostream& err) {
+  DataQuality total = empty_quality();
+  if (add_bpf_counters(s_.bpf(), counter_table(), total)) return;
+  const uint64_t full = total.map_full, untracked = members_.untracked(), lost = requests_.lost();
+  if (!full && !untracked && !lost) return;
+  err << "threadpool: WARNING: " << full << " updates dropped (BPF maps full), " << untracked
+      << " threads untracked, " << lost << " request events lost; rerun with --map-entries "
+      << std::max<uint64_t>(4ULL * sizes_.threads, 4ULL * (members_.all().size() + untracked)) << " (now "
+      << sizes_.threads << ")" << std::endl;
+}
+
+// Adds an interval's request statistics to the run's.
+void Tracer::accumulate(const std::map<std::string, RequestStats>& req, uint64_t t0, uint64_t t1) {
+  for (auto& [g, r] : req) {
+    auto& acc = acc_[g].req;
+    acc.requests += r.requests;
+    acc.queue_wait.merge(r.queue_wait);
+    acc.service.merge(r.service);
+    acc.response.merge(r.response);
+    if (r.have_depth) {
+      acc.have_depth = true;
+      acc_[g].depth_integral += static_cast<long double>(r.depth.avg) * (t1 - t0);
+      acc_[g].depth_ns += t1 - t0;
+      acc.depth.max = std::max(acc.depth.max, r.depth.max);
+    }
+  }
+}
+
+std::vector<GroupReport> Tracer::build(const std::map<uint32_t, ThreadTimes>& cur,
+                                       const std::map<uint32_t, ThreadTimes>& prev, uint64_t t0,
+                                       uint64_t t1, bool summary, const DataQuality& dq) {
+  std::map<std::string, std::map<uint32_t, ThreadTimes>> deltas;
+  std::map<std::string, size_t> sizes;
+  std::map<uint32_t, std::string> names;
+  for (auto& [tid, m] : members_.all()) {
+    names[tid] = m.comm;
+    auto it = cur.find(tid);
+    if (it == cur.end()) continue;
+    auto p = prev.find(tid);
+    ThreadTimes d = delta(it->second, p == prev.end() ? nullptr : &p->second);
+    bool active = d.on_ns + d.rq_ns + d.blk_ns > 0;
+    if (!active && m.gone) continue;
+    if (work_.count(m.group) && work_[m.group].excluded == tid) continue;
+    sizes[m.group]++;
+    deltas[m.group][tid] = std::move(d);
+  }
+  std::vector<std::string> order;
+  for (auto& [g, n] : sizes) order.push_back(g);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const std::string& a, const std::string& b) { return sizes[a] > sizes[b]; });
+  if (!summary) {
+    interval_req_ = requests_.collect(t0, t1, [&](uint32_t tid) -> std::string {
+      if (const Member* m = members_.find(tid)) return m->group;
+      return order.empty() ? "" : order.front();
+    });
+    accumulate(interval_req_, t0, t1);
+  }
+  const uint64_t untracked = summary ? members_.untracked() : members_.untracked() - untracked_reported_;
+  if (!summary) untracked_reported_ = members_.untracked();
+  std::vector<GroupReport> out;
+  for (auto& name : order) {
+    GroupReport g;
+    g.name = name;
+    g.threads = sizes[name];
+    g.interval_ns = t1 - t0;
+    g.work = work_[name];
+    aggregate(g, deltas[name], names);
+    auto& acc = acc_[name];
+    if (summary) {
+      g.req = acc.req;
+      if (acc.depth_ns) g.req.depth.avg = static_cast<double>(acc.depth_integral / acc.depth_ns);
+      g.busy_max = std::max(acc.busy_max, acc.interval_busy_max);
+    } else {
+      auto it = interval_req_.find(name);
+      if (it != interval_req_.end()) g.req = it->second;
+      g.busy_max = acc.interval_busy_max;
+    }
+    // a sample cannot see less than the average; keep max >= ceil(avg)
+    g.busy_max = std::max<uint64_t>(g.busy_max, static_cast<uint64_t>(g.busy_avg + 0.5));
+    g.busy_max = std::min<uint64_t>(g.busy_max, g.threads);
+    g.dropped = dq.map_full;
+    g.untracked = untracked;
+    g.lost_events = dq.lost_events;
+    g.map_entries = sizes_.threads;
+    decide_verdict(g);
+    out.push_back(std::move(g));
+  }
+  // the pools that matter first: groups of several threads before single threads
+  // (a JVM has a dozen single service threads, mostly asleep), then by CPU activity
+  std::stable_sort(out.begin(), out.end(), [](const GroupReport& a, const GroupReport& b) {
+    const bool pa = a.threads >= 2, pb = b.threads >= 2;
+    if (pa != pb) return pa;
+    const uint64_t ca = a.on_ns + a.rq_ns, cb = b.on_ns + b.rq_ns;
+    return ca != cb ? ca > cb : a.threads > b.threads;
+  });
+  return out;
+}
+
+}  // namespace threadpool

@@ -1,0 +1,191 @@
+// threadpool's tracer: owns the BPF maps of one session and turns them into
+// per-thread times, thread groups and reports. Internal to the tool.
+#pragma once
+#include <bcc/BPF.h>
+#include <linux/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/bpf_maps.h"
+#include "common/bpf_session.h"
+#include "common/report.h"
+#include "common/symbolize.h"
+#include "common/target.h"
+#include "tools/threadpool/threadpool.h"
+
+extern "C" {
+#include "threadpool_shared.h"
+}
+
+namespace threadpool {
+
+// --- runtime.cpp: who is in which pool, and runtime locks ---------------------------
+
+// Initial state of a thread from /proc (the tracepoints only see transitions).
+tp_thread initial_state(uint32_t pid, uint32_t tid, uint64_t now);
+
+// Group ids for the BPF side's waker classes (TP_W_PEER needs the same id). Threads
+// are grouped by name; within a group, a thread that mostly waits in epoll/poll/
+// select/accept (a listener handing work to the pool) and the process's main thread
+// get ids of their own, so that the work they hand over reads as coming from outside
+// the pool. Ids are stable for a group name.
+class GroupIds {
+ public:
+  uint32_t id_of(uint32_t pid, uint32_t tid, const std::string& group, const ThreadTimes* t,
+                 int current_nr);
+
+ private:
+  std::map<std::string, uint32_t> ids_;
+};
+
+// Futex words inside a runtime's global lock, named: CPython's GIL lives in
+// _PyRuntime (3.11: _PyRuntime.ceval.gil, a mutex and condition variables).
+class RuntimeLocks {
+ public:
+  explicit RuntimeLocks(uint32_t pid) : pid_(pid) {}
+  // Looks up the futex words not seen before; returns the named ones.
+  const std::map<uint64_t, std::string>& update(const std::map<uint32_t, ThreadTimes>& snap);
+
+ private:
+  uint32_t pid_;
+  bpfdiag::Symbolizer sym_;
+  std::set<uint64_t> checked_;
+  std::map<uint64_t, std::string> named_;
+};
+
+// --- members.cpp: which threads are tracked, in which group ------------------------
+
+struct Member {
+  std::string comm, group;
+  bool gone = false;
+  uint32_t gid = 0;
+};
+
+// The pool's threads from /proc/PID/task (names matched against --threads, or grouped
+// by name). Keeps the BPF side in step: a thread first seen in /proc gets its initial
+// state in `threads`, every member its group id in `gids`.
+class Members {
+ public:
+  Members(const Config& c, ebpf::BPF& bpf);
+  void rescan(uint64_t now);
+  // Roles settle as waits are seen: refreshes the group ids from the latest times.
+  void update_roles(const std::map<uint32_t, ThreadTimes>& snap);
+  const std::map<uint32_t, Member>& all() const { return members_; }
+  const Member* find(uint32_t tid) const;
+  uint64_t untracked() const { return untracked_; }          // threads map full
+  uint64_t assumed_start() const { return assumed_start_; }  // state read from /proc
+
+ private:
+  const Config& c_;
+  ebpf::BPFHashTable<uint32_t, tp_thread> threads_;
+  ebpf::BPFHashTable<uint32_t, uint32_t> gids_;
+  std::shared_ptr<const regex_t> re_;
+  std::map<uint32_t, Member> members_;
+  GroupIds group_ids_;
+  std::set<uint32_t> untracked_tids_;
+  uint64_t untracked_ = 0, assumed_start_ = 0;
+};
+
+// --- snapshot.cpp: BPF maps -> cumulative per-thread times -----------------------------
+
+class Snapshots {
+ public:
+  explicit Snapshots(ebpf::BPF& bpf);
+  // Every member's cumulative times at `now`, the state in progress included.
+  std::map<uint32_t, ThreadTimes> take(const std::map<uint32_t, Member>& members, uint64_t now,
+                                       bool with_hist = true);
+  bool state(uint32_t tid, tp_thread& t) { return threads_.get_value(tid, t).ok(); }
+
+ private:
+  ebpf::BPFHashTable<uint32_t, tp_thread> threads_;
+  ebpf::BPFHashTable<tp_wait_key, tp_wait_val> waits_;
+  ebpf::BPFHashTable<tp_hist_key, uint64_t> hist_;
+};
+
+// --- requests.cpp: request timing and data quality -----------------------------------
+
+class Requests {
+ public:
+  explicit Requests(ebpf::BPF& bpf);
+  void on_event(const tp_req_event& e) { events_.push_back(e); }
+  void on_lost(uint64_t n) { lost_ += n; }
+  uint64_t lost() const { return lost_; }
+  // Requests completed in (t0, t1] and queue depth over it, per group (`group_of`:
+  // a reader's group, "" if unknown); forgets the events.
+  std::map<std::string, RequestStats> collect(uint64_t t0, uint64_t t1,
+                                              const std::function<std::string(uint32_t)>& group_of);
+  // Requests accepted or being served but not answered yet.
+  uint64_t in_flight();
+
+ private:
+  ebpf::BPFHashTable<tp_conn_key, tp_conn> conns_;
+  std::vector<tp_req_event> events_;
+  std::string taker_;  // the group that takes the requests (reads them)
+  bool any_accept_ = false;
+  uint64_t lost_ = 0;
+};
+
+// Data quality of the interval just ended and of the whole run.
+struct Quality {
+  bpfdiag::DataQuality interval, total;
+};
+
+// --- tracer.cpp ----------------------------------------------------------------------
+
+struct GroupAcc {  // per group, across the whole run (for the summary)
+  RequestStats req;
+  long double depth_integral = 0;
+  uint64_t depth_ns = 0;
+  uint64_t busy_max = 0;
+  uint64_t interval_busy_max = 0;
+};
+
+// Ties the pieces together: every ~10 ms tick() rescans and samples busy workers;
+// report() turns two snapshots into one GroupReport per thread group and renders it.
+class Tracer {
+ public:
+  Tracer(const Config& c, bpfdiag::BpfSession& s, MapSizes sizes);
+  bpfdiag::Status init();  // reads /proc/PID/task, fills the maps; error if no pool
+  nlohmann::json start_fields() const;
+  Requests& requests() { return requests_; }
+  void tick();
+  bool target_gone();
+  bpfdiag::Status report(bool final);
+  // One warning on stderr when anything was lost during the run, naming the option.
+  void warn_loss(std::ostream& err);
+
+ private:
+  void sample();
+  void refresh_inference(const std::map<uint32_t, ThreadTimes>* snap = nullptr);
+  void accumulate(const std::map<std::string, RequestStats>& req, uint64_t t0, uint64_t t1);
+  std::vector<GroupReport> build(const std::map<uint32_t, ThreadTimes>& cur,
+                                 const std::map<uint32_t, ThreadTimes>& prev, uint64_t t0,
+                                 uint64_t t1, bool summary, const bpfdiag::DataQuality& dq);
+  bpfdiag::Result<Quality> quality(bool final);
+
+  const Config& c_;
+  bpfdiag::BpfSession& s_;
+  MapSizes sizes_;
+  Members members_;
+  Snapshots snapshots_;
+  Requests requests_;
+  std::string comm_;
+  std::map<std::string, WorkWaits> work_;
+  std::map<std::string, GroupAcc> acc_;
+  std::map<uint32_t, ThreadTimes> prev_;
+  std::map<std::string, RequestStats> interval_req_;
+  bpfdiag::CounterDeltas deltas_;
+  RuntimeLocks runtime_locks_;
+  bool exited_ = false;
+  bpfdiag::TargetWatch watch_{{c_.pid}};  // PID + start time: a reused PID is not the target
+  uint64_t untracked_reported_ = 0;
+  uint64_t start_ = 0, last_ = 0, last_rescan_ = 0, last_sample_ = 0;
+};
+
+}  // namespace threadpool

@@ -1,0 +1,126 @@
+// threadpool verdict: what limits a group of worker threads, from its time split, and
+// whether data loss leaves the answer in doubt.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "tools/threadpool/threadpool.h"
+
+namespace threadpool {
+
+namespace {
+
+// Loss that can change the verdict: pool threads not tracked at all, or more than 5%
+// of the pool's time whose wait was dropped (waits map full).
+bool significant_loss(const GroupReport& g) {
+  return g.untracked > 0 || g.unattributed_ns * 20 > g.accounted_ns;
+}
+
+std::string loss_text(const GroupReport& g) {
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "%llu updates dropped (maps full), %llu threads untracked, %llu events lost",
+                static_cast<unsigned long long>(g.dropped),
+                static_cast<unsigned long long>(g.untracked),
+                static_cast<unsigned long long>(g.lost_events));
+  return b;
+}
+
+void decide(GroupReport& g) {
+  char why[320];
+  if (g.accounted_ns == 0) {
+    g.verdict = "no-data";
+    g.why = "no scheduler activity recorded for these threads";
+    return;
+  }
+  const uint64_t idle = std::min(g.idle_ns, g.accounted_ns);
+  const uint64_t working = g.accounted_ns - idle;  // busy + waiting for the GIL
+  const uint64_t gil = g.blocked_ns[kGil];
+  const uint64_t busy = working - std::min(gil, working);
+  const double util = g.utilization;
+  if (working && gil * 10 >= working * 3) {
+    std::snprintf(why, sizeof why,
+                  "workers wait for the GIL %.0f%% of the time they have work; only one runs "
+                  "Python at a time (%.2f busy on average): use processes or code that "
+                  "releases the GIL",
+                  100.0 * gil / working, g.busy_avg);
+    g.verdict = "blocked-on-gil";
+    g.why = why;
+    return;
+  }
+  const bool queued = g.req.have_depth && g.req.depth.avg >= 0.5;
+  if (util < 0.25 && !queued) {
+    std::snprintf(why, sizeof why, "workers busy %.0f%% of the time, waiting for work the rest",
+                  100 * util);
+    g.verdict = "idle";
+    g.why = why;
+    return;
+  }
+  auto frac = [&](uint64_t v) { return busy ? static_cast<double>(v) / busy : 0.0; };
+  const double f_rq = frac(g.rq_ns), f_on = frac(g.on_ns);
+  const double f_lock = frac(g.blocked_ns[kLock]);
+  const double f_io = frac(g.blocked_ns[kIo] + g.blocked_ns[kPoll]);
+  const double f_sleep = frac(g.blocked_ns[kSleep]);
+  const double f_other = frac(g.blocked_ns[kOther]);
+  const double f_blk = std::max({f_lock, f_io, f_sleep, f_other});
+  const char* blk_name = f_blk == f_lock    ? "locks"
+                         : f_blk == f_io    ? "I/O"
+                         : f_blk == f_sleep ? "sleep (timed waits nobody ended early)"
+                                            : "other waits";
+  // "too small" needs evidence of queueing, which only request tracking gives
+  bool growing = false;
+  if (g.req.have_depth && g.req.requests)
+    growing = g.req.depth.avg >= 1.0 ||
+              g.req.queue_wait.mean() * 2 >= std::max<uint64_t>(g.req.service.mean(), 1);
+  const bool saturated = util >= 0.9 && growing;
+  if (f_rq >= 0.3 && f_rq >= f_blk) {
+    std::snprintf(why, sizeof why,
+                  "busy workers wait for a CPU %.0f%% of their busy time (on CPU %.0f%%)",
+                  100 * f_rq, 100 * f_on);
+    g.verdict = "cpu-starved";
+  } else if (saturated) {
+    std::snprintf(why, sizeof why,
+                  "all workers busy (%.0f%%) and work queues (depth avg %.1f); busy time: on "
+                  "CPU %.0f%%, blocked on %s %.0f%%",
+                  100 * util, g.req.depth.avg, 100 * f_on, blk_name, 100 * f_blk);
+    g.verdict = "pool-too-small";
+  } else if (f_blk >= 0.3 && f_blk > f_on) {
+    if (f_blk == f_sleep) {
+      std::snprintf(why, sizeof why,
+                    "busy workers sleep %.0f%% of their busy time (timed waits nobody ended "
+                    "early); utilisation %.0f%%",
+                    100 * f_blk, 100 * util);
+      g.verdict = "sleeping";
+    } else {
+      std::snprintf(why, sizeof why, "busy workers are blocked on %s %.0f%% of their busy time",
+                    blk_name, 100 * f_blk);
+      g.verdict = f_blk == f_lock ? "blocked-on-locks" : f_blk == f_io ? "blocked-on-io"
+                                                                       : "blocked-other";
+    }
+  } else {
+    std::snprintf(why, sizeof why, "busy %.0f%%, mostly on CPU (%.0f%% of busy time)", 100 * util,
+                  100 * f_on);
+    g.verdict = "ok";
+  }
+  g.why = why;
+}
+
+}  // namespace
+
+void decide_verdict(GroupReport& g) {
+  decide(g);
+  if (!g.dropped && !g.untracked && !g.lost_events) return;
+  const std::string hint =
+      g.map_entries ? "; rerun with --map-entries " +
+                          std::to_string(std::max<uint64_t>(4ULL * g.map_entries,
+                                                            4ULL * (g.threads + g.untracked)))
+                    : "; rerun with a larger --map-entries";
+  if (significant_loss(g)) {
+    g.why = "verdict withheld (would be " + g.verdict + "): " + loss_text(g) + hint;
+    g.verdict = "uncertain";
+  } else {
+    g.why += " (data lost: " + loss_text(g) + hint + ")";
+  }
+}
+
+}  // namespace threadpool
