@@ -79,17 +79,6 @@ def lock_record(recs, addr):
     return None
 
 
-def retry(fn, what, attempts=3):
-    """Other engineers' BPF tests share the CPUs: a noisy run is retried; a real bug
-    fails every attempt."""
-    for i in range(attempts):
-        ok, detail = fn()
-        if ok:
-            return detail
-        print("     attempt %d of %s off: %s" % (i + 1, what, detail.get("why", "")))
-    return detail
-
-
 MC_ARGS = ["--threads", "4", "--hold-us", "500", "--gap-us", "200", "--hold-mode", "sleep",
            "--duration-ms", "2000"]
 
@@ -108,7 +97,7 @@ def futex_run():
     return ok, d
 
 
-d = retry(futex_run, "futex mode")
+d = futex_run()[1]
 gt, r = d["gt"], d["rec"]
 check(d["rc"] == 0 and "PID %d exited" % gt["pid"] in d["err"],
       "lockstat exits 0 with a note when the traced PID exits (rc %s)" % d["rc"])
@@ -161,7 +150,7 @@ def threads_run():
     return not bad, {"gt": gt, "rows": rows, "bad": bad, "why": "threads off: %s" % bad, "err": err}
 
 
-d = retry(threads_run, "per-thread view")
+d = threads_run()[1]
 check(len(d["rows"]) == d["gt"]["threads"] and not d["bad"],
       "-P: one row per worker, each thread's wait within 10%% (or 3 ms) of its own (%s)" % d["bad"])
 check(all(x["top_lock"] == "cache_lock" for x in d["rows"].values()), "-P -L cache_lock: top lock is cache_lock")
@@ -181,7 +170,7 @@ def uprobe_run():
     return ok, d
 
 
-d = retry(uprobe_run, "--uprobes")
+d = uprobe_run()[1]
 gt, r = d["gt"], d["rec"]
 check(r is not None, "--uprobes: a record for the mutex (%s)" % d["err"].strip()[:300])
 if r:
@@ -208,7 +197,7 @@ def kernel_run():
     return bool(mm) and mm[0]["wait_count"] > 0, d
 
 
-d = retry(kernel_run, "kernel locks")
+d = kernel_run()[1]
 check(bool(d["mm"]), "kernel: mmap_storm's mmap_lock reported (%d iterations)" % d["gt"]["iterations"])
 if d["mm"]:
     m = d["mm"][0]
@@ -414,7 +403,7 @@ def interval_sum_run():
     return rc == 0 and len(locks) >= 5 and within(tot, gt["total_wait_ns"], rel=0.10), d
 
 
-d = retry(interval_sum_run, "interval sum")
+d = interval_sum_run()[1]
 check(d["rc"] == 0 and len(d["locks"]) >= 5 and within(d["tot"], d["gt"]["total_wait_ns"], rel=0.10),
       "interval mode: %s, within 10%% over the reports" % d["why"])
 

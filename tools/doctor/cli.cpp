@@ -1,6 +1,7 @@
 // doctor command line: the option table (generated --help), parsing, BPF text and flags.
 #include "common/bpf_text.h"
 #include "common/cli.h"
+#include "common/tool_config.h"
 #include "common/embedded.h"
 #include "tools/doctor/doctor.h"
 
@@ -40,10 +41,7 @@ const ToolSpec& tool_spec() {
   return spec;
 }
 
-const char* help_text() {
-  static const std::string text = render_help(tool_spec());
-  return text.c_str();
-}
+const char* help_text() { return help_cstr(tool_spec()); }
 
 Result<Config> parse_args(int argc, char** argv) {
   auto r = parse_tool_cli(tool_spec(), argc, argv);

@@ -2,6 +2,7 @@
 #include "common/bpf_text.h"
 #include "common/btf.h"
 #include "common/cli.h"
+#include "common/tool_config.h"
 #include "common/embedded.h"
 #include "common/option_alias.h"
 #include "tools/runqlen/runqlen.h"
@@ -53,10 +54,7 @@ const ToolSpec& tool_spec() {
   return spec;
 }
 
-const char* help_text() {
-  static const std::string text = render_help(tool_spec());
-  return text.c_str();
-}
+const char* help_text() { return help_cstr(tool_spec()); }
 
 Result<Config> parse_args(int argc, char** argv) {
   auto r = parse_tool_cli(tool_spec(), argc, argv);

@@ -4,6 +4,7 @@
 #include "common/bpf_text.h"
 #include "common/btf.h"
 #include "common/cli.h"
+#include "common/tool_config.h"
 #include "common/options.h"
 #include "common/embedded.h"
 #include "common/option_alias.h"
@@ -133,10 +134,7 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, size_t nthreads) {
   return flags;
 }
 
-const char* help_text() {
-  static const std::string text = render_help(tool_spec());
-  return text.c_str();
-}
+const char* help_text() { return help_cstr(tool_spec()); }
 
 std::shared_ptr<const regex_t> compile_pattern(const std::string& p, std::string* err) {
   auto* re = new regex_t;
