@@ -63,6 +63,7 @@ class BpfSession {
 
  private:
   BpfSession();
+  void verify(const std::string& fn, int type = 5 /* BPF_PROG_TYPE_TRACEPOINT */);
   std::unique_ptr<ebpf::BPF> bpf_;
   std::vector<int> perf_fds_;
 };

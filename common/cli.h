@@ -15,6 +15,7 @@
 
 #include <cxxopts.hpp>
 
+#include "common/timing.h"
 #include "common/bpf_session.h"
 #include "common/parse.h"
 #include "common/result.h"
@@ -99,7 +100,9 @@ int tool_main(const char* tool, const char* help, int argc, char** argv, ParseFn
       }
     }
   }
+  timing_mark("parse options");
   Status st = ensure_tracefs();  // before any libbcc call, while single-threaded
+  timing_mark("mount namespace/tracefs");
   if (!st) st = run(static_cast<const Config&>(c));
   if (st) {
     flush_output(tool);

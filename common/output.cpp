@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common/runloop.h"
+#include "common/timing.h"
 
 namespace bpfdiag {
 
@@ -49,6 +50,8 @@ void write_record(std::ostream& os, const nlohmann::json& record) { emit_json(os
 
 void announce_attached(std::ostream& out, const std::string& tool, bool json, const std::string& banner,
                        const nlohmann::json& fields, const DataQuality& zero_dq) {
+  timing_mark("after attach, before banner");
+  timing_report();
   if (!banner.empty()) {
     std::fprintf(stderr, "%s\n", banner.c_str());
     std::fflush(stderr);

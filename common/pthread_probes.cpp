@@ -1,3 +1,4 @@
+#include "common/timing.h"
 #include "common/pthread_probes.h"
 
 #include <bcc/BPF.h>
@@ -472,6 +473,7 @@ Result<std::vector<ProbePoint>> resolve_pthread_probes(const PthreadLib& lib,
     }
     out.push_back(pt);
   }
+  timing_mark("resolve pthread probe points");
   return out;
 }
 
@@ -509,6 +511,7 @@ Status attach_pthread_probes(BpfSession& s, const PthreadLib& lib,
                      lib.display + ":" + pthread_fn_name(h.fn) +
                      (pt->offset ? "+" + hex(pt->offset) : "") + ": " + msg + hint};
       }
+      if (timing_on()) timing_mark(std::string(ret ? "uretprobe " : "uprobe ") + pthread_fn_name(h.fn));
       enter_reporting();  // attached: a stop signal now asks for the report
     }
   }
