@@ -2,7 +2,6 @@
 #include "common/runloop.h"
 
 #include <bcc/BPF.h>
-#include <malloc.h>
 #include <sched.h>
 #include <bpf/libbpf.h>
 #include <linux/perf_event.h>
@@ -256,8 +255,7 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
   }
   timing_mark("libbcc compile + maps");
   dir.value().reset();  // the headers are not needed once compiled
-  malloc_trim(0);       // clang's freed arenas back to the kernel (steady-state RSS)
-  timing_mark("header shim removed, trim");
+  timing_mark("header shim removed");
   if (!st.ok()) {
     // clang's diagnostics run to many lines; the first "error:" line says what broke
     std::string msg = diagnostics, first;
