@@ -197,6 +197,43 @@ if r:
           "--uprobes: exact call site update_cache (%s)" % [c["site"] for c in r["sites"]][:2])
     check("pthread_mutex_lock" in d["err"], "-v says where the uprobes are")
 
+# --uprobes probe cost: with uncontended locks (each thread its own mutex, no hold, no
+# gap) a probed call's timed window is almost all the probes' own cost (leaving the
+# entry trap, the return trap: ~0.3-1.2 us here, it varies with load). lockstat
+# calibrates that cost at startup and takes it off each call, so its time per call must
+# come back near the time per call the workload measures untraced (~20-40 ns), here
+# within a quarter of the probe cost (without the correction it is ~1 probe cost).
+PRIV_ARGS = ["--private", "--threads", "2", "--hold-us", "0", "--gap-us", "0", "--duration-ms", "1000"]
+
+
+def uprobe_cost_run():
+    r = run([workload("mutex_contention")] + PRIV_ARGS, timeout=60)
+    untraced = json.loads(r.stdout.strip().splitlines()[-1])
+    gt, recs, err, rc = traced_run("mutex_contention", PRIV_ARGS, ["--uprobes", "-U"])
+    rows = [x for x in recs if x.get("type") == "lockstat.lock" and x["kind"] == "pthread" and x["pid"] == gt["pid"]]
+    cost = recs[0].get("probe_cost_ns", 0) if recs else 0
+    calls = sum(x["calls"] for x in rows)
+    per_call = sum(x["wait_total_ns"] for x in rows) / max(calls, 1)
+    truth = untraced["total_wait_ns"] / untraced["acquisitions"]
+    d = {"cost": cost, "calls": calls, "acq": gt["acquisitions"], "per_call": per_call, "truth": truth,
+         "summary": [x for x in recs if x.get("type") == "lockstat.summary"]}
+    ok = 50 <= cost <= 5000 and abs(per_call - truth) <= 0.25 * cost
+    d["why"] = "probe cost %d ns, %.0f ns per call vs %.0f untraced" % (cost, per_call, truth)
+    return ok, d
+
+
+d = retry(uprobe_cost_run, "--uprobes probe cost")
+print("     --uprobes uncontended: probe cost %d ns; lockstat %.0f ns per call (%d calls of %d), untraced %.0f ns"
+      % (d["cost"], d["per_call"], d["calls"], d["acq"], d["truth"]))
+check(50 <= d["cost"] <= 5000, "--uprobes: the start record's probe_cost_ns %d is measured (50-5000 ns)" % d["cost"])
+check(d["summary"] and all(x["probe_cost_ns"] == d["cost"] for x in d["summary"]),
+      "--uprobes: the summary carries the same probe_cost_ns")
+check(abs(d["calls"] - d["acq"]) <= 4,  # + libc's own few (thread start, exit)
+      "--uprobes: every uncontended call counted (%d calls, workload %d)" % (d["calls"], d["acq"]))
+check(abs(d["per_call"] - d["truth"]) <= 0.25 * d["cost"],
+      "--uprobes: %.0f ns per uncontended call, within a quarter of the %d ns probe cost of the untraced %.0f ns"
+      % (d["per_call"], d["cost"], d["truth"]))
+
 # --- 4. kernel locks -------------------------------------------------------------------
 
 
