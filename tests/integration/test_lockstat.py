@@ -13,7 +13,9 @@
    tests share this 2-CPU machine, so we allow 10%.
 2. per-thread view (-P): each worker thread's total within 10% (or 3 ms) of its own.
 3. --uprobes: the pthread_mutex_lock calls counted equal the workload's acquisitions
-   and the time within 10%; the call site is update_cache.
+   and the time within 10%; the call site is update_cache. On uncontended private
+   mutexes the calibrated probe cost (probe_cost_ns) taken off each call brings the
+   time per call back near the workload's untraced time per call.
 4. kernel locks: mmap_storm's threads contend on their mmap_lock; lockstat -K names it
    mmap_lock (an rwsem) with a kernel stack through the mmap/munmap/fault paths.
 5. bad input: usage errors (exit 2), unknown lock symbol, a PID without libc for
