@@ -201,10 +201,12 @@ if r:
 
 # --uprobes probe cost: with uncontended locks (each thread its own mutex, no hold, no
 # gap) a probed call's timed window is almost all the probes' own cost (leaving the
-# entry trap, the return trap: ~0.3-1.2 us here, it varies with load). lockstat
-# calibrates that cost at startup and takes it off each call, so its time per call must
-# come back near the time per call the workload measures untraced (~20-40 ns), here
-# within a quarter of the probe cost (without the correction it is ~1 probe cost).
+# entry trap, the return trap: ~0.3-1.3 us here, it varies with load). lockstat
+# calibrates that cost at startup and takes it off each call, so the median call on
+# the workload's mutexes must come back near the time per call the workload measures
+# untraced (~20-40 ns), within a quarter of the probe cost (uncorrected it is about
+# one probe cost). The median, not the mean: a call preempted inside its window by
+# other tests on this 2-CPU machine would swamp a mean of ~100 ns calls.
 PRIV_ARGS = ["--private", "--threads", "2", "--hold-us", "0", "--gap-us", "0", "--duration-ms", "1000"]
 
 
@@ -212,29 +214,31 @@ def uprobe_cost_run():
     r = run([workload("mutex_contention")] + PRIV_ARGS, timeout=60)
     untraced = json.loads(r.stdout.strip().splitlines()[-1])
     gt, recs, err, rc = traced_run("mutex_contention", PRIV_ARGS, ["--uprobes", "-U"])
-    rows = [x for x in recs if x.get("type") == "lockstat.lock" and x["kind"] == "pthread" and x["pid"] == gt["pid"]]
+    rows = sorted((x for x in recs if x.get("type") == "lockstat.lock" and x["kind"] == "pthread"
+                   and x["pid"] == gt["pid"]), key=lambda x: -x["calls"])
     cost = recs[0].get("probe_cost_ns", 0) if recs else 0
     calls = sum(x["calls"] for x in rows)
-    per_call = sum(x["wait_total_ns"] for x in rows) / max(calls, 1)
     truth = untraced["total_wait_ns"] / untraced["acquisitions"]
-    d = {"cost": cost, "calls": calls, "acq": gt["acquisitions"], "per_call": per_call, "truth": truth,
+    p50s = [x["wait_p50_ns"] for x in rows[:2]]
+    d = {"cost": cost, "calls": calls, "acq": gt["acquisitions"], "p50s": p50s, "truth": truth,
+         "mean": sum(x["wait_total_ns"] for x in rows) / max(calls, 1),
          "summary": [x for x in recs if x.get("type") == "lockstat.summary"]}
-    ok = 50 <= cost <= 5000 and abs(per_call - truth) <= 0.25 * cost
-    d["why"] = "probe cost %d ns, %.0f ns per call vs %.0f untraced" % (cost, per_call, truth)
+    ok = 50 <= cost <= 5000 and len(p50s) == 2 and all(abs(p - truth) <= 0.25 * cost for p in p50s)
+    d["why"] = "probe cost %d ns, medians %s ns vs %.0f untraced" % (cost, p50s, truth)
     return ok, d
 
 
 d = retry(uprobe_cost_run, "--uprobes probe cost")
-print("     --uprobes uncontended: probe cost %d ns; lockstat %.0f ns per call (%d calls of %d), untraced %.0f ns"
-      % (d["cost"], d["per_call"], d["calls"], d["acq"], d["truth"]))
+print("     --uprobes uncontended: probe cost %d ns; medians %s ns, mean %.0f ns per call (%d calls of %d);"
+      " untraced %.0f ns" % (d["cost"], d["p50s"], d["mean"], d["calls"], d["acq"], d["truth"]))
 check(50 <= d["cost"] <= 5000, "--uprobes: the start record's probe_cost_ns %d is measured (50-5000 ns)" % d["cost"])
 check(d["summary"] and all(x["probe_cost_ns"] == d["cost"] for x in d["summary"]),
       "--uprobes: the summary carries the same probe_cost_ns")
 check(abs(d["calls"] - d["acq"]) <= 4,  # + libc's own few (thread start, exit)
       "--uprobes: every uncontended call counted (%d calls, workload %d)" % (d["calls"], d["acq"]))
-check(abs(d["per_call"] - d["truth"]) <= 0.25 * d["cost"],
-      "--uprobes: %.0f ns per uncontended call, within a quarter of the %d ns probe cost of the untraced %.0f ns"
-      % (d["per_call"], d["cost"], d["truth"]))
+check(len(d["p50s"]) == 2 and all(abs(p - d["truth"]) <= 0.25 * d["cost"] for p in d["p50s"]),
+      "--uprobes: median uncontended call %s ns, within a quarter of the %d ns probe cost of the untraced %.0f ns"
+      % (d["p50s"], d["cost"], d["truth"]))
 
 # --- 4. kernel locks -------------------------------------------------------------------
 
