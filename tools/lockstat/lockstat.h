@@ -45,6 +45,9 @@ struct Config {
   size_t stacks = 3;                     // -s: waiters and call sites shown per lock
   uint64_t map_entries = 0;              // --map-entries (0: sized from the target)
   bpfdiag::Schedule schedule;            // -i/-c/-d
+  // --uprobes: ns of probe cost taken off each timed call, measured at startup by
+  // run() (tools/lockstat/calibrate.cpp), not an option
+  uint64_t probe_cost_ns = 0;
 };
 
 // The option table (generated --help, USAGE, man page SYNOPSIS).

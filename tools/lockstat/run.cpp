@@ -138,6 +138,7 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
   for (uint64_t a : c.lock_addrs) locks.push_back(hex_addr(a));
   for (const auto& n : c.lock_names) locks.push_back(n);
   nlohmann::json j = {{"probes", probes},
+                      {"probe_cost_ns", c.probe_cost_ns},
                       {"options",
                        {{"view", c.per_thread ? "threads" : "locks"},
                         {"user_locks", !c.kernel_only},
@@ -179,8 +180,15 @@ Status run(const Config& c0) {
       libs.emplace_back(*lib, *pts);
     }
   }
+  std::unique_ptr<CalibChild> calib;  // --uprobes: times the probes' own cost
+  if (c.uprobes && !c.ebpf) {
+    auto ch = start_calibration_child();
+    if (!ch) return Error{ch.error()};
+    calib = std::move(ch.value());
+  }
   auto flags = bpf_cflags(c);
   if (!flags) return Error{flags.error()};
+  if (calib) flags.value().push_back("-DCALIB_PID=" + std::to_string(calib->pid));
   auto loaded = load_tool(ToolPlan{"lockstat", bpf_text(), *flags, c.ebpf, tps});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
@@ -209,6 +217,15 @@ Status run(const Config& c0) {
       }
     }
     what = c.uprobes ? "pthread_mutex_lock calls" : "futex waits";
+  }
+  if (calib) {
+    auto cost = calibrate_probe_cost(session, *calib);
+    if (!cost) return Error{cost.error()};
+    c.probe_cost_ns = *cost;
+    calib.reset();
+    if (c.verbose)
+      std::fprintf(stderr, "lockstat: probe cost %llu ns per call, taken off each timed call\n",
+                   static_cast<unsigned long long>(c.probe_cost_ns));
   }
   for (auto& [lib, pts] : libs) {
     if (auto st = attach_pthread_probes(
