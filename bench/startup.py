@@ -30,6 +30,9 @@ CASES = [
      "{ @start[tid] = nsecs; } tracepoint:syscalls:sys_exit_nanosleep, "
      "tracepoint:syscalls:sys_exit_clock_nanosleep /@start[tid]/ "
      "{ @[comm] = hist(nsecs - @start[tid]); delete(@start[tid]); }"),
+    ("profile",
+     [os.path.join(BIN, "profile")], "Sampling",
+     "profile:hz:49 /pid != 0/ { @[kstack, ustack, comm] = count(); }"),
 ]
 
 
