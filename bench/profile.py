@@ -94,14 +94,17 @@ def profile_stacks(out):
 
 
 # --- 1. cpu_split, three samplers at once ---------------------------------------------
+t_wl = time.monotonic()
 wl = subprocess.Popen([os.path.join(WL, "cpu_split"), "8", "4000"], stdout=subprocess.PIPE, text=True)
 pr = profile_start(wl.pid)
 pf = perf_start(wl.pid, os.path.join(tmp, "split.data"))
 bt = bpftrace_start(wl.pid)
+# bpftrace symbolizes ustack when it prints, so it must stop while the workload lives
+time.sleep(max(0.0, t_wl + 4.0 + 7.0 - time.monotonic()))
+ba, bb, btotal = bpftrace_counts(bt)
 truth = json.loads(wl.communicate(timeout=60)[0])
 out = pr.communicate(timeout=60)[0]
 pf.wait(timeout=60)
-ba, bb, btotal = bpftrace_counts(bt)
 st = [s for s in profile_stacks(out) if s["tid"] == truth["tid"]]
 a = sum(s["sample_count"] for s in st if "func_a" in s.get("user_stack", []))
 b = sum(s["sample_count"] for s in st if "func_b" in s.get("user_stack", []))
@@ -113,6 +116,7 @@ cpu_s = truth["cpu_ns"] / 1e9
 want = share(truth["func_a_cpu_ns"], truth["func_b_cpu_ns"])
 print("cpu_split: %.2f CPU-s burnt; ground truth func_a share %.3f (a:b %.2f)"
       % (cpu_s, want, truth["func_a_cpu_ns"] / float(truth["func_b_cpu_ns"])))
+print("  (bpftrace stops 1 s before the end: its share only; it symbolizes at exit)")
 for name, x, y, tot in (("profile", a, b, n), ("perf", pa, pb, len(ps)), ("bpftrace", ba, bb, btotal)):
     print("  %-8s func_a share %.3f (a:b %.2f, off truth by %+.3f)  samples %d = %.3f x F*cpu"
           % (name, share(x, y), x / float(y or 1), share(x, y) - want, tot, tot / (F * cpu_s)))
@@ -127,12 +131,8 @@ py = subprocess.Popen(["/usr/bin/python3", "-c", code])
 pr = profile_start(py.pid)
 pf = perf_start(py.pid, os.path.join(tmp, "py.data"))
 time.sleep(3.5)
-with open("/proc/%d/stat" % py.pid) as f:
-    fields = f.read().rsplit(")", 1)[1].split()
-    t0 = int(fields[11]) + int(fields[12])
-t0_wall = time.monotonic()
-# the process CPU time at the end: read just before it exits (it sleeps 0 at the end)
-last = t0
+# the process CPU time (utime + stime, clock ticks) just before it exits
+last = 0
 while py.poll() is None:
     try:
         with open("/proc/%d/stat" % py.pid) as f:
@@ -144,7 +144,7 @@ while py.poll() is None:
 out = pr.communicate(timeout=60)[0]
 pf.wait(timeout=60)
 hz = os.sysconf("SC_CLK_TCK")
-cpu_s = (last - 0) / float(hz)  # whole-process CPU time (the 4 s sleep uses none)
+cpu_s = last / float(hz)  # whole-process CPU time (the 4 s sleep uses none)
 st = profile_stacks(out)
 n = sum(s["sample_count"] for s in st)
 ev = sum(s["sample_count"] for s in st if "_PyEval_EvalFrameDefault" in s.get("user_stack", []))
