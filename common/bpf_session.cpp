@@ -218,6 +218,10 @@ BpfSession::~BpfSession() {
   bpf_.reset();  // ~BPF detaches the rest exactly once
 }
 
+void BpfSession::disable_perf_events() {
+  for (int fd : perf_fds_) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+}
+
 Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
                                                      const std::vector<std::string>& cflags) {
   // libbcc splits cflags on white space: a flag with a space would silently become

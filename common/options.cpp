@@ -38,6 +38,7 @@ OptionSpec count() { return make("c,count", "N", "stop after N interval reports"
 OptionSpec duration() {
   return make("d,duration", "TIME", "trace for TIME (default unit s), then report", "Schedule");
 }
+OptionSpec svg(std::string help) { return make("svg", "FILE", std::move(help), "Output"); }
 OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "Output"); }
 OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
@@ -194,6 +195,7 @@ Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
     if (!v) return Error{v.error()};
     c.tids = *v;
   }
+  if (auto s = str("svg")) c.svg = *s;
   if (auto s = str("sort")) c.sort = *s;
   if (auto f = str("fields")) c.fields = *f;
   if (auto n = str("entries")) {

@@ -54,6 +54,7 @@ ToolSpec make_spec() {
       opt::per_thread("folded: name threads \"comm-PID/TID\" so they never merge"),
       opt::json("NDJSON: offcputime.start, an offcputime.stack record\n"
                 "per stack, then offcputime.summary (times in ns)"),
+      opt::svg("write a flame graph of the whole run to FILE\n(off-CPU colours, times in us)"),
       opt::ebpf(),
       opt::help(),
       tool_opt("duration", "TIME", "trace for TIME (default unit s), then report", "Schedule"),
@@ -81,7 +82,8 @@ ToolSpec make_spec() {
       "  offcputime --state 2   # only blocks in uninterruptible sleep (D)\n"
       "  offcputime -i 5 -c 3   # three reports, 5 seconds each\n"
       "  offcputime -fP -p 185 5 > out.folded  # per-thread flame graph input\n"
-      "  offcputime -j 5        # NDJSON: every stack with offcpu_total_ns\n";
+      "  offcputime -j 5        # NDJSON: every stack with offcpu_total_ns\n"
+      "  offcputime -p 185 5 --svg off.svg  # an interactive flame graph\n";
   s.positional = Positional::Duration;
   return s;
 }
@@ -115,6 +117,7 @@ Result<Config> parse_args(int argc, char** argv) {
   c.per_thread = co.per_thread;
   c.json = co.json;
   c.ebpf = co.ebpf;
+  c.svg = co.svg;
   c.schedule = co.schedule;
   c.user_threads_only = raw.count("user-threads-only");
   c.kernel_threads_only = raw.count("kernel-threads-only");
@@ -166,21 +169,7 @@ Result<Config> parse_args(int argc, char** argv) {
   return c;
 }
 
-Status validate_targets(const Config& c) {
-  if (auto st = check_pids_exist(c.pids)) return st;
-  for (auto t : c.tids) {
-    if (!pid_exists(t)) return Error{"no thread with TID " + std::to_string(t)};
-    if (c.pids.empty()) continue;
-    bool ok = false;
-    for (auto p : c.pids) ok = ok || is_thread_of(t, p);
-    if (!ok) {
-      std::string list;
-      for (auto p : c.pids) list += (list.empty() ? "" : ",") + std::to_string(p);
-      return Error{"TID " + std::to_string(t) + " is not a thread of PID " + list};
-    }
-  }
-  return std::nullopt;
-}
+Status validate_targets(const Config& c) { return check_targets(c.pids, c.tids); }
 
 std::string bpf_text() { return with_common_header(kBpf_offcputime[0].text); }
 

@@ -2,7 +2,6 @@
 // the warnings at the end of a run, the start record's fields and the banner.
 #include <algorithm>
 #include <map>
-#include <tuple>
 
 #include "common/parse.h"
 #include "tools/offcputime/offcputime.h"
@@ -23,24 +22,11 @@ const std::vector<std::string>& dq_keys() {
 // Stack ids that differ only in frames symbolization drops (the tracing path's own
 // frames) or cannot name render the same; report them as one entry.
 void merge_identical(std::vector<Entry>& entries) {
-  using Key = std::tuple<uint32_t, uint32_t, std::string, std::vector<std::string>, std::vector<std::string>,
-                         bool, bool>;
-  std::map<Key, size_t> index;
-  std::vector<Entry> out;
-  for (auto& e : entries) {
-    Key key{e.pid, e.tid, e.comm, e.stack.user, e.stack.kernel, e.stack.user_missing, e.stack.kernel_missing};
-    auto it = index.find(key);
-    if (it == index.end()) {
-      index.emplace(std::move(key), out.size());
-      out.push_back(std::move(e));
-      continue;
-    }
-    Entry& m = out[it->second];
+  merge_identical_stacks(entries, [](Entry& m, const Entry& e) {
     m.total_ns += e.total_ns;
     m.count += e.count;
     m.max_ns = std::max(m.max_ns, e.max_ns);
-  }
-  entries = std::move(out);
+  });
 }
 
 std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries) {
@@ -56,24 +42,10 @@ std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries) {
   return out;
 }
 
-static std::string folded_name(const Config& c, const Entry& e) {
-  if (!c.per_thread) return e.comm;
-  return e.comm + "-" + std::to_string(e.pid) + "/" + std::to_string(e.tid);
-}
-
 std::vector<std::string> folded_lines(const Config& c, const std::vector<Entry>& entries) {
-  // merge identical lines (same name and frames), keeping first-seen order
-  std::map<std::string, uint64_t> sums;
-  std::vector<std::string> order;
-  for (auto& e : entries) {
-    std::string l = folded_line(folded_name(c, e), e.stack, 0);
-    l.resize(l.size() - 2);  // drop " 0"
-    if (!sums.count(l)) order.push_back(l);
-    sums[l] += e.total_ns;
-  }
-  std::vector<std::string> out;
-  for (auto& l : order) out.push_back(l + " " + std::to_string(sums[l] / 1000));
-  return out;
+  FoldedSet set;
+  for (auto& e : entries) set.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.total_ns);
+  return set.lines(1000);  // values in microseconds
 }
 
 std::vector<std::string> warnings(const Config& c, const DataQuality& dq) {

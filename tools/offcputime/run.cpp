@@ -10,6 +10,7 @@
 #include "common/bpf_counters.h"
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
+#include "common/flamegraph.h"
 #include "common/symbolize.h"
 #include "common/target.h"
 #include "common/tool.h"
@@ -80,6 +81,8 @@ Status run(const Config& user_config) {
   uint64_t window_start = monotonic_ns();
   CounterDeltas deltas;
   uint64_t lost_reported = 0;
+  FoldedSet flame;  // --svg: the stacks of every report (ns; shown in us)
+  Status svg_failed;
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
     session.poll_perf_buffer("new_procs", std::min(timeout_ms, 100));
@@ -129,11 +132,22 @@ Status run(const Config& user_config) {
     rep.dq.add("unknown_frames", (ss.user_unknown + ss.kernel_unknown) - (before.user_unknown + before.kernel_unknown));
     rep.dq.add("processes_gone_before_seen", ss.pids_unreadable - before.pids_unreadable);
     render(std::cout, std::cerr, c, rep);
-    if (final)
-      for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
+    if (!c.svg.empty())
+      for (auto& e : rep.entries) flame.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.total_ns);
+    if (!final) return;
+    for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
+    if (!c.svg.empty()) {
+      FlameOptions fo;
+      fo.title = "Off-CPU Flame Graph";
+      fo.subtitle = banner(c);
+      fo.unit = "us";
+      fo.palette = FlamePalette::OffCpu;
+      svg_failed = write_flamegraph_svg(c.svg, flame.stacks(1000), fo);
+    }
   };
   TargetWatch watch(c.pids);  // -p: stop with "PID N exited" when every target is gone
-  return run_tool_loop(c.schedule, hooks, watch);
+  if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;
+  return svg_failed;
 }
 
 }  // namespace offcputime
