@@ -1,5 +1,5 @@
 // Runbook files: a runbook is a small declarative text file naming the tools to run
-// together over one time window (see man 8 runbook, "RUNBOOK FILES"):
+// together over one time window (see man 8 runbook, "Runbook files"):
 //
 //   # slow-service: a service is slow; where does its time go?
 //   title: Slow service

@@ -21,7 +21,7 @@ const ToolSpec kSpec{
     "with its error; the report is still written. Runbooks are small files\n"
     "NAME.runbook in share/bpfdiag/runbooks (or $BPFDIAG_RUNBOOKS); see man 8 runbook.",
     {opt::pid("trace these processes (passed to every tool)"),
-     OptionSpec{"d,duration", "TIME", "the window (default unit s; default: the runbook's, 10 s)", "Schedule"},
+     OptionSpec{"d,duration", "TIME", "the window (default unit s; default 10 s)", "Schedule"},
      OptionSpec{"o,output", "DIR", "report directory (default: ./runbook-NAME-DATE-TIME)"},
      OptionSpec{"l,list", "", "list the runbooks and their tools"}, opt::help()},
     "  runbook --list                       # the runbooks and what they run\n"
@@ -41,7 +41,7 @@ Result<Config> parse(int argc, char** argv) {
   c.name = r->common.file;
   c.pids = r->common.pids;
   if (auto v = opt_str(r->raw, "pid")) c.pid_arg = *v;
-  c.duration_ns = r->common.schedule.duration_ns;
+  c.duration_ns = r->common.schedule.duration_ns.value_or(0);
   if (auto v = opt_str(r->raw, "output")) c.out_dir = *v;
   if (c.help) return c;
   if (c.list) {

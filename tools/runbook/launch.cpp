@@ -216,11 +216,16 @@ Status execute(Run& run) {
     t.name = rt.name;
     t.exe = find_program(rt.name);
     t.argv = {t.exe.empty() ? rt.name : t.exe, "-j"};
-    if (!run.cfg.pid_arg.empty()) t.argv.insert(t.argv.end(), {"-p", run.cfg.pid_arg});
+    const std::string help = t.exe.empty() ? "" : help_text(t.exe);
+    // -p goes to the tools that have it (runqlen measures CPUs, not processes)
+    if (!run.cfg.pid_arg.empty() && (t.exe.empty() || help.find("--pid") != std::string::npos))
+      t.argv.insert(t.argv.end(), {"-p", run.cfg.pid_arg});
+    else if (!run.cfg.pid_arg.empty())
+      t.whole_machine = true;
     t.argv.insert(t.argv.end(), rt.args.begin(), rt.args.end());
     if (t.exe.empty()) {
       t.error = rt.name + " not found next to runbook (" + self_exe_dir() + ") or in PATH";
-    } else if (help_text(t.exe).find("--svg") != std::string::npos) {
+    } else if (help.find("--svg") != std::string::npos) {
       t.own_svg = true;
       t.argv.insert(t.argv.end(), {"--svg", run.dir + "/" + t.name + ".svg"});
     }

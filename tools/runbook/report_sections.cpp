@@ -64,6 +64,8 @@ void add_method_and_quality(const Run& run, Report& rep) {
     for (auto& t : run.tools) s += (s.empty() ? "" : ", ") + t.name;
     return s;
   }());
+  for (auto& t : run.tools)
+    if (t.whole_machine) method->lines.push_back(t.name + " has no -p: it measured the whole machine");
   method->lines.push_back(std::string("host ") + u.nodename + ", kernel " + u.release + " (" + u.machine + ")");
 
   quality->table_head = {"tool", "status", "records", "lost events", "lost stacks", "unmatched begin/end", "map full",

@@ -41,6 +41,7 @@ struct ToolRun {
   std::vector<std::string> argv;  // argv[0] = the program's path (or name when not found)
   std::string exe;                // "" : not found
   bool own_svg = false;           // the tool was given --svg (it writes its SVG itself)
+  bool whole_machine = false;     // -p was given but the tool has none (e.g. runqlen)
   pid_t pid = -1;
   int out_fd = -1;
   std::string partial;            // stdout bytes after the last newline
