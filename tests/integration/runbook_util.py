@@ -10,7 +10,7 @@ from harness import SCHEMA_DIR, check, tool, validate
 
 RUNBOOK = tool("runbook")
 # "- [ ] text — **number** (tool)", one finding per line of report.md
-FINDING = re.compile(r"^- \[( |x)\] (.*) — \*\*(.*)\*\* \((\w+)\)$")
+FINDING = re.compile(r"^- \[( |x)\] (.*) — \*\*(.*)\*\* \(([\w-]+)\)$")
 
 
 def read_line(fd, timeout):

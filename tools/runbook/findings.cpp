@@ -86,7 +86,8 @@ void lockstat(Ctx& c, const ToolRun& t) {
     std::string number = fmt_ms(u64(*l, "wait_total_ns")) + " waited, " + std::to_string(u64(*l, "wait_count")) +
                          " waits by " + std::to_string(u64(*l, "thread_count")) + " threads, max " +
                          fmt_ms(u64(*l, "wait_max_ns"));
-    if (i++ < 3 && str(*l, "class") == "contention") c.find(t, text, number);
+    // lockstat's reading says whether it matters ("light: ..." does not)
+    if (i++ < 3 && str(*l, "class") == "contention") c.find(t, text, number, str(*l, "reading").rfind("light", 0) != 0);
     c.line("Locks", "lockstat: " + text + " — " + number + " [" + str(*l, "class") + "]");
   }
   for (auto* s : t.final_records("summary"))
@@ -212,6 +213,7 @@ Report build_report(const Run& run) {
       c.find(t, t.name + " failed" + (t.exit_code > 0 ? " (exit " + std::to_string(t.exit_code) + ")" : "") + ": " +
                     t.stderr_last_line(),
              t.exit_signal ? "signal " + std::to_string(t.exit_signal) : "no report");
+    if (t.failed()) rep.findings.back().failure = true;
     std::string sec = kSectionOf.count(t.name) ? kSectionOf.at(t.name) : "";
     size_t before = sec.empty() ? 0 : c.sec[sec]->lines.size();
     if (t.name == "threadpool") threadpool(c, t);
@@ -230,6 +232,7 @@ Report build_report(const Run& run) {
   }
   // problems first, keeping each tool's order
   std::stable_partition(rep.findings.begin(), rep.findings.end(), [](const Finding& f) { return f.problem; });
+  std::stable_partition(rep.findings.begin(), rep.findings.end(), [](const Finding& f) { return f.failure; });
   add_method_and_quality(run, rep);
   // a section no tool of this runbook covers says so (the doctor's only when it ran)
   for (auto& s : rep.sections)

@@ -85,6 +85,7 @@ struct Finding {
   std::string text;    // what was found
   std::string number;  // the number behind it, as the tool measured it
   bool problem = true;  // false: measured and fine (a "[x]" line)
+  bool failure = false;  // the tool itself failed
 };
 struct Figure {
   std::string title;
