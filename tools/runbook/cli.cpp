@@ -19,7 +19,8 @@ const ToolSpec kSpec{
     "can be repeated). The report starts with the findings, one line each with the\n"
     "number behind it and the tool that measured it. A tool that fails is reported\n"
     "with its error; the report is still written. Runbooks are small files\n"
-    "NAME.runbook in share/bpfdiag/runbooks (or $BPFDIAG_RUNBOOKS); see man 8 runbook.",
+    "NAME.runbook in share/bpfdiag/runbooks (or $BPFDIAG_RUNBOOKS); see\n"
+    "man 8 runbook.",
     {opt::pid("trace these processes (passed to every tool)"),
      OptionSpec{"d,duration", "TIME", "the window (default unit s; default 10 s)", "Schedule"},
      OptionSpec{"o,output", "DIR", "report directory (default: ./runbook-NAME-DATE-TIME)"},
