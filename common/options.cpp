@@ -73,6 +73,8 @@ std::string positional_usage(Positional p) {
       return "[duration]";
     case Positional::File:
       return "[FILE]";
+    case Positional::Name:
+      return "NAME";
     case Positional::None:
       break;
   }
@@ -144,6 +146,9 @@ std::string render_help(const ToolSpec& spec) {
       break;
     case Positional::File:
       os << " FILE                   input file (default: standard input)\n";
+      break;
+    case Positional::Name:
+      os << " NAME                   what to run (--list names them)\n";
       break;
     case Positional::None:
       break;
@@ -241,8 +246,9 @@ Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
   auto pos = positionals(*r);
   if (!pos.empty()) {
     if (spec.positional == Positional::None) return Error{"unexpected argument '" + pos[0] + "'"};
-    if (spec.positional == Positional::File) {
-      if (pos.size() > 1) return Error{"unexpected argument '" + pos[1] + "' (one input file)"};
+    if (spec.positional == Positional::File || spec.positional == Positional::Name) {
+      if (pos.size() > 1) return Error{"unexpected argument '" + pos[1] + "'" +
+                                  (spec.positional == Positional::File ? " (one input file)" : " (one name)")};
       c.file = pos[0];
       return out;
     }

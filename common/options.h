@@ -41,6 +41,7 @@ enum class Positional {
   IntervalCount,  // [interval [count]] (BCC runqlen and friends)
   Duration,       // [duration] (BCC offcputime, profile)
   File,           // [FILE] an input file (converters), in CommonOptions::file
+  Name,           // NAME: what to run (runbook), in CommonOptions::file
 };
 
 struct ToolSpec {
