@@ -41,6 +41,13 @@ OptionSpec duration() {
 OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "Output"); }
 OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
+OptionSpec unwind() {
+  return make("unwind", "MODE",
+              "user stacks: dwarf (.eh_frame tables, works without\n"
+              "frame pointers; default with -p/-t) or fp (frame\n"
+              "pointers; default system-wide)",
+              "Stacks");
+}
 }  // namespace opt
 
 namespace {
