@@ -43,9 +43,9 @@ OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(he
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
 OptionSpec unwind() {
   return make("unwind", "MODE",
-              "user stacks: dwarf (.eh_frame tables, works without\n"
-              "frame pointers; default with -p/-t) or fp (frame\n"
-              "pointers; default system-wide)",
+              "user stacks: fp (frame pointers, the default) or\n"
+              "dwarf (.eh_frame tables: whole stacks of code built\n"
+              "without frame pointers; needs -p or -t)",
               "Stacks");
 }
 }  // namespace opt

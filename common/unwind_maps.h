@@ -36,8 +36,8 @@ namespace bpfdiag {
 
 enum class UnwindMode { FramePointer, Dwarf };
 
-// --unwind=fp|dwarf: the given mode, else dwarf when targets (-p/-t) are known and fp
-// system-wide (tables for every process are not built yet).
+// --unwind=fp|dwarf: the given mode, else fp (dwarf is opt-in until every stack tool
+// passes its suite with it; then the default becomes dwarf with -p/-t).
 Result<UnwindMode> parse_unwind_mode(const cxxopts::ParseResult& raw, bool have_targets);
 const char* unwind_mode_name(UnwindMode m);
 

@@ -169,26 +169,31 @@ void build_rows(Elf* elf, UnwindTable& t) {
     rows.push_back(row);
     last = r;
   };
-  size_t i = 0;
-  uint64_t pc = starts.empty() ? 0 : starts[0];
-  while (i < starts.size()) {
-    Dwarf_Frame* fr = nullptr;
-    if (dwarf_cfi_addrframe(cfi, pc, &fr) == 0) {
+  // Each FDE row by row (dwarf_frame_info gives the row's [start, end)) up to the
+  // next FDE's start; where the previous FDE ended before it, a NONE row (gap).
+  uint64_t end = 0;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    uint64_t pc = starts[i];
+    if (pc < end) continue;  // overlapping FDE (the previous one covered it)
+    if (end && end < pc) {
+      st.gaps++;
+      emit(end, Rule{UW_CFA_NONE, 0, UW_RBP_SAME, 0});
+    }
+    uint64_t limit = i + 1 < starts.size() ? starts[i + 1] : UINT64_MAX;
+    while (pc < limit) {
+      Dwarf_Frame* fr = nullptr;
+      if (dwarf_cfi_addrframe(cfi, pc, &fr) != 0) break;  // past the FDE's end
       Dwarf_Addr s = 0, e = 0;
       bool sig = false;
       dwarf_frame_info(fr, &s, &e, &sig);
       emit(pc, classify(fr, st));
       free(fr);
-      pc = e > pc ? e : pc + 1;
-      while (i < starts.size() && starts[i] < pc) ++i;
-    } else {  // no FDE covers pc: a gap up to the next FDE
-      st.gaps++;
-      emit(pc, Rule{UW_CFA_NONE, 0, UW_RBP_SAME, 0});
-      while (i < starts.size() && starts[i] <= pc) ++i;
-      if (i < starts.size()) pc = starts[i];
+      if (e <= pc) break;
+      pc = e;
     }
+    end = std::max(end, pc);
   }
-  if (pc <= UINT32_MAX) emit(pc, Rule{UW_CFA_NONE, 0, UW_RBP_SAME, 0});  // past the last FDE
+  if (end && end <= UINT32_MAX) emit(end, Rule{UW_CFA_NONE, 0, UW_RBP_SAME, 0});  // past the last FDE
   st.rows = rows.size();
   t.has_cfi = !rows.empty();
   dwarf_cfi_end(cfi);

@@ -84,7 +84,7 @@ ToolSpec make_spec() {
       "  offcputime -i 5 -c 3   # three reports, 5 seconds each\n"
       "  offcputime -fP -p 185 5 > out.folded  # per-thread flame graph input\n"
       "  offcputime -j 5        # NDJSON: every stack with offcpu_total_ns\n"
-      "  offcputime -f -p 185 --unwind=fp  # frame-pointer user stacks\n";
+      "  offcputime -f -p 185 --unwind=dwarf  # whole stacks, no frame pointers\n";
   s.positional = Positional::Duration;
   return s;
 }
@@ -125,6 +125,8 @@ Result<Config> parse_args(int argc, char** argv) {
   auto uw = parse_unwind_mode(raw, !c.pids.empty() || !c.tids.empty());
   if (!uw) return Error{uw.error()};
   c.unwind_dwarf = *uw == UnwindMode::Dwarf && !c.kernel_stacks_only;
+  if (*uw == UnwindMode::Dwarf && c.pids.empty() && c.tids.empty())
+    return Error{"--unwind=dwarf needs -p or -t (tables are built per target process)"};
   if (c.user_threads_only && c.kernel_threads_only)
     return Error{"-u and -k are mutually exclusive (user or kernel threads)"};
   if (c.kernel_threads_only && c.user_stacks_only)

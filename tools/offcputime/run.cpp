@@ -68,8 +68,9 @@ void on_lost(void* cookie, uint64_t n) { static_cast<Live*>(cookie)->lost_events
 Status run(const Config& user_config) {
   Config c = user_config;
   if (!c.stack_storage_size) c.stack_storage_size = auto_stack_storage(count_traced_threads(c));
-  auto flags = bpf_cflags(c);
-  if (!flags) return Error{flags.error()};
+  auto base_flags = bpf_cflags(c);
+  if (!base_flags) return Error{base_flags.error()};
+  std::vector<std::string> flags = *base_flags;
   UnwindMaps uw;
   if (c.unwind_dwarf && !c.ebpf) {  // tables of every target process, before load (sizes)
     std::set<uint32_t> tgids(c.pids.begin(), c.pids.end());
@@ -80,9 +81,9 @@ Status run(const Config& user_config) {
   if (c.unwind_dwarf) {
     auto uf = uw.cflags();
     if (!uf) return Error{uf.error()};
-    flags->insert(flags->end(), uf->begin(), uf->end());
+    flags.insert(flags.end(), uf->begin(), uf->end());
   }
-  auto loaded = load_tool(ToolPlan{"offcputime", bpf_text(), *flags, c.ebpf, {}});
+  auto loaded = load_tool(ToolPlan{"offcputime", bpf_text(), flags, c.ebpf, {}});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
@@ -97,7 +98,15 @@ Status run(const Config& user_config) {
     if (auto st = session.attach_raw_tracepoint(tp, fn))
       return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
-  announce_attached(std::cout, "offcputime", c.json, banner(c), start_fields(c, kProbes.size()), dq0);
+  nlohmann::json fields = start_fields(c, kProbes.size());
+  if (c.unwind_dwarf) {  // what the tables cost at startup
+    const UnwindStats& us = uw.stats();
+    fields["unwind_tables"] = {{"processes", us.processes}, {"mappings", us.mappings},
+                               {"binaries", us.binaries},   {"binaries_without_cfi", us.binaries_without_cfi},
+                               {"rows", us.rows},           {"bytes", us.table_bytes},
+                               {"build_ms", us.build_ms},   {"fill_ms", us.fill_ms}};
+  }
+  announce_attached(std::cout, "offcputime", c.json, banner(c), fields, dq0);
 
   uint64_t window_start = monotonic_ns();
   CounterDeltas deltas, uw_deltas;
