@@ -18,7 +18,7 @@
 #include "unwind_shared.h"
 
 #define UW_HASH_LOST 1ULL
-#define UW_ROW_STEPS 24 /* binary search over <= 16M rows of one file */
+#define UW_ROW_STEPS 20 /* binary search over <= 1M rows of one file */
 
 struct uw_user_regs {
   u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
@@ -157,10 +157,11 @@ static inline __attribute__((always_inline)) u64 uw_unwind_user(u32 tgid) {
   asm volatile("" ::: "memory");
   u32 depth = out->depth, status = out->status;
   u64 h = 14695981039346656037ULL;
+  /* a fixed trip count (no break on depth): clang's unrolling of a depth-bounded loop
+   * walks a pointer the verifier cannot bound */
   for (u32 i = 0; i < UW_MAX_DEPTH; i++) {
-    if (i >= depth)
-      break;
-    h ^= out->pc[i & (UW_STACK_SLOTS - 1)];
+    u64 pc = out->pc[i & (UW_STACK_SLOTS - 1)];
+    h ^= i < depth ? pc : 0;
     h *= 1099511628211ULL;
   }
   h ^= status;

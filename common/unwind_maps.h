@@ -55,7 +55,7 @@ struct UnwindStats {
 
 class UnwindMaps {
  public:
-  explicit UnwindMaps(uint32_t max_depth = 64) : max_depth_(max_depth) {}
+  explicit UnwindMaps(uint32_t max_depth = 32) : max_depth_(max_depth) {}
   // Reads /proc/TGID/maps and builds the tables of its executable file mappings.
   // False when the process is gone.
   bool add_process(uint32_t tgid);

@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# NOT YET GREEN (not run by ctest: the glob is test_*.py): offcputime --unwind=dwarf
+# does not load yet (verifier; see the report of the unwind branch). Rename to
+# test_unwind.py once it passes.
 """User stacks without frame pointers (issue 11): offcputime --unwind=dwarf against the
 *_nofp workloads (built -O2 -fomit-frame-pointer; unwind_solib_nofp calls into our own
 stripped libunwind_blk.so), each thread blocking from a named function three calls
