@@ -42,6 +42,13 @@ OptionSpec svg(std::string help) { return make("svg", "FILE", std::move(help), "
 OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "Output"); }
 OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
+OptionSpec unwind() {
+  return make("unwind", "MODE",
+              "user stacks: fp (frame pointers, the default) or\n"
+              "dwarf (.eh_frame tables: whole stacks of code built\n"
+              "without frame pointers; needs -p or -t)",
+              "Stacks");
+}
 }  // namespace opt
 
 namespace {

@@ -79,6 +79,8 @@ OptionSpec svg(std::string help = "write a flame graph of the final report to FI
 OptionSpec ebpf();
 OptionSpec verbose(std::string help = "say where probes were placed and what was skipped");
 OptionSpec help();
+// --unwind=fp|dwarf (parsed by common/unwind_maps parse_unwind_mode)
+OptionSpec unwind();
 }  // namespace opt
 
 // The shared options as parsed; fields of options a tool does not declare stay empty.

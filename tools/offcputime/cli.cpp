@@ -8,6 +8,7 @@
 #include "common/embedded.h"
 #include "common/filters.h"
 #include "common/proc.h"
+#include "common/unwind_maps.h"
 #include "tools/offcputime/offcputime.h"
 
 namespace bpfdiag {
@@ -49,6 +50,7 @@ ToolSpec make_spec() {
       tool_opt("max-block-time", "TIME", "", "Filters", true),
       opt::user_stacks_only("show user space stacks only"),
       opt::kernel_stacks_only("show kernel space stacks only"),
+      opt::unwind(),
       tool_opt("d,delimited", "", "insert \"--\" between kernel and user stacks", "Output"),
       opt::folded("folded output for flamegraph.pl and speedscope"),
       opt::per_thread("folded: name threads \"comm-PID/TID\" so they never merge"),
@@ -83,7 +85,8 @@ ToolSpec make_spec() {
       "  offcputime -i 5 -c 3   # three reports, 5 seconds each\n"
       "  offcputime -fP -p 185 5 > out.folded  # per-thread flame graph input\n"
       "  offcputime -j 5        # NDJSON: every stack with offcpu_total_ns\n"
-      "  offcputime -p 185 5 --svg off.svg  # an interactive flame graph\n";
+      "  offcputime -p 185 5 --svg off.svg  # an interactive flame graph\n"
+      "  offcputime -f -p 185 --unwind=dwarf  # whole stacks, no frame pointers\n";
   s.positional = Positional::Duration;
   return s;
 }
@@ -122,6 +125,11 @@ Result<Config> parse_args(int argc, char** argv) {
   c.user_threads_only = raw.count("user-threads-only");
   c.kernel_threads_only = raw.count("kernel-threads-only");
   c.delimiter = raw.count("delimited");
+  auto uw = parse_unwind_mode(raw, !c.pids.empty() || !c.tids.empty());
+  if (!uw) return Error{uw.error()};
+  c.unwind_dwarf = *uw == UnwindMode::Dwarf && !c.kernel_stacks_only;
+  if (*uw == UnwindMode::Dwarf && c.pids.empty() && c.tids.empty())
+    return Error{"--unwind=dwarf needs -p or -t (tables are built per target process)"};
   if (c.user_threads_only && c.kernel_threads_only)
     return Error{"-u and -k are mutually exclusive (user or kernel threads)"};
   if (c.kernel_threads_only && c.user_stacks_only)
@@ -171,7 +179,7 @@ Result<Config> parse_args(int argc, char** argv) {
 
 Status validate_targets(const Config& c) { return check_targets(c.pids, c.tids); }
 
-std::string bpf_text() { return with_common_header(kBpf_offcputime[0].text); }
+std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_offcputime[0].text)); }
 
 Result<std::vector<std::string>> bpf_cflags(const Config& c) {
   auto f = kernel_offset_cflags({

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/parse.h"
+#include "common/unwind_maps.h"
 #include "tools/offcputime/offcputime.h"
 
 namespace offcputime {
@@ -14,8 +15,11 @@ const std::vector<std::string>& dq_keys() {
   // overflow_stacks: stacks kept in the overflow map (not lost); unknown_frames:
   // frames no symbol names; processes_gone_before_seen: exited before their maps
   // could be read.
-  static const std::vector<std::string> keys = {"seen_full", "overflow_stacks", "unknown_frames",
-                                                "processes_gone_before_seen"};
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k = {"seen_full", "overflow_stacks", "unknown_frames", "processes_gone_before_seen"};
+    for (auto& u : unwind_dq_keys()) k.push_back(u);  // --unwind=dwarf (zero with fp)
+    return k;
+  }();
   return keys;
 }
 
@@ -82,6 +86,7 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
                               {"state", opt_ns(c.state.value_or(0), c.state.has_value())},
                               {"stack_storage_size", c.stack_storage_size},
                               {"map_entries", c.map_entries},
+                              {"unwind", c.unwind_dwarf ? "dwarf" : "fp"},
                               {"interval_ns", opt_ns(s.interval_ns.value_or(0), s.interval_ns.has_value())},
                               {"duration_ns", opt_ns(s.duration_ns.value_or(0), s.duration_ns.has_value())}});
 }
@@ -98,7 +103,10 @@ std::string banner(const Config& c) {
   if (c.user_threads_only) who += " (user threads)";
   if (c.kernel_threads_only) who += " (kernel threads)";
   std::string what = c.user_stacks_only ? "user" : c.kernel_stacks_only ? "kernel" : "user + kernel";
-  return "Tracing off-CPU time (us) of " + who + " by " + what + " stack" + banner_until(c.schedule);
+  std::string how = c.kernel_stacks_only ? ""
+                    : c.unwind_dwarf      ? " (user stacks: DWARF unwinding)"
+                                          : " (user stacks: frame pointers)";
+  return "Tracing off-CPU time (us) of " + who + " by " + what + " stack" + how + banner_until(c.schedule);
 }
 
 }  // namespace offcputime
