@@ -96,17 +96,32 @@ def cases(target_pid):
     ]
 
 
+def cpu_seconds(pid):
+    """On-CPU time of every thread of `pid` so far (schedstat, ns precision): unlike
+    wall time it hardly depends on what else the machine is running."""
+    total = 0
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[0])
+    except OSError:
+        pass
+    return total / 1e9
+
+
 def measure(cmd, markers, env=None):
-    """Seconds from exec to the first output line holding a marker, and VmHWM (MB)."""
+    """Seconds from exec to the first output line holding a marker, VmHWM (MB) and
+    CPU seconds used by then."""
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    attached, hwm, lines = None, 0, []
+    attached, hwm, cpu, lines = None, 0, 0.0, []
     while True:
         line = p.stdout.readline()
         if not line:
             break
         if any(m in line for m in markers):
             attached = time.monotonic() - t0
+            cpu = cpu_seconds(p.pid)
             try:
                 with open("/proc/%d/status" % p.pid) as f:
                     for l in f:
@@ -124,7 +139,7 @@ def measure(cmd, markers, env=None):
         p.communicate()
     if attached is None:
         print("    %s failed: %s" % (os.path.basename(cmd[0]), " | ".join(lines[-3:])))
-    return attached, hwm, lines
+    return attached, hwm, cpu, lines
 
 
 def peer_cmd(program):
@@ -159,20 +174,23 @@ def main():
             todo.append((tool, [exe] + argv[1:], bt))
         env = dict(os.environ)
         env.pop("BPFDIAG_TIMING", None)
-        res = {t: {"ours": [], "peer": [], "ours_mb": [], "peer_mb": []} for t, _, _ in todo}
+        res = {t: {"ours": [], "peer": [], "ours_mb": [], "peer_mb": [], "ours_cpu": [], "peer_cpu": []}
+               for t, _, _ in todo}
         for run in range(RUNS):
             for tool, cmd, bt in todo:
                 order = [("ours", cmd, ['"%s.start"' % tool]), ("peer", peer_cmd(bt), ["Attaching"])]
                 if run % 2:
                     order.reverse()  # neither side always runs right after the other
                 for side, c, markers in order:
-                    t, mb, _ = measure(c, markers, env)
+                    t, mb, cpu, _ = measure(c, markers, env)
                     if t is not None:
                         res[tool][side].append(t)
                         res[tool][side + "_mb"].append(mb)
-        print("%-10s %9s %9s %7s %8s %8s  %s" % ("tool", "ours_s", "bpftr_s", "ratio", "ours_MB",
-                                                 "bpftr_MB", "goal (<=%.2fs, <=%.1fx, <=%dMB)"
-                                                 % (GOAL_S, GOAL_RATIO, GOAL_MB)))
+                        res[tool][side + "_cpu"].append(cpu)
+        print("load average: %s" % open("/proc/loadavg").read().split()[0])
+        print("%-10s %7s %7s %6s %7s %7s %6s %7s %7s  %s" % (
+            "tool", "ours_s", "bpftr_s", "ratio", "ours_cpu", "bt_cpu", "ratio", "ours_MB", "bt_MB",
+            "goal (<=%.2fs, <=%.1fx, <=%dMB)" % (GOAL_S, GOAL_RATIO, GOAL_MB)))
         failed = False
         for tool, cmd, bt in todo:
             r = res[tool]
@@ -183,10 +201,11 @@ def main():
                 continue
             o, b = statistics.median(r["ours"]), statistics.median(r["peer"])
             om, bm = max(r["ours_mb"]), max(r["peer_mb"])
+            oc, bc = statistics.median(r["ours_cpu"]), statistics.median(r["peer_cpu"])
             ok = o <= GOAL_S and o / b <= GOAL_RATIO and om <= GOAL_MB
             failed |= not ok
-            print("%-10s %9.3f %9.3f %6.2fx %8.0f %8.0f  %s" % (tool, o, b, o / b, om, bm,
-                                                               "ok" if ok else "MISSED"))
+            print("%-10s %7.3f %7.3f %5.2fx %8.3f %7.3f %5.2fx %7.0f %7.0f  %s" % (
+                tool, o, b, o / b, oc, bc, oc / max(bc, 1e-9), om, bm, "ok" if ok else "MISSED"))
         if os.environ.get("BPFDIAG_TIMING"):
             for tool, cmd, bt in todo:
                 print("\n%s phases (one extra run):" % tool)
