@@ -32,6 +32,7 @@ BPF_HASH(uw_procs, u32, struct uw_proc, UW_PROCS_SIZE);
 BPF_PERCPU_ARRAY(uw_scratch, struct uw_pcs, 1);
 BPF_HASH(uw_stacks, u64, struct uw_pcs, UW_STACKS_SIZE);
 BPF_PERCPU_ARRAY(uw_counters, u64, UW_CNT_MAX);
+BPF_PERCPU_ARRAY(uw_regs_scratch, struct uw_user_regs, 1); /* 168 bytes: off the BPF stack */
 
 static inline void uw_count(u32 slot) {
   u64 *v = uw_counters.lookup(&slot);
@@ -128,15 +129,15 @@ static inline __attribute__((always_inline)) int uw_step(struct uw_state *s, str
  * stored in uw_stacks. 0: no user context (kernel thread); UW_HASH_LOST: uw_stacks
  * full. */
 static inline __attribute__((always_inline)) u64 uw_unwind_user(u32 tgid) {
-  struct uw_user_regs regs;
-  if (uw_user_regs(&regs))
-    return 0;
   u32 zero = 0;
+  struct uw_user_regs *regs = uw_regs_scratch.lookup(&zero);
+  if (!regs || uw_user_regs(regs))
+    return 0;
   struct uw_pcs *out = uw_scratch.lookup(&zero);
   if (!out)
     return 0;
   struct uw_proc *proc = uw_procs.lookup(&tgid);
-  struct uw_state s = {regs.ip, regs.sp, regs.bp};
+  struct uw_state s = {regs->ip, regs->sp, regs->bp};
   out->status = UW_ST_TRUNCATED;
   for (u32 d = 0; d < UW_MAX_DEPTH; d++) {
     out->pc[d & (UW_STACK_SLOTS - 1)] = s.ip;
