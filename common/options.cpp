@@ -45,8 +45,8 @@ OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
 OptionSpec unwind() {
   return make("unwind", "MODE",
               "user stacks: fp (frame pointers, the default) or\n"
-              "dwarf (.eh_frame tables: whole stacks of code built\n"
-              "without frame pointers; needs -p or -t)",
+              "dwarf (.eh_frame tables; not available yet:\n"
+              "the verifier rejects the unwinder, issue 11)",
               "Stacks");
 }
 }  // namespace opt

@@ -76,9 +76,13 @@ try:
     heads = [h.text for h in drv.find_elements(By.TAG_NAME, "h2")]
     check(heads[:3] == ["Findings", "Method and scope", "CPU and run queue"] and heads[-1] == "How to rerun",
           "report.html sections %s" % heads)
-    frames = drv.find_elements(By.CSS_SELECTOR, "iframe.flamegraph")
-    check(len(frames) == 1 and frames[0].get_attribute("src").startswith("data:image/svg+xml;base64,"),
-          "report.html inlines the off-CPU flame graph")
+    # one flame graph per stack tool of the runbook (offcputime, lockstat, pmheld), inline
+    allf = drv.find_elements(By.CSS_SELECTOR, "iframe.flamegraph")
+    titles = [f.get_attribute("title") for f in allf]
+    frames = [f for f in allf if f.get_attribute("title") == "offcputime flame graph"]
+    check(len(frames) == 1 and all(f.get_attribute("src").startswith("data:image/svg+xml;base64,") for f in allf)
+          and set(titles) == {"offcputime flame graph", "lockstat flame graph", "pmheld flame graph"},
+          "report.html inlines the off-CPU, lock and hold flame graphs (%s)" % titles)
     res = drv.execute_script("return performance.getEntriesByType('resource').map(function(e){return e.name;})")
     check(all(r.startswith(("data:", "file:")) for r in res), "report.html loads nothing from the network (%s)" % res[:3])
     html = open(os.path.join(out, "report.html")).read()
