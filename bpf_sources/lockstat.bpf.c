@@ -5,6 +5,7 @@
  *   USER_FUTEX       futex waits: sys_enter/exit_futex (+ HAVE_FUTEX_WAIT, HAVE_FUTEX_WAITV)
  *   USER_PTHREAD     pthread_mutex_*lock uprobes (on_lock/on_lock_ret); futex entries
  *                    only mark the in-flight call as blocked
+ *   CALIB_PID        USER_PTHREAD: lockstat's calibration child, timed into `calib`
  *   KERNEL_LOCKS     lock:contention_begin/end
  *   TGID_OK(x), TID_OK(x)  -p / --tid filters as constant expressions (default: 1)
  *   FILTER_ADDRS     use the addr_filter map (ADDR_FILTER_ENTRIES: sized from -L)
@@ -308,13 +309,28 @@ TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv) {
 
 /* ---- user space: exact pthread mode (uprobes) -------------------------------------- */
 #ifdef USER_PTHREAD
+/* Probe cost. Each timed call also contains part of its own probes' cost: from the
+ * entry handler's clock read to the return handler's (leaving the entry trap, the
+ * return-probe trap into the kernel). At startup a child of lockstat (CALIB_PID)
+ * makes uncontended lock calls under the same probes; calib is a histogram of their
+ * times (10 ns buckets), the front-end writes its median to probe_cost, and every
+ * timed call of the targets is recorded that much shorter (never below 0). */
+#define LS_CALIB_BUCKETS 1024
+BPF_ARRAY(probe_cost, u64, 1);
+#ifdef CALIB_PID
+BPF_ARRAY(calib, u64, LS_CALIB_BUCKETS);
+#define IS_CALIB(pid) ((pid) == CALIB_PID)
+#else
+#define IS_CALIB(pid) 0
+#endif
+
 /* At the probe point the stack pointer still points at the return address (the
  * front-end only moves the probe past instructions that leave %rsp alone). */
 int on_lock(struct pt_regs *ctx) {
   u64 id = bpf_get_current_pid_tgid();
   u32 pid = id >> 32, tid = (u32)id;
   u64 mutex = PT_REGS_PARM1(ctx);
-  if (filtered_out(pid, tid, mutex))
+  if (!IS_CALIB(pid) && filtered_out(pid, tid, mutex))
     return 0;
   struct plock_start s = {};
   s.mutex = mutex;
@@ -341,6 +357,21 @@ int on_lock_ret(struct pt_regs *ctx) {
   u32 blocked = s->blocked;
   u64 delta = now - s->ts;
   plock_start.delete(&tid);
+#ifdef CALIB_PID
+  if (IS_CALIB(k.pid)) {
+    u32 b = delta / 10;
+    if (b >= LS_CALIB_BUCKETS)
+      b = LS_CALIB_BUCKETS - 1;
+    u64 *slot = calib.lookup(&b);
+    if (slot)
+      __sync_fetch_and_add(slot, 1);
+    return 0;
+  }
+#endif
+  u32 zero = 0;
+  u64 *cost = probe_cost.lookup(&zero);
+  if (cost)
+    delta = delta > *cost ? delta - *cost : 0;
   /* The stack is taken here, on return, and only for calls that blocked: walking it
    * costs ~1.6 us, more than the rest of the probe, and uncontended calls are already
    * placed by their caller. On return %rip is in the caller and %rbp its frame, so

@@ -15,6 +15,8 @@
  *   MIN_NS, MAX_NS            block time bounds
  *   CAPTURE_USER, CAPTURE_KERNEL
  *   STACK_STORAGE_SIZE, OVERFLOW_STORAGE_SIZE, START_SIZE, COUNTS_SIZE, SEEN_SIZE
+ *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound here from .eh_frame
+ *                             tables (bpf_sources/unwind.h), keyed by their hash
  *
  * Stack tables: the kernel's stack map keeps one stack per hash bucket and refuses
  * (-EEXIST) a new stack whose bucket holds another one, so with D distinct stacks in
@@ -28,6 +30,9 @@
 #include "offcputime_shared.h"
 #define DQ_NCOUNTERS OFFCPU_CNT_MAX
 #include "common.h"
+#ifdef UW_DWARF
+#include "unwind.h"
+#endif
 
 #define PF_KTHREAD 0x00200000
 #define TASK_DEAD 0x00000080
@@ -110,7 +115,10 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     s.skip = (state & STATE_MASK) == 0;
 #endif
     if (!s.skip) {
-#ifdef CAPTURE_USER
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+      s.user_stack_id = -14; /* the user part is s.user_hash */
+      s.user_hash = uw_unwind_user(tgid);
+#elif defined(CAPTURE_USER)
       s.user_stack_id = get_stack(ctx, BPF_F_USER_STACK);
       if (s.user_stack_id < 0 && s.user_stack_id != -14 /* EFAULT: no user stack */)
         dq_count(OFFCPU_CNT_STACK_LOST);
@@ -166,6 +174,7 @@ switch_in:;
   key.tid = ntid;
   key.user_stack_id = s.user_stack_id;
   key.kernel_stack_id = s.kernel_stack_id;
+  key.user_hash = s.user_hash;
   __builtin_memcpy(&key.comm, &s.comm, sizeof(key.comm));
   struct offcpu_val zero = {};
   struct offcpu_val *v = counts.lookup_or_try_init(&key, &zero);

@@ -21,6 +21,7 @@ struct offcpu_key {
   __s32 user_stack_id;   /* < 0: not captured (-EFAULT: no user stack) or lost */
   __s32 kernel_stack_id;
   char comm[OFFCPU_COMM_LEN];
+  __u64 user_hash;       /* --unwind=dwarf: uw_stacks key of the user stack (0: none) */
 };
 
 struct offcpu_val {
@@ -37,6 +38,7 @@ struct offcpu_start {
   __s32 kernel_stack_id;
   __u32 skip; /* 1: the thread matched the pid/tid filters but not --state */
   char comm[OFFCPU_COMM_LEN];
+  __u64 user_hash;
 };
 
 /* Slots of the data-quality counters (bpf_sources/common.h `dq_counters`), mapped

@@ -22,6 +22,7 @@
 
 #include "common/filters.h"
 #include "common/kheaders.h"
+#include "common/timing.h"
 
 namespace bpfdiag {
 namespace fs = std::filesystem;
@@ -195,6 +196,15 @@ StderrNoiseFilter::~StderrNoiseFilter() {
 
 // --- BpfSession --------------------------------------------------------------------
 
+// Loads (verifies) `fn` ahead of its attach only to time the two apart: libbcc keeps
+// the fd, and the attach call that follows reuses it.
+void BpfSession::verify(const std::string& fn, int type) {
+  if (!timing_on()) return;
+  int fd = -1;
+  bpf_->load_func(fn, static_cast<bpf_prog_type>(type), fd);
+  timing_mark("verify " + fn);
+}
+
 // rw_engine off: we read maps as raw structs, so libbcc need not JIT key/value
 // (s)printf helpers for every table, which costs ~tens of ms per load.
 BpfSession::BpfSession() : bpf_(std::make_unique<ebpf::BPF>(0, nullptr, false)) {}
@@ -208,6 +218,10 @@ BpfSession::~BpfSession() {
   bpf_.reset();  // ~BPF detaches the rest exactly once
 }
 
+void BpfSession::disable_perf_events() {
+  for (int fd : perf_fds_) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+}
+
 Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
                                                      const std::vector<std::string>& cflags) {
   // libbcc splits cflags on white space: a flag with a space would silently become
@@ -219,10 +233,18 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
   uname(&u);
   std::vector<std::string> flags = cflags;
   auto id_maps = take_id_maps(flags);
+  timing_mark("(load start)");
   auto dir = HeaderDir::create(u.release);
   if (!dir) return Error{dir.error()};
+  timing_mark("header shim written");
   setenv("BCC_KERNEL_SOURCE", dir.value()->path().c_str(), 1);
   flags.push_back("-I" + dir.value()->path() + "/include/bpfdiag");
+  // libbcc always compiles with -g to emit BTF for the maps' key/value types, which
+  // only its pretty-printers and spin-lock/kptr maps need; we use neither. -g0 (last
+  // -g flag wins) saves clang's debug-info generation and libbcc's BTF processing and
+  // loading. BPFDIAG_BPF_BTF=1 keeps it (e.g. for bpftool map dump with types).
+  if (!std::getenv("BPFDIAG_BPF_BTF")) flags.push_back("-g0");
+  release_kernel_btf();  // offsets are in the cflags by now: keep the peak RSS down
   std::unique_ptr<BpfSession> s(new BpfSession());
   ebpf::StatusTuple st(0);
   std::string diagnostics;
@@ -235,7 +257,9 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
       quiet.discard();
     }
   }
+  timing_mark("libbcc compile + maps");
   dir.value().reset();  // the headers are not needed once compiled
+  timing_mark("header shim removed");
   if (!st.ok()) {
     // clang's diagnostics run to many lines; the first "error:" line says what broke
     std::string msg = diagnostics, first;
@@ -257,12 +281,15 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
       if (!ust.ok()) return Error{"cannot fill the " + m.macro + " filter map: " + bcc_msg(ust)};
     }
   }
+  timing_mark("id filter maps");
   return s;
 }
 
 Status BpfSession::attach_tracepoint(const std::string& tp, const std::string& fn) {
   StderrNoiseFilter quiet;
+  verify(fn);
   auto st = bpf_->attach_tracepoint(tp, fn);
+  if (timing_on()) timing_mark("attach tp " + tp);
   if (!st.ok()) return Error{"cannot attach tracepoint " + tp + ": " + bcc_msg(st)};
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
@@ -270,7 +297,9 @@ Status BpfSession::attach_tracepoint(const std::string& tp, const std::string& f
 
 Status BpfSession::attach_raw_tracepoint(const std::string& tp, const std::string& fn) {
   StderrNoiseFilter quiet;
+  verify(fn, BPF_PROG_TYPE_RAW_TRACEPOINT);
   auto st = bpf_->attach_raw_tracepoint(tp, fn);
+  if (timing_on()) timing_mark("attach raw tp " + tp);
   if (!st.ok()) return Error{"cannot attach raw tracepoint " + tp + ": " + bcc_msg(st)};
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
@@ -284,6 +313,7 @@ Status BpfSession::attach_perf_event(uint32_t type, uint32_t config, const std::
   int prog_fd = -1;
   auto st = bpf_->load_func(fn, BPF_PROG_TYPE_PERF_EVENT, prog_fd);
   if (!st.ok()) return Error{"cannot load " + fn + ": " + bcc_msg(st)};
+  if (timing_on()) timing_mark("verify " + fn);
   for (int cpu = 0; cpu < libbpf_num_possible_cpus(); ++cpu) {
     struct perf_event_attr attr = {};
     attr.type = type;
@@ -302,6 +332,7 @@ Status BpfSession::attach_perf_event(uint32_t type, uint32_t config, const std::
                    std::strerror(errno)};
   }
   if (perf_fds_.empty()) return Error{"cannot open a perf event on any CPU"};
+  if (timing_on()) timing_mark("attach perf events");
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
@@ -309,11 +340,13 @@ Status BpfSession::attach_perf_event(uint32_t type, uint32_t config, const std::
 Status BpfSession::attach_uprobe(const std::string& binary, const std::string& symbol,
                                  const std::string& fn, bool ret, int pid) {
   StderrNoiseFilter quiet;
+  verify(fn, BPF_PROG_TYPE_KPROBE);
   auto st = bpf_->attach_uprobe(binary, symbol, fn, 0,
                                 ret ? BPF_PROBE_RETURN : BPF_PROBE_ENTRY, pid);
   if (!st.ok())
     return Error{"cannot attach " + std::string(ret ? "uretprobe" : "uprobe") + " to " + binary +
                  ":" + symbol + ": " + bcc_msg(st)};
+  if (timing_on()) timing_mark(std::string(ret ? "attach uretprobe " : "attach uprobe ") + symbol);
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }

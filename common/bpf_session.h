@@ -48,6 +48,9 @@ class BpfSession {
   // Software/hardware perf event on every online CPU, sampling at `freq_hz`.
   Status attach_perf_event(uint32_t type, uint32_t config, const std::string& fn,
                            uint64_t freq_hz);
+  // Stops the perf events attach_perf_event opened (a final report's snapshot); they
+  // are closed on destruction.
+  void disable_perf_events();
   // Uprobe (or uretprobe) on `symbol` in `binary`, for `pid` (-1: every process).
   Status attach_uprobe(const std::string& binary, const std::string& symbol,
                        const std::string& fn, bool ret, int pid);
@@ -63,6 +66,7 @@ class BpfSession {
 
  private:
   BpfSession();
+  void verify(const std::string& fn, int type = 5 /* BPF_PROG_TYPE_TRACEPOINT */);
   std::unique_ptr<ebpf::BPF> bpf_;
   std::vector<int> perf_fds_;
 };

@@ -4,6 +4,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
+
+#include "common/timing.h"
 
 namespace bpfdiag {
 namespace {
@@ -90,10 +93,20 @@ Result<std::vector<std::string>> offset_cflags(const KernelBtf& btf,
   return out;
 }
 
-Result<std::shared_ptr<KernelBtf>> kernel_btf() {
-  static Result<std::shared_ptr<KernelBtf>> cached = KernelBtf::load();
-  return cached;
+namespace {
+std::optional<Result<std::shared_ptr<KernelBtf>>> g_kernel_btf;
 }
+
+Result<std::shared_ptr<KernelBtf>> kernel_btf() {
+  if (!g_kernel_btf) {
+    timing_mark("(before BTF parse)");
+    g_kernel_btf = KernelBtf::load();
+    timing_mark("BTF parse");
+  }
+  return *g_kernel_btf;
+}
+
+void release_kernel_btf() { g_kernel_btf.reset(); }
 
 Result<std::vector<std::string>> kernel_offset_cflags(const std::vector<OffsetSpec>& specs) {
   auto btf = kernel_btf();

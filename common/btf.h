@@ -37,8 +37,13 @@ struct OffsetSpec {
 Result<std::vector<std::string>> offset_cflags(const KernelBtf& btf,
                                                const std::vector<OffsetSpec>& specs);
 
-// The running kernel's BTF (/sys/kernel/btf/vmlinux), parsed once per process.
+// The running kernel's BTF (/sys/kernel/btf/vmlinux), parsed once and kept until
+// release_kernel_btf().
 Result<std::shared_ptr<KernelBtf>> kernel_btf();
+// Drops the parsed BTF (tens of MB) once the offsets are known: BpfSession::load calls
+// it before compiling, so the BTF and clang are never in memory together (peak RSS).
+// A later kernel_btf() parses the file again.
+void release_kernel_btf();
 // offset_cflags against the running kernel's BTF: what every tool's bpf_cflags needs.
 Result<std::vector<std::string>> kernel_offset_cflags(const std::vector<OffsetSpec>& specs);
 

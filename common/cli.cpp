@@ -154,6 +154,22 @@ Status check_pids_exist(const std::vector<uint32_t>& pids) {
   return Error{gone_pids_message(pids)};
 }
 
+Status check_targets(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids) {
+  if (auto st = check_pids_exist(pids)) return st;
+  for (auto t : tids) {
+    if (!pid_exists(t)) return Error{"no thread with TID " + std::to_string(t)};
+    if (pids.empty()) continue;
+    bool ok = false;
+    for (auto p : pids) ok = ok || is_thread_of(t, p);
+    if (!ok) {
+      std::string list;
+      for (auto p : pids) list += (list.empty() ? "" : ",") + std::to_string(p);
+      return Error{"TID " + std::to_string(t) + " is not a thread of PID " + list};
+    }
+  }
+  return std::nullopt;
+}
+
 std::string gone_pids_message(const std::vector<uint32_t>& gone) {
   if (gone.size() == 1) return "no process with PID " + std::to_string(gone[0]);
   std::string list;

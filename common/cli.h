@@ -15,6 +15,7 @@
 
 #include <cxxopts.hpp>
 
+#include "common/timing.h"
 #include "common/bpf_session.h"
 #include "common/parse.h"
 #include "common/result.h"
@@ -48,6 +49,9 @@ Status parse_duration_positional(const std::vector<std::string>& pos, Schedule& 
 // A PID list may name processes that are gone by now: the others are traced. Fails
 // ("no process with PID N") only when none of them exists; an empty list passes.
 Status check_pids_exist(const std::vector<uint32_t>& pids);
+// -p/-t checks of the stack tools: the PIDs (check_pids_exist), each TID exists and,
+// with -p, is a thread of one of the PIDs.
+Status check_targets(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids);
 // Removes the PIDs that are not running (missing or zombie) from `pids`, returns them.
 std::vector<uint32_t> drop_gone_pids(std::vector<uint32_t>& pids);
 // "no process with PID 5", "no process with any of PIDs 5, 6".
@@ -99,7 +103,9 @@ int tool_main(const char* tool, const char* help, int argc, char** argv, ParseFn
       }
     }
   }
+  timing_mark("parse options");
   Status st = ensure_tracefs();  // before any libbcc call, while single-threaded
+  timing_mark("mount namespace/tracefs");
   if (!st) st = run(static_cast<const Config&>(c));
   if (st) {
     flush_output(tool);

@@ -1,7 +1,11 @@
 #include "common/flamegraph.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -87,6 +91,30 @@ uint64_t nodes(const Node& n) {
   return k;
 }
 
+// Differential colour: red where a frame grew (delta > 0), blue where it shrank,
+// white when unchanged; `k` in [0, 1] is |delta| relative to the largest change.
+std::string diff_color(double delta, double k) {
+  int fade = 255 - static_cast<int>(200 * std::min(1.0, k));
+  char buf[32];
+  if (delta > 0) std::snprintf(buf, sizeof buf, "rgb(255,%d,%d)", fade, fade);
+  else if (delta < 0) std::snprintf(buf, sizeof buf, "rgb(%d,%d,255)", fade, fade);
+  else std::snprintf(buf, sizeof buf, "rgb(250,250,250)");
+  return buf;
+}
+
+Node* child(const Node* n, const std::string& name) {
+  if (!n) return nullptr;
+  auto it = n->children.find(name);
+  return it == n->children.end() ? nullptr : it->second.get();
+}
+
+double max_abs_delta(const Node& n, const Node* base, double scale_base) {
+  double b = base ? static_cast<double>(base->value) * scale_base : 0.0;
+  double m = std::abs(static_cast<double>(n.value) - b);
+  for (auto& [k, c] : n.children) m = std::max(m, max_abs_delta(*c, child(base, k), scale_base));
+  return m;
+}
+
 struct Layout {
   const FlameOptions& o;
   double scale;  // pixels per unit of value
@@ -94,8 +122,11 @@ struct Layout {
   uint64_t total;
   uint64_t hidden = 0;
   std::ostringstream out;
+  bool diff = false;         // differential: colour from the change against `base`
+  double base_scale = 1.0;   // base values scaled to this graph's total
+  double max_delta = 0.0;
 
-  void emit(const Node& n, double x, int depth) {
+  void emit(const Node& n, double x, int depth, const Node* base) {
     double w = static_cast<double>(n.value) * scale;
     if (w < o.min_width_px) {
       hidden += nodes(n);
@@ -104,16 +135,26 @@ struct Layout {
     int y = top + height - (depth + 1) * o.frame_height;
     char pct[32];
     std::snprintf(pct, sizeof pct, "%.2f", total ? 100.0 * n.value / total : 0.0);
-    std::string title = n.name + " (" + fmt_value(n.value) + " " + o.unit + ", " + pct + "%)";
+    std::string title = n.name + " (" + fmt_value(n.value) + " " + o.unit + ", " + pct + "%";
+    std::string fill = color(n, o.palette);
+    if (diff) {
+      double before = base ? static_cast<double>(base->value) * base_scale : 0.0;
+      double delta = static_cast<double>(n.value) - before;
+      char d[64];
+      std::snprintf(d, sizeof d, "; %+.0f %s vs before", delta, o.unit.c_str());
+      title += d;
+      fill = diff_color(delta, max_delta > 0 ? std::abs(delta) / max_delta : 0.0);
+    }
+    title += ")";
     char geo[160];
     std::snprintf(geo, sizeof geo, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" rx=\"2\"/>",
-                  x + 10, y, w, o.frame_height - 1, color(n, o.palette).c_str());
+                  x + 10, y, w, o.frame_height - 1, fill.c_str());
     out << "<g class=\"f\" data-v=\"" << n.value << "\"" << (n.kernel ? " data-k=\"1\"" : "") << "><title>"
         << xml_escape(title) << "</title>" << geo << "<text x=\"" << x + 13 << "\" y=\"" << y + o.frame_height - 5
         << "\">" << xml_escape(n.name) << "</text></g>\n";
     double cx = x;
     for (auto& [k, c] : n.children) {
-      emit(*c, cx, depth + 1);
+      emit(*c, cx, depth + 1, child(base, k));
       cx += static_cast<double>(c->value) * scale;
     }
   }
@@ -173,8 +214,8 @@ Result<std::vector<FoldedLine>> read_folded(const std::string& text) {
   return out;
 }
 
-std::string render_flamegraph(const std::vector<FoldedLine>& stacks, const FlameOptions& o) {
-  Node root;
+namespace {
+void build_tree(const std::vector<FoldedLine>& stacks, Node& root) {
   root.name = "all";
   for (auto& s : stacks) {
     if (!s.value) continue;
@@ -196,11 +237,19 @@ std::string render_flamegraph(const std::vector<FoldedLine>& stacks, const Flame
       cur = c.get();
     }
   }
+}
+
+std::string render_tree(const Node& root, const FlameOptions& o, const Node* base) {
   const int depth = depth_of(root);
   const int top = 60, height = depth * o.frame_height;
   const int total_h = top + height + 30;
   Layout l{o, root.value ? (o.width - 20.0) / static_cast<double>(root.value) : 0.0, top, height, root.value, 0, {}};
-  if (root.value) l.emit(root, 0, 0);
+  if (base) {
+    l.diff = true;
+    l.base_scale = base->value ? static_cast<double>(root.value) / static_cast<double>(base->value) : 0.0;
+    l.max_delta = max_abs_delta(root, base, l.base_scale);
+  }
+  if (root.value) l.emit(root, 0, 0, base);
   std::ostringstream svg;
   svg << "<?xml version=\"1.0\" standalone=\"no\"?>\n"
       << "<svg version=\"1.1\" width=\"" << o.width << "\" height=\"" << total_h << "\" viewBox=\"0 0 " << o.width
@@ -219,6 +268,32 @@ std::string render_flamegraph(const std::vector<FoldedLine>& stacks, const Flame
       << "<text id=\"details\" x=\"10\" y=\"" << total_h - 10 << "\"> </text>\n"
       << l.out.str() << "<script type=\"text/ecmascript\"><![CDATA[" << kScript << "]]></script>\n</svg>\n";
   return svg.str();
+}
+}  // namespace
+
+std::string render_flamegraph(const std::vector<FoldedLine>& stacks, const FlameOptions& o) {
+  Node root;
+  build_tree(stacks, root);
+  return render_tree(root, o, nullptr);
+}
+
+std::string render_flamegraph_diff(const std::vector<FoldedLine>& before, const std::vector<FoldedLine>& after,
+                                   const FlameOptions& o) {
+  Node a, b;
+  build_tree(before, a);
+  build_tree(after, b);
+  return render_tree(b, o, &a);
+}
+
+Status write_flamegraph_svg(const std::string& path, const std::vector<FoldedLine>& stacks,
+                            const FlameOptions& opts) {
+  std::string svg = render_flamegraph(stacks, opts);
+  errno = 0;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (out) out << svg;
+  if (out) out.flush();
+  if (!out) return Error{"cannot write flame graph " + path + ": " + (errno ? std::strerror(errno) : "write failed")};
+  return std::nullopt;
 }
 
 }  // namespace bpfdiag

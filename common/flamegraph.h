@@ -33,6 +33,19 @@ struct FlameOptions {
 // Renders the folded lines. Lines are merged by frame path (same path: values added).
 std::string render_flamegraph(const std::vector<FoldedLine>& stacks, const FlameOptions& opts);
 
+// Differential flame graph (flamegraph.pl's difffolded): frames, widths and values
+// from `after`; colour from each frame's change against `before`, whose values are
+// first scaled to after's total (runs of different lengths compare as shares): red
+// where a frame grew, blue where it shrank, white where unchanged, deeper for larger
+// changes. Frames only in `before` are not drawn (they have no width in `after`).
+std::string render_flamegraph_diff(const std::vector<FoldedLine>& before, const std::vector<FoldedLine>& after,
+                                   const FlameOptions& opts);
+
+// --svg FILE of the stack tools: renders `stacks` and writes them to `path` (replacing
+// it); an error names the file and the reason.
+Status write_flamegraph_svg(const std::string& path, const std::vector<FoldedLine>& stacks,
+                            const FlameOptions& opts);
+
 // Reads folded text (one stack per line; blank lines skipped). A malformed line is an
 // error naming its line number.
 Result<std::vector<FoldedLine>> read_folded(const std::string& text);

@@ -38,9 +38,17 @@ OptionSpec count() { return make("c,count", "N", "stop after N interval reports"
 OptionSpec duration() {
   return make("d,duration", "TIME", "trace for TIME (default unit s), then report", "Schedule");
 }
+OptionSpec svg(std::string help) { return make("svg", "FILE", std::move(help), "Output"); }
 OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "Output"); }
 OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
+OptionSpec unwind() {
+  return make("unwind", "MODE",
+              "user stacks: fp (frame pointers, the default) or\n"
+              "dwarf (.eh_frame tables; not available yet:\n"
+              "the verifier rejects the unwinder, issue 11)",
+              "Stacks");
+}
 }  // namespace opt
 
 namespace {
@@ -72,6 +80,8 @@ std::string positional_usage(Positional p) {
       return "[duration]";
     case Positional::File:
       return "[FILE]";
+    case Positional::Name:
+      return "NAME";
     case Positional::None:
       break;
   }
@@ -144,6 +154,9 @@ std::string render_help(const ToolSpec& spec) {
     case Positional::File:
       os << " FILE                   input file (default: standard input)\n";
       break;
+    case Positional::Name:
+      os << " NAME                   what to run (--list names them)\n";
+      break;
     case Positional::None:
       break;
   }
@@ -194,6 +207,7 @@ Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
     if (!v) return Error{v.error()};
     c.tids = *v;
   }
+  if (auto s = str("svg")) c.svg = *s;
   if (auto s = str("sort")) c.sort = *s;
   if (auto f = str("fields")) c.fields = *f;
   if (auto n = str("entries")) {
@@ -239,8 +253,9 @@ Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
   auto pos = positionals(*r);
   if (!pos.empty()) {
     if (spec.positional == Positional::None) return Error{"unexpected argument '" + pos[0] + "'"};
-    if (spec.positional == Positional::File) {
-      if (pos.size() > 1) return Error{"unexpected argument '" + pos[1] + "' (one input file)"};
+    if (spec.positional == Positional::File || spec.positional == Positional::Name) {
+      if (pos.size() > 1) return Error{"unexpected argument '" + pos[1] + "'" +
+                                  (spec.positional == Positional::File ? " (one input file)" : " (one name)")};
       c.file = pos[0];
       return out;
     }

@@ -8,7 +8,7 @@
 // Shared vocabulary (BCC's flags where BCC has the tool):
 //   -p/--pid PID[,PID]  -t/--tid TID[,TID]  -U/--user-stacks-only  -K/--kernel-stacks-only
 //   -f/--folded  -P/--per-thread  -T/--timestamp  -j/--json  --csv  -S/--sort KEY
-//   --fields LIST  -n/--entries N  -s/--stacks N  -m/--min TIME  -M/--max TIME
+//   --fields LIST  -n/--entries N  -s/--stacks N  -m/--min TIME  -M/--max TIME  --svg FILE
 //   --ebpf  -v/--verbose  -h/--help
 // Schedule (one grammar): -i/--interval TIME, -c/--count N, -d/--duration TIME, and,
 // where BCC has it, the positional form ([interval [count]] or [duration]).
@@ -41,6 +41,7 @@ enum class Positional {
   IntervalCount,  // [interval [count]] (BCC runqlen and friends)
   Duration,       // [duration] (BCC offcputime, profile)
   File,           // [FILE] an input file (converters), in CommonOptions::file
+  Name,           // NAME: what to run (runbook), in CommonOptions::file
 };
 
 struct ToolSpec {
@@ -72,9 +73,14 @@ OptionSpec max(std::string help);
 OptionSpec interval();
 OptionSpec count();
 OptionSpec duration();
+// --svg FILE: every stack tool's interactive flame graph of its final report
+// (common/flamegraph.h), written when the run ends.
+OptionSpec svg(std::string help = "write a flame graph of the final report to FILE");
 OptionSpec ebpf();
 OptionSpec verbose(std::string help = "say where probes were placed and what was skipped");
 OptionSpec help();
+// --unwind=fp|dwarf (parsed by common/unwind_maps parse_unwind_mode)
+OptionSpec unwind();
 }  // namespace opt
 
 // The shared options as parsed; fields of options a tool does not declare stay empty.
@@ -99,6 +105,7 @@ struct CommonOptions {
   std::optional<uint64_t> max_ns;  // -M, default unit us
   Schedule schedule;
   std::string file;  // Positional::File
+  std::string svg;   // --svg FILE; empty: none
 };
 
 struct ParsedCli {

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common/runloop.h"
+#include "common/timing.h"
 
 namespace bpfdiag {
 
@@ -35,6 +36,20 @@ nlohmann::json stack_json(const Stack& st) {
   return j;
 }
 
+Stack stack_from_json(const nlohmann::json& r) {
+  Stack st;
+  auto part = [&](const char* key, const char* missing, bool& want, bool& miss, std::vector<std::string>& frames) {
+    want = r.contains(key) && r[key].is_array();
+    if (!want) return;
+    for (auto& f : r[key])
+      if (f.is_string()) frames.push_back(f.get<std::string>());
+    miss = r.value(missing, false);
+  };
+  part("user_stack", "user_stack_missing", st.want_user, st.user_missing, st.user);
+  part("kernel_stack", "kernel_stack_missing", st.want_kernel, st.kernel_missing, st.kernel);
+  return st;
+}
+
 nlohmann::json start_record_fields(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids,
                                    uint64_t probes, const nlohmann::json& options) {
   nlohmann::json f = nlohmann::json::object();
@@ -49,6 +64,8 @@ void write_record(std::ostream& os, const nlohmann::json& record) { emit_json(os
 
 void announce_attached(std::ostream& out, const std::string& tool, bool json, const std::string& banner,
                        const nlohmann::json& fields, const DataQuality& zero_dq) {
+  timing_mark("after attach, before banner");
+  timing_report();
   if (!banner.empty()) {
     std::fprintf(stderr, "%s\n", banner.c_str());
     std::fflush(stderr);

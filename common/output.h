@@ -48,6 +48,9 @@ nlohmann::json make_record(const std::string& tool, const std::string& kind, con
 
 // A stack in the suite's JSON form (see above); parts not wanted (-U/-K) are omitted.
 nlohmann::json stack_json(const Stack& st);
+// The inverse: a record's user_stack/kernel_stack fields back into a Stack (parts
+// absent from the record are not wanted); for folded lines from NDJSON (runbook).
+Stack stack_from_json(const nlohmann::json& record);
 
 // Writes one NDJSON record and flushes it (a consumer sees each record at once).
 void write_record(std::ostream& os, const nlohmann::json& record);

@@ -1,3 +1,4 @@
+#include "common/timing.h"
 #include "common/pthread_probes.h"
 
 #include <bcc/BPF.h>
@@ -397,31 +398,37 @@ uint64_t cheap_probe_offset(const uint8_t* code, size_t n, uint16_t keep, bool r
   return 0;
 }
 
-bool branch_targets_range(const uint8_t* t, size_t n, uint64_t base, uint64_t lo, uint64_t hi) {
-  auto hit = [&](size_t end, int64_t rel) {
-    uint64_t target = base + end + static_cast<uint64_t>(rel);
-    return target > lo && target <= hi;
+std::vector<bool> branch_targets_ranges(const uint8_t* t, size_t n, uint64_t base,
+                                        const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+  std::vector<bool> hits(ranges.size(), false);
+  auto check = [&](size_t i, size_t end, int64_t rel) {
+    uint64_t target = base + end + static_cast<uint64_t>(rel), at = base + i;
+    for (size_t k = 0; k < ranges.size(); ++k) {
+      auto [lo, hi] = ranges[k];
+      // the skipped bytes [lo, hi) were decoded exactly and hold no branch: their
+      // immediates and displacements are not instructions
+      if (target > lo && target <= hi && !(at >= lo && at < hi)) hits[k] = true;
+    }
   };
   for (size_t i = 0; i < n; ++i) {
-    // the skipped bytes [lo, hi) were decoded exactly and hold no branch: their
-    // immediates and displacements are not instructions
-    if (base + i >= lo && base + i < hi) continue;
     uint8_t b = t[i];
-    if ((b == 0xeb || (b >= 0x70 && b <= 0x7f)) && i + 2 <= n) {
-      if (hit(i + 2, static_cast<int8_t>(t[i + 1]))) return true;
-    }
+    if ((b == 0xeb || (b >= 0x70 && b <= 0x7f)) && i + 2 <= n) check(i, i + 2, static_cast<int8_t>(t[i + 1]));
     if ((b == 0xe8 || b == 0xe9) && i + 5 <= n) {
       int32_t rel;
       std::memcpy(&rel, t + i + 1, 4);
-      if (hit(i + 5, rel)) return true;
+      check(i, i + 5, rel);
     }
     if (b == 0x0f && i + 6 <= n && t[i + 1] >= 0x80 && t[i + 1] <= 0x8f) {
       int32_t rel;
       std::memcpy(&rel, t + i + 2, 4);
-      if (hit(i + 6, rel)) return true;
+      check(i, i + 6, rel);
     }
   }
-  return false;
+  return hits;
+}
+
+bool branch_targets_range(const uint8_t* t, size_t n, uint64_t base, uint64_t lo, uint64_t hi) {
+  return branch_targets_ranges(t, n, base, {{lo, hi}})[0];
 }
 
 // --- resolving and attaching ------------------------------------------------------------
@@ -444,6 +451,21 @@ Result<std::vector<ProbePoint>> resolve_pthread_probes(const PthreadLib& lib,
   std::vector<ProbePoint> out;
   std::vector<uint8_t> seg;
   uint64_t seg_vaddr = 0;
+  // Candidate moves (index in out, offset) awaiting the branch check: one scan of the
+  // segment for all of them (libc's code is ~1.5 MB; a scan per function cost ~5% of
+  // pmheld's startup).
+  std::vector<std::pair<size_t, uint64_t>> pending;
+  auto check_pending = [&] {
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (auto& [i, off] : pending) ranges.push_back({out[i].sym_vaddr, out[i].sym_vaddr + off});
+    std::vector<bool> hit = branch_targets_ranges(seg.data(), seg.size(), seg_vaddr, ranges);
+    for (size_t k = 0; k < pending.size(); ++k)
+      if (!hit[k]) {
+        out[pending[k].first].offset = pending[k].second;
+        out[pending[k].first].emulated = true;
+      }
+    pending.clear();
+  };
   for (PthreadFn fn : fns) {
     FuncSym s;
     if (!find_func(elf, pthread_fn_name(fn), s)) {
@@ -453,6 +475,7 @@ Result<std::vector<ProbePoint>> resolve_pthread_probes(const PthreadLib& lib,
     }
     ProbePoint pt{fn, s.vaddr, 0, false};
     if (seg.empty() || s.vaddr < seg_vaddr || s.vaddr >= seg_vaddr + seg.size()) {
+      if (!pending.empty()) check_pending();
       seg.clear();
       exec_segment(elf, s.vaddr, seg, seg_vaddr);
     }
@@ -464,14 +487,13 @@ Result<std::vector<ProbePoint>> resolve_pthread_probes(const PthreadLib& lib,
       pt.emulated = first.ok && first.emulated;
       if (!opts.at_symbol && !pt.emulated) {
         uint64_t off = cheap_probe_offset(code, len, arg_regs(fn), fn != PthreadFn::MutexUnlock);
-        if (off && !branch_targets_range(seg.data(), seg.size(), seg_vaddr, s.vaddr, s.vaddr + off)) {
-          pt.offset = off;
-          pt.emulated = true;
-        }
+        if (off) pending.push_back({out.size(), off});
       }
     }
     out.push_back(pt);
   }
+  if (!pending.empty()) check_pending();
+  timing_mark("resolve pthread probe points");
   return out;
 }
 
@@ -509,6 +531,7 @@ Status attach_pthread_probes(BpfSession& s, const PthreadLib& lib,
                      lib.display + ":" + pthread_fn_name(h.fn) +
                      (pt->offset ? "+" + hex(pt->offset) : "") + ": " + msg + hint};
       }
+      if (timing_on()) timing_mark(std::string(ret ? "uretprobe " : "uprobe ") + pthread_fn_name(h.fn));
       enter_reporting();  // attached: a stop signal now asks for the report
     }
   }

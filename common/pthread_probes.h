@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -145,5 +146,8 @@ uint64_t cheap_probe_offset(const uint8_t* code, size_t n, uint16_t keep, bool r
 // that skips [lo, hi), the already-decoded branch-free prologue.
 bool branch_targets_range(const uint8_t* text, size_t n, uint64_t text_vaddr, uint64_t lo,
                           uint64_t hi);
+// The same for several (lo, hi) ranges in one pass: element k answers ranges[k].
+std::vector<bool> branch_targets_ranges(const uint8_t* text, size_t n, uint64_t text_vaddr,
+                                        const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
 
 }  // namespace bpfdiag

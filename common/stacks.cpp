@@ -93,6 +93,46 @@ Result<FoldedLine> parse_folded(const std::string& line) {
   return out;
 }
 
+std::string folded_name(const std::string& comm, uint32_t pid, uint32_t tid, bool per_thread) {
+  if (!per_thread) return comm;
+  return comm + "-" + std::to_string(pid) + "/" + std::to_string(tid);
+}
+
+void FoldedSet::add(const std::string& name, const Stack& st, uint64_t value) {
+  std::string l = folded_line(name, st, 0);
+  l.resize(l.size() - 2);  // drop " 0"
+  auto it = sums_.find(l);
+  if (it == sums_.end()) {
+    order_.push_back(l);
+    sums_.emplace(std::move(l), value);
+  } else {
+    it->second += value;
+  }
+}
+
+std::vector<std::string> FoldedSet::lines(uint64_t divisor) const {
+  std::vector<std::string> out;
+  for (auto& l : order_) out.push_back(l + " " + std::to_string(sums_.at(l) / (divisor ? divisor : 1)));
+  return out;
+}
+
+std::vector<FoldedLine> FoldedSet::stacks(uint64_t divisor) const {
+  std::vector<FoldedLine> out;
+  for (auto& l : order_) {
+    FoldedLine f;
+    f.value = sums_.at(l) / (divisor ? divisor : 1);
+    size_t start = 0;
+    while (true) {  // folded_frame() keeps ';' out of frames: split on it
+      auto semi = l.find(';', start);
+      f.frames.push_back(l.substr(start, semi == std::string::npos ? std::string::npos : semi - start));
+      if (semi == std::string::npos) break;
+      start = semi + 1;
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 std::vector<uint64_t> stack_addrs(ebpf::BPFStackTable& table, int64_t id) {
   std::vector<uint64_t> out;
   if (id < 0) return out;

@@ -9,7 +9,9 @@
 //   parse_folded(line)                    -> FoldedLine{frames, value} or an error
 #pragma once
 #include <cstdint>
+#include <map>
 #include <ostream>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,48 @@ struct FoldedLine {
 };
 // Parses "a;b;c 123". Frames may contain spaces; the value is after the last space.
 Result<FoldedLine> parse_folded(const std::string& line);
+
+// The first folded frame of a thread's stack: "comm", or per thread (-P) "comm-PID/TID"
+// so threads never merge.
+std::string folded_name(const std::string& comm, uint32_t pid, uint32_t tid, bool per_thread);
+
+// Folded lines of every stack tool (offcputime, profile, ...): lines that render the
+// same (same name and frames) are merged, values summed, in first-seen order; `divisor`
+// scales the summed value (offcputime: ns -> us).
+class FoldedSet {
+ public:
+  void add(const std::string& name, const Stack& st, uint64_t value);
+  std::vector<std::string> lines(uint64_t divisor = 1) const;
+  // The same stacks as FoldedLine (frames[0] = name), e.g. for render_flamegraph.
+  std::vector<FoldedLine> stacks(uint64_t divisor = 1) const;
+  bool empty() const { return order_.empty(); }
+
+ private:
+  std::vector<std::string> order_;  // "name;frames" without the value
+  std::map<std::string, uint64_t> sums_;
+};
+
+// Entries (with pid, tid, comm and stack members) whose stacks render the same (stack
+// ids that differ only in frames symbolization drops or cannot name) become one;
+// merge(into, from) adds `from`'s values. First-seen order is kept.
+template <class E, class MergeFn>
+void merge_identical_stacks(std::vector<E>& entries, MergeFn merge) {
+  using Key = std::tuple<uint32_t, uint32_t, std::string, std::vector<std::string>, std::vector<std::string>,
+                         bool, bool>;
+  std::map<Key, size_t> index;
+  std::vector<E> out;
+  for (auto& e : entries) {
+    Key key{e.pid, e.tid, e.comm, e.stack.user, e.stack.kernel, e.stack.user_missing, e.stack.kernel_missing};
+    auto it = index.find(key);
+    if (it == index.end()) {
+      index.emplace(std::move(key), out.size());
+      out.push_back(std::move(e));
+    } else {
+      merge(out[it->second], e);
+    }
+  }
+  entries = std::move(out);
+}
 
 // True if a BPF stack id means "lost" (not merely "no user stack": -EFAULT is what
 // kernel threads and user-less contexts return, which BCC also shows as empty).

@@ -2,6 +2,8 @@
 
 #include <iostream>
 
+#include "common/timing.h"
+
 namespace bpfdiag {
 
 Result<std::unique_ptr<BpfSession>> load_tool(const ToolPlan& plan) {
@@ -9,7 +11,9 @@ Result<std::unique_ptr<BpfSession>> load_tool(const ToolPlan& plan) {
     std::cout << ebpf_listing(plan.bpf_text, plan.cflags);
     return std::unique_ptr<BpfSession>();
   }
+  timing_mark("tool setup + cflags");
   if (auto st = preflight(plan.tracepoints)) return Error{st->message};
+  timing_mark("preflight");
   auto s = BpfSession::load(plan.bpf_text, plan.cflags);
   if (!s) return Error{s.error()};
   return std::move(s.value());

@@ -64,6 +64,9 @@ want = program_files(stage, PROGS)
 check(want <= got, "installed: every program in sbin and its man page in man8 (missing %s)" % sorted(want - got))
 schemas = {"usr/share/bpfdiag/schema/" + f for f in os.listdir(os.path.join(SRC, "docs/schema"))}
 check(schemas <= got, "installed: the JSON Schemas in share/bpfdiag/schema (missing %s)" % sorted(schemas - got))
+runbooks = {"usr/share/bpfdiag/runbooks/" + f for f in os.listdir(os.path.join(SRC, "runbooks"))}
+check(len(runbooks) >= 5 and runbooks <= got,
+      "installed: the runbooks in share/bpfdiag/runbooks (missing %s)" % sorted(runbooks - got))
 for p in PROGS:
     ok, err = man_renders(os.path.join(stage, "usr/share/man"), p)
     check(ok, "man 8 %s renders from the installed man8 (%s)" % (p, err))
@@ -79,8 +82,9 @@ if debs:
     check("Package: bpfdiag" in info and "libbpfcc" in info, "package metadata: %s" % info.strip().replace("\n", "; "))
     contents = {l.split()[-1].lstrip("./") for l in run(["dpkg-deb", "-c", deb]).stdout.splitlines()
                 if not l.startswith("d")}
-    check(want <= contents and schemas <= contents,
-          "the package holds every program, man page and schema (missing %s)" % sorted((want | schemas) - contents))
+    check(want <= contents and schemas <= contents and runbooks <= contents,
+          "the package holds every program, man page, schema and runbook (missing %s)"
+          % sorted((want | schemas | runbooks) - contents))
     extra = {c for c in contents if not (c.startswith("usr/sbin/") or c.startswith("usr/share/"))}
     check(not extra, "nothing outside /usr/sbin and /usr/share (%s)" % sorted(extra)[:5])
 
@@ -105,9 +109,11 @@ if debs:
     check(q.returncode == 0 and '"type":"runqlen.summary"' in q.stdout,
           "the installed runqlen loads its BPF program and reports (rc %d, %r)" % (q.returncode, q.stderr.strip()[-200:]))
     if "runbook" in PROGS:
-        lst = run([os.path.join(root, "usr/sbin/runbook"), "--list"], timeout=30)
-        check(lst.returncode == 0 and "slow-service" in lst.stdout,
-              "installed runbook --list names slow-service (%r)" % lst.stdout.strip()[:200])
+        env = {k: v for k, v in os.environ.items() if k != "BPFDIAG_RUNBOOKS"}
+        lst = run([os.path.join(root, "usr/sbin/runbook"), "--list"], timeout=30, env=env)
+        names = [l.split()[0] for l in lst.stdout.splitlines() if l and not l[0].isspace()]
+        check(lst.returncode == 0 and sorted(names) == sorted(os.path.basename(f)[:-8] for f in runbooks),
+              "installed runbook --list finds the installed runbooks: %s" % names)
     r = run(dpkg + ["-r", "bpfdiag"], timeout=120)
     left = {f for f in files_under(root) if not f.startswith("var/lib/dpkg/")}
     check(r.returncode == 0 and not left, "dpkg --root -r removes every file (left %s)" % sorted(left)[:5])

@@ -497,3 +497,13 @@ TEST_CASE("golden: per-thread view text and NDJSON") {
   check_golden("lockstat_threads.txt", report({"-P"}));
   check_golden("lockstat_threads.ndjson", report({"-P", "-j", "-n", "3"}));
 }
+
+TEST_CASE("lockstat: --uprobes probe cost is the calibration's median") {
+  std::vector<uint64_t> h(1024, 0);
+  CHECK(median_probe_cost(h) == 0);  // no calls seen
+  h[30] = 10, h[41] = 25, h[42] = 4, h[900] = 5;  // 44 calls: the 22nd is in bucket 41
+  CHECK(median_probe_cost(h) == 415);
+  h.assign(1024, 0);
+  h[0] = 1;
+  CHECK(median_probe_cost(h) == 5);
+}

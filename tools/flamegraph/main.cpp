@@ -25,18 +25,26 @@ const ToolSpec kSpec{
      OptionSpec{"subtitle", "TEXT", "second line under the title"},
      OptionSpec{"unit", "NAME", "what a value counts (default: samples; offcputime: us)"},
      OptionSpec{"palette", "NAME", "oncpu (warm, default) or offcpu (cool)"},
-     OptionSpec{"width", "PX", "image width in pixels (200-10000, default 1200)"}, opt::help()},
+     OptionSpec{"width", "PX", "image width in pixels (200-10000, default 1200)"},
+     OptionSpec{"diff", "BEFORE",
+                "differential graph: FILE (after) against BEFORE, both\n"
+                "folded; widths from FILE, red where a frame grew, blue\n"
+                "where it shrank (BEFORE scaled to FILE's total)"},
+     opt::help()},
     "  flamegraph out.folded > out.svg     # on-CPU colours, values as samples\n"
     "  flamegraph --palette offcpu --unit us off.folded -o off.svg\n"
     "                                      # offcputime -f output, times in us\n"
     "  offcputime -f 5 | flamegraph --palette offcpu --unit us > off.svg\n"
-    "                                      # straight from a 5 s trace\n",
+    "                                      # straight from a 5 s trace\n"
+    "  flamegraph --diff a.folded b.folded > diff.svg\n"
+    "                                      # what changed from a to b\n",
     Positional::File};
 
 struct Config {
   bool help = false;
   FlameOptions flame;
   std::string input, output;
+  std::string before;  // --diff BEFORE
 };
 
 Result<Config> parse(int argc, char** argv) {
@@ -47,6 +55,11 @@ Result<Config> parse(int argc, char** argv) {
   c.input = r->common.file;
   if (auto v = opt_str(r->raw, "output")) c.output = *v;
   if (auto v = opt_str(r->raw, "title")) c.flame.title = *v;
+  if (auto v = opt_str(r->raw, "diff")) {
+    c.before = *v;
+    if (c.input.empty() || c.input == "-") return Error{"--diff BEFORE needs the after FILE too"};
+    if (!opt_str(r->raw, "title")) c.flame.title = "Differential Flame Graph";
+  }
   if (auto v = opt_str(r->raw, "subtitle")) c.flame.subtitle = *v;
   if (auto v = opt_str(r->raw, "unit")) c.flame.unit = *v;
   if (auto v = opt_str(r->raw, "palette")) {
@@ -65,18 +78,31 @@ Result<Config> parse(int argc, char** argv) {
   return c;
 }
 
-Status run(const Config& c) {
+Result<std::vector<FoldedLine>> read_input(const std::string& path) {
   std::stringstream text;
-  if (c.input.empty() || c.input == "-") {
+  if (path.empty() || path == "-") {
     text << std::cin.rdbuf();
   } else {
-    std::ifstream in(c.input);
-    if (!in) return Error{"cannot read " + c.input};
+    std::ifstream in(path);
+    if (!in) return Error{"cannot read " + path};
     text << in.rdbuf();
   }
   auto stacks = read_folded(text.str());
-  if (!stacks) return Error{(c.input.empty() ? std::string("stdin") : c.input) + ": " + stacks.error()};
-  std::string svg = render_flamegraph(*stacks, c.flame);
+  if (!stacks) return Error{(path.empty() ? std::string("stdin") : path) + ": " + stacks.error()};
+  return stacks;
+}
+
+Status run(const Config& c) {
+  auto stacks = read_input(c.input);
+  if (!stacks) return Error{stacks.error()};
+  std::string svg;
+  if (c.before.empty()) {
+    svg = render_flamegraph(*stacks, c.flame);
+  } else {
+    auto before = read_input(c.before);
+    if (!before) return Error{before.error()};
+    svg = render_flamegraph_diff(*before, *stacks, c.flame);
+  }
   if (c.output.empty()) {
     std::cout << svg;
     return std::nullopt;

@@ -106,6 +106,7 @@ ToolSpec make_spec() {
           opt::timestamp(),
           opt::json("NDJSON: lockstat.start, then per report one record per\n"
                     "lock (or thread) and a lockstat.summary"),
+          opt::svg("write a flame graph of the waits at the contended\nlocks' call sites to FILE when the run ends"),
           OptionSpec{"map-entries", "N",
                      "BPF map size (waits per thread and lock; default:\n"
                      "from the target's thread count, at least 16384)",

@@ -14,6 +14,7 @@
 #include "common/report.h"
 #include "common/result.h"
 #include "common/runloop.h"
+#include "common/stacks.h"
 
 extern "C" {
 #include <linux/types.h>
@@ -45,6 +46,10 @@ struct Config {
   size_t stacks = 3;                     // -s: waiters and call sites shown per lock
   uint64_t map_entries = 0;              // --map-entries (0: sized from the target)
   bpfdiag::Schedule schedule;            // -i/-c/-d
+  // --uprobes: ns of probe cost taken off each timed call, measured at startup by
+  // run() (tools/lockstat/calibrate.cpp), not an option
+  uint64_t probe_cost_ns = 0;
+  std::string svg;                       // --svg FILE: flame graph of the run's waits
 };
 
 // The option table (generated --help, USAGE, man page SYNOPSIS).
@@ -188,6 +193,10 @@ Report build_report(const Snapshot& s, const Names& n, const Config& c);
 // the data-quality line goes to `err` (stderr in the tool) so the CSV stays pure.
 void render(std::ostream& os, std::ostream& err, const Config& c, const Snapshot& s, const Names& n,
             const bpfdiag::Window& w);
+
+// --svg: the contended locks' call sites as folded stacks, "comm;outer;...;inner;
+// lock NAME" valued in microseconds of wait (the sites the report keeps, -s).
+void add_folded_waits(const Report& rep, bpfdiag::FoldedSet& out);
 
 bpfdiag::Status run(const Config& c);
 

@@ -105,7 +105,8 @@ nlohmann::json summary_fields(const Report& rep, const Config& c) {
           {"wait_count", waits},
           {"wait_total_ns", total},
           {"other_lock_count", rep.other.size()},
-          {"other_wait_total_ns", other_ns}};
+          {"other_wait_total_ns", other_ns},
+          {"probe_cost_ns", c.probe_cost_ns}};
 }
 
 // The first --entries rows of a table as `lockstat.<kind>` records.
@@ -175,6 +176,11 @@ void render(std::ostream& os, std::ostream& err, const Config& c, const Snapshot
   if (c.timestamp) os << clock_hms() << "\n";
   if (c.per_thread) text_threads(os, c, tt, rep.threads);
   else text_locks(os, c, lt, rep);
+  if (c.uprobes)  // see OVERHEAD in lockstat(8)
+    os << "--uprobes: each call's time excludes " << c.probe_cost_ns
+       << " ns of probe cost (measured at startup).\n"
+          "Probed calls run slower, so holds and contention grow: for wait totals\n"
+          "prefer futex mode; use --uprobes for call sites and call counts.\n";
   os << s.dq.to_text() << "\n";
   os.flush();
 }

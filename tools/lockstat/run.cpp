@@ -15,6 +15,7 @@
 #include "common/cli.h"
 #include "common/data_symbols.h"
 #include "common/debuginfo_hint.h"
+#include "common/flamegraph.h"
 #include "common/proc.h"
 #include "common/pthread_probes.h"
 #include "common/stacks.h"
@@ -138,6 +139,7 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
   for (uint64_t a : c.lock_addrs) locks.push_back(hex_addr(a));
   for (const auto& n : c.lock_names) locks.push_back(n);
   nlohmann::json j = {{"probes", probes},
+                      {"probe_cost_ns", c.probe_cost_ns},
                       {"options",
                        {{"view", c.per_thread ? "threads" : "locks"},
                         {"user_locks", !c.kernel_only},
@@ -179,8 +181,15 @@ Status run(const Config& c0) {
       libs.emplace_back(*lib, *pts);
     }
   }
+  std::unique_ptr<CalibChild> calib;  // --uprobes: times the probes' own cost
+  if (c.uprobes && !c.ebpf) {
+    auto ch = start_calibration_child();
+    if (!ch) return Error{ch.error()};
+    calib = std::move(ch.value());
+  }
   auto flags = bpf_cflags(c);
   if (!flags) return Error{flags.error()};
+  if (calib) flags.value().push_back("-DCALIB_PID=" + std::to_string(calib->pid));
   auto loaded = load_tool(ToolPlan{"lockstat", bpf_text(), *flags, c.ebpf, tps});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
@@ -209,6 +218,15 @@ Status run(const Config& c0) {
       }
     }
     what = c.uprobes ? "pthread_mutex_lock calls" : "futex waits";
+  }
+  if (calib) {
+    auto cost = calibrate_probe_cost(session, *calib);
+    if (!cost) return Error{cost.error()};
+    c.probe_cost_ns = *cost;
+    calib.reset();
+    if (c.verbose)
+      std::fprintf(stderr, "lockstat: probe cost %llu ns per call, taken off each timed call\n",
+                   static_cast<unsigned long long>(c.probe_cost_ns));
   }
   for (auto& [lib, pts] : libs) {
     if (auto st = attach_pthread_probes(
@@ -260,6 +278,7 @@ Status run(const Config& c0) {
   CounterDeltas counter_deltas;              // counters are cumulative in BPF
   std::map<uint32_t, std::string> comm_of;   // tid -> comm, kept across intervals
   Status failed;
+  FoldedSet flame;  // --svg: the waits of every report
 
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
@@ -310,6 +329,15 @@ Status run(const Config& c0) {
                    "full (%llu entries); rerun with --map-entries %llu\n",
                    static_cast<unsigned long long>(s.dq.map_full), static_cast<unsigned long long>(c.map_entries),
                    static_cast<unsigned long long>(std::min<uint64_t>(c.map_entries * 4, 1u << 22)));
+    if (!c.svg.empty()) add_folded_waits(build_report(s, names, c), flame);
+    if (final && !c.svg.empty()) {
+      FlameOptions fo;
+      fo.title = "Off-CPU Flame Graph: lock waits";
+      fo.subtitle = "lockstat: wait time at the contended locks' call sites";
+      fo.unit = "us";
+      fo.palette = FlamePalette::OffCpu;
+      if (auto st = write_flamegraph_svg(c.svg, flame.stacks(), fo); st && !failed) failed = st;
+    }
     if (final)
       for (uint32_t p : seen_pids) hint_debuginfo(p, hinted);
     if (!c.json && !c.csv && !final) std::cout << "\n";

@@ -2,9 +2,9 @@
 // the warnings at the end of a run, the start record's fields and the banner.
 #include <algorithm>
 #include <map>
-#include <tuple>
 
 #include "common/parse.h"
+#include "common/unwind_maps.h"
 #include "tools/offcputime/offcputime.h"
 
 namespace offcputime {
@@ -15,32 +15,22 @@ const std::vector<std::string>& dq_keys() {
   // overflow_stacks: stacks kept in the overflow map (not lost); unknown_frames:
   // frames no symbol names; processes_gone_before_seen: exited before their maps
   // could be read.
-  static const std::vector<std::string> keys = {"seen_full", "overflow_stacks", "unknown_frames",
-                                                "processes_gone_before_seen"};
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k = {"seen_full", "overflow_stacks", "unknown_frames", "processes_gone_before_seen"};
+    for (auto& u : unwind_dq_keys()) k.push_back(u);  // --unwind=dwarf (zero with fp)
+    return k;
+  }();
   return keys;
 }
 
 // Stack ids that differ only in frames symbolization drops (the tracing path's own
 // frames) or cannot name render the same; report them as one entry.
 void merge_identical(std::vector<Entry>& entries) {
-  using Key = std::tuple<uint32_t, uint32_t, std::string, std::vector<std::string>, std::vector<std::string>,
-                         bool, bool>;
-  std::map<Key, size_t> index;
-  std::vector<Entry> out;
-  for (auto& e : entries) {
-    Key key{e.pid, e.tid, e.comm, e.stack.user, e.stack.kernel, e.stack.user_missing, e.stack.kernel_missing};
-    auto it = index.find(key);
-    if (it == index.end()) {
-      index.emplace(std::move(key), out.size());
-      out.push_back(std::move(e));
-      continue;
-    }
-    Entry& m = out[it->second];
+  merge_identical_stacks(entries, [](Entry& m, const Entry& e) {
     m.total_ns += e.total_ns;
     m.count += e.count;
     m.max_ns = std::max(m.max_ns, e.max_ns);
-  }
-  entries = std::move(out);
+  });
 }
 
 std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries) {
@@ -56,24 +46,10 @@ std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries) {
   return out;
 }
 
-static std::string folded_name(const Config& c, const Entry& e) {
-  if (!c.per_thread) return e.comm;
-  return e.comm + "-" + std::to_string(e.pid) + "/" + std::to_string(e.tid);
-}
-
 std::vector<std::string> folded_lines(const Config& c, const std::vector<Entry>& entries) {
-  // merge identical lines (same name and frames), keeping first-seen order
-  std::map<std::string, uint64_t> sums;
-  std::vector<std::string> order;
-  for (auto& e : entries) {
-    std::string l = folded_line(folded_name(c, e), e.stack, 0);
-    l.resize(l.size() - 2);  // drop " 0"
-    if (!sums.count(l)) order.push_back(l);
-    sums[l] += e.total_ns;
-  }
-  std::vector<std::string> out;
-  for (auto& l : order) out.push_back(l + " " + std::to_string(sums[l] / 1000));
-  return out;
+  FoldedSet set;
+  for (auto& e : entries) set.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.total_ns);
+  return set.lines(1000);  // values in microseconds
 }
 
 std::vector<std::string> warnings(const Config& c, const DataQuality& dq) {
@@ -110,6 +86,7 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
                               {"state", opt_ns(c.state.value_or(0), c.state.has_value())},
                               {"stack_storage_size", c.stack_storage_size},
                               {"map_entries", c.map_entries},
+                              {"unwind", c.unwind_dwarf ? "dwarf" : "fp"},
                               {"interval_ns", opt_ns(s.interval_ns.value_or(0), s.interval_ns.has_value())},
                               {"duration_ns", opt_ns(s.duration_ns.value_or(0), s.duration_ns.has_value())}});
 }
@@ -126,7 +103,10 @@ std::string banner(const Config& c) {
   if (c.user_threads_only) who += " (user threads)";
   if (c.kernel_threads_only) who += " (kernel threads)";
   std::string what = c.user_stacks_only ? "user" : c.kernel_stacks_only ? "kernel" : "user + kernel";
-  return "Tracing off-CPU time (us) of " + who + " by " + what + " stack" + banner_until(c.schedule);
+  std::string how = c.kernel_stacks_only ? ""
+                    : c.unwind_dwarf      ? " (user stacks: DWARF unwinding)"
+                                          : " (user stacks: frame pointers)";
+  return "Tracing off-CPU time (us) of " + who + " by " + what + " stack" + how + banner_until(c.schedule);
 }
 
 }  // namespace offcputime

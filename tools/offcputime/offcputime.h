@@ -46,6 +46,8 @@ struct Config {
   std::optional<uint64_t> state;     // --state
   uint64_t stack_storage_size = 0;   // --stack-storage-size; 0: auto_stack_storage()
   uint64_t map_entries = 32768;      // --map-entries: start/counts/seen map entries
+  std::string svg;                   // --svg FILE: flame graph of the whole run
+  bool unwind_dwarf = false;         // --unwind=dwarf (default with -p/-t): user stacks from .eh_frame
   bool json = false;
   bool ebpf = false;
   bpfdiag::Schedule schedule;  // --duration / [duration], -i, -c

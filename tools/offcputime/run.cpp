@@ -10,17 +10,20 @@
 #include "common/bpf_counters.h"
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
+#include "common/flamegraph.h"
 #include "common/symbolize.h"
 #include "common/target.h"
 #include "common/tool.h"
+#include "common/proc.h"
+#include "common/unwind_maps.h"
 #include "tools/offcputime/offcputime.h"
 
 extern "C" {
 #include "offcputime_shared.h"
 }
-static_assert(sizeof(offcpu_key) == 32, "offcpu_key layout shared with BPF");
+static_assert(sizeof(offcpu_key) == 40, "offcpu_key layout shared with BPF");
 static_assert(sizeof(offcpu_val) == 24, "offcpu_val layout shared with BPF");
-static_assert(sizeof(offcpu_start) == 40, "offcpu_start layout shared with BPF");
+static_assert(sizeof(offcpu_start) == 48, "offcpu_start layout shared with BPF");
 
 namespace offcputime {
 using namespace bpfdiag;
@@ -42,6 +45,8 @@ const std::vector<std::pair<std::string, std::string>> kProbes = {
 struct Live {
   Symbolizer sym;
   uint64_t lost_events = 0;
+  UnwindMaps* uw = nullptr;  // --unwind=dwarf
+  std::set<uint32_t> uw_stale;  // processes whose mappings changed (exec): refresh
 };
 
 void on_new_proc(void* cookie, void* data, int size) {
@@ -49,10 +54,12 @@ void on_new_proc(void* cookie, void* data, int size) {
   uint32_t tgid;
   std::memcpy(&tgid, data, sizeof tgid);
   auto& sym = static_cast<Live*>(cookie)->sym;
-  if (sym.remembered(tgid))
+  if (sym.remembered(tgid)) {
     sym.refresh(tgid);  // announced again after exec: new mappings
-  else
+    static_cast<Live*>(cookie)->uw_stale.insert(tgid);
+  } else {
     sym.remember(tgid);
+  }
 }
 
 void on_lost(void* cookie, uint64_t n) { static_cast<Live*>(cookie)->lost_events += n; }
@@ -62,27 +69,57 @@ void on_lost(void* cookie, uint64_t n) { static_cast<Live*>(cookie)->lost_events
 Status run(const Config& user_config) {
   Config c = user_config;
   if (!c.stack_storage_size) c.stack_storage_size = auto_stack_storage(count_traced_threads(c));
-  auto flags = bpf_cflags(c);
-  if (!flags) return Error{flags.error()};
-  auto loaded = load_tool(ToolPlan{"offcputime", bpf_text(), *flags, c.ebpf, {}});
+  auto base_flags = bpf_cflags(c);
+  if (!base_flags) return Error{base_flags.error()};
+  std::vector<std::string> flags = *base_flags;
+  UnwindMaps uw;
+  if (c.unwind_dwarf && !c.ebpf) {  // tables of every target process, before load (sizes)
+    std::set<uint32_t> tgids(c.pids.begin(), c.pids.end());
+    for (auto t : c.tids) tgids.insert(proc_tgid(t));
+    for (auto t : tgids)
+      if (t) uw.add_process(t);
+  }
+  if (c.unwind_dwarf) {
+    auto uf = uw.cflags();
+    if (!uf) return Error{uf.error()};
+    flags.insert(flags.end(), uf->begin(), uf->end());
+  }
+  auto loaded = load_tool(ToolPlan{"offcputime", bpf_text(), flags, c.ebpf, {}});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
   Live live;
+  if (c.unwind_dwarf) {
+    if (auto st = uw.fill(session.bpf())) return st;
+    live.uw = &uw;
+  }
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
   for (auto p : c.pids) live.sym.remember(p);
   for (auto& [tp, fn] : kProbes)
     if (auto st = session.attach_raw_tracepoint(tp, fn))
       return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
-  announce_attached(std::cout, "offcputime", c.json, banner(c), start_fields(c, kProbes.size()), dq0);
+  nlohmann::json fields = start_fields(c, kProbes.size());
+  if (c.unwind_dwarf) {  // what the tables cost at startup
+    const UnwindStats& us = uw.stats();
+    fields["unwind_tables"] = {{"processes", us.processes}, {"mappings", us.mappings},
+                               {"binaries", us.binaries},   {"binaries_without_cfi", us.binaries_without_cfi},
+                               {"rows", us.rows},           {"bytes", us.table_bytes},
+                               {"build_ms", us.build_ms},   {"fill_ms", us.fill_ms}};
+  }
+  announce_attached(std::cout, "offcputime", c.json, banner(c), fields, dq0);
 
   uint64_t window_start = monotonic_ns();
-  CounterDeltas deltas;
+  CounterDeltas deltas, uw_deltas;
   uint64_t lost_reported = 0;
+  FoldedSet flame;  // --svg: the stacks of every report (ns; shown in us)
+  Status svg_failed;
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
     session.poll_perf_buffer("new_procs", std::min(timeout_ms, 100));
+    for (auto t : live.uw_stale)  // after exec: the new image's tables and mappings
+      if (live.uw) (void)live.uw->refresh(session.bpf(), t);
+    live.uw_stale.clear();
     // Bounded memory on long runs: forget exited processes no counted stack refers to.
     live.sym.forget_exited_every(10000000000ULL, [&] {
       std::set<uint32_t> tgids;
@@ -104,6 +141,11 @@ Status run(const Config& user_config) {
     rep.dq = DataQuality::with_keys(dq_keys());
     if (auto st = add_bpf_counters(session.bpf(), kCounters, rep.dq, &deltas))
       std::cerr << "offcputime: " << st->message << "\n";
+    if (c.unwind_dwarf) {
+      if (auto st = add_unwind_counters(session.bpf(), rep.dq, &uw_deltas))
+        std::cerr << "offcputime: " << st->message << "\n";
+      rep.dq.add("binaries_without_cfi", uw.stats().binaries_without_cfi);
+    }
     rep.dq.lost_events = live.lost_events - lost_reported;
     lost_reported = live.lost_events;
     // threads off-CPU right now: their period ends in a later window (or never)
@@ -112,6 +154,8 @@ Status run(const Config& user_config) {
     auto overflow = read_overflow(session.bpf());
     auto counts_table = session.bpf().get_hash_table<offcpu_key, offcpu_val>("counts");
     StackParts parts{!c.kernel_stacks_only, !c.user_stacks_only};
+    UnwoundStacks unwound;
+    if (c.unwind_dwarf) unwound = read_unwound_stacks(session.bpf());
     auto before = live.sym.stats();
     for (auto& [k, v] : drain_hash<offcpu_key, offcpu_val>(counts_table)) {
       Entry e;
@@ -122,6 +166,11 @@ Status run(const Config& user_config) {
       e.count = v.count;
       e.max_ns = v.max_ns;
       e.stack = resolve_both(primary, overflow, live.sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts);
+      if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
+        bool found = false;
+        e.stack.user = symbolize_unwound(unwound, k.user_hash, live.sym, k.tgid, &found);
+        e.stack.user_missing = !found;  // UW_HASH_LOST (uw_stacks full, counted in lost_stacks)
+      }
       rep.entries.push_back(std::move(e));
     }
     merge_identical(rep.entries);
@@ -129,11 +178,22 @@ Status run(const Config& user_config) {
     rep.dq.add("unknown_frames", (ss.user_unknown + ss.kernel_unknown) - (before.user_unknown + before.kernel_unknown));
     rep.dq.add("processes_gone_before_seen", ss.pids_unreadable - before.pids_unreadable);
     render(std::cout, std::cerr, c, rep);
-    if (final)
-      for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
+    if (!c.svg.empty())
+      for (auto& e : rep.entries) flame.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.total_ns);
+    if (!final) return;
+    for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
+    if (!c.svg.empty()) {
+      FlameOptions fo;
+      fo.title = "Off-CPU Flame Graph";
+      fo.subtitle = banner(c);
+      fo.unit = "us";
+      fo.palette = FlamePalette::OffCpu;
+      svg_failed = write_flamegraph_svg(c.svg, flame.stacks(1000), fo);
+    }
   };
   TargetWatch watch(c.pids);  // -p: stop with "PID N exited" when every target is gone
-  return run_tool_loop(c.schedule, hooks, watch);
+  if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;
+  return svg_failed;
 }
 
 }  // namespace offcputime

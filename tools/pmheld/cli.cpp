@@ -56,6 +56,7 @@ ToolSpec make_spec() {
           opt::csv(),
           opt::timestamp(),
           opt::json("NDJSON: pmheld.start, then per report one pmheld.lock\nper lock and a pmheld.summary"),
+          opt::svg("write a flame graph of the hold times by acquiring\nstack to FILE when the run ends"),
       }, "print where each probe was placed"),
       kExamples,
       Positional::None};

@@ -12,6 +12,7 @@
 #include "common/report.h"
 #include "common/result.h"
 #include "common/runloop.h"
+#include "common/stacks.h"
 #include "common/table.h"
 
 namespace pmheld {
@@ -34,6 +35,7 @@ struct Config {
   std::string sort = "hold_total_ns";   // -S/--sort
   std::string fields;          // --fields (summary table columns)
   bpfdiag::Schedule schedule;  // -i/-c/-d
+  std::string svg;             // --svg FILE: flame graph of the run's hold times
 };
 
 // The option table (generated --help, USAGE, man page SYNOPSIS).
@@ -68,6 +70,10 @@ bpfdiag::DataQuality empty_dq();
 
 // The warning printed when stacks were lost, naming the option that helps ("" if none).
 std::string lost_stacks_warning(const Config& c, const bpfdiag::DataQuality& dq);
+
+// --svg: each lock's acquiring stacks as folded stacks, "comm;outer;...;inner;
+// lock NAME" valued in microseconds held (the stacks the report keeps, -s).
+void add_folded_holds(const std::vector<LockHold>& locks, bpfdiag::FoldedSet& out);
 
 // "cache_lock" or "0x55d0c0a4a040" for anonymous mutexes.
 std::string lock_name(const LockHold& l);

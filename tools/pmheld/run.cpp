@@ -14,6 +14,7 @@
 #include "common/bpf_counters.h"
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
+#include "common/flamegraph.h"
 #include "common/proc.h"
 #include "common/pthread_probes.h"
 #include "common/stacks.h"
@@ -216,10 +217,21 @@ Status run(const Config& c) {
                     start, empty_dq());
 
   uint64_t last = monotonic_ns();
+  FoldedSet flame;  // --svg: the holds of every report
+  Status svg_failed;
   RunHooks hooks;
   hooks.report = [&](bool final) {
     DataQuality dq = empty_dq();
     auto locks = col.collect(dq);
+    if (!c.svg.empty()) add_folded_holds(locks, flame);
+    if (final && !c.svg.empty()) {
+      FlameOptions fo;
+      fo.title = "Off-CPU Flame Graph: mutex hold times";
+      fo.subtitle = "pmheld: time each pthread mutex was held, by acquiring stack";
+      fo.unit = "us";
+      fo.palette = FlamePalette::OffCpu;
+      svg_failed = write_flamegraph_svg(c.svg, flame.stacks(), fo);
+    }
     uint64_t now = monotonic_ns();
     if (!c.json && !c.csv) std::cout << "\n";
     render(std::cout, std::cerr, c, std::move(locks), dq, window_ending_now(now - last, final));
@@ -236,7 +248,8 @@ Status run(const Config& c) {
   };
   // -p: stop when every target has exited; after an exec, new names and symbols
   if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;
-  return col.failed();
+  if (auto st = col.failed()) return st;
+  return svg_failed;
 }
 
 }  // namespace pmheld

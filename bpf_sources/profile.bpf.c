@@ -1,0 +1,68 @@
+/* profile: on-CPU stack sampling. A software CPU-clock perf event on every CPU runs
+ * do_perf_event at the requested frequency; each sample of a selected thread adds 1
+ * to the count of its (thread, user stack, kernel stack), aggregated in the kernel.
+ *
+ * Injected by the front-end (-D):
+ *   TGID_OK(t), TID_OK(t)     process/thread filters (default: 1)
+ *   INCLUDE_IDLE              count the idle task (pid 0) too (-I)
+ *   CAPTURE_USER, CAPTURE_KERNEL
+ *   STACK_STORAGE_SIZE, COUNTS_SIZE
+ *
+ * Stack ids: -EFAULT means "no such part" (a kernel thread has no user stack, a
+ * sample taken in user mode no kernel stack) and is not a loss; any other error is a
+ * missing stack, and -EEXIST (bucket taken by another stack) or -ENOMEM also mean the
+ * stack storage is too small (--stack-storage-size).
+ */
+#include <uapi/linux/bpf_perf_event.h>
+#include "filters.h"
+#include "profile_shared.h"
+#define DQ_NCOUNTERS PROFILE_CNT_MAX
+#include "common.h"
+
+BPF_HASH(counts, struct profile_key, u64, COUNTS_SIZE);
+BPF_STACK_TRACE(stack_traces, STACK_STORAGE_SIZE);
+
+static inline __attribute__((always_inline)) void count_stack_error(int id, u32 missing_slot) {
+  if (id >= 0 || id == -14 /* EFAULT: no such part */)
+    return;
+  dq_count(missing_slot);
+  if (id == -17 /* EEXIST */ || id == -12 /* ENOMEM */)
+    dq_count(PROFILE_CNT_STORAGE_FULL);
+}
+
+int do_perf_event(struct bpf_perf_event_data *ctx) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 tid = (u32)id, tgid = id >> 32;
+  if (tid == 0) {
+#ifndef INCLUDE_IDLE
+    dq_count(PROFILE_CNT_IDLE);
+    return 0;
+#endif
+  } else if (!(TGID_OK(tgid) && TID_OK(tid))) {
+    return 0;
+  }
+  struct profile_key key = {};
+  key.tgid = tgid;
+  key.tid = tid;
+  bpf_get_current_comm(&key.comm, sizeof(key.comm));
+#ifdef CAPTURE_USER
+  key.user_stack_id = stack_traces.get_stackid(&ctx->regs, BPF_F_USER_STACK);
+  count_stack_error(key.user_stack_id, PROFILE_CNT_USER_MISSING);
+#else
+  key.user_stack_id = -1;
+#endif
+#ifdef CAPTURE_KERNEL
+  key.kernel_stack_id = stack_traces.get_stackid(&ctx->regs, 0);
+  count_stack_error(key.kernel_stack_id, PROFILE_CNT_KERNEL_MISSING);
+#else
+  key.kernel_stack_id = -1;
+#endif
+  u64 zero = 0;
+  u64 *v = counts.lookup_or_try_init(&key, &zero);
+  if (!v) {
+    dq_count(PROFILE_CNT_COUNTS_FULL);
+    return 0;
+  }
+  __sync_fetch_and_add(v, 1);
+  return 0;
+}

@@ -1,0 +1,180 @@
+/* In-BPF user-stack unwinding from DWARF CFI tables (issue 11, design (a) of
+ * docs/design/unwinding.md). Pasted into a tool's program text in place of its
+ * `#include "unwind.h"` line by common/unwind_maps (with_unwind_header): libbcc
+ * rewrites map calls only in the main file. Front-end: common/unwind_maps fills
+ * uw_rows (all tables back to back, one copy per build-id) and uw_procs (each traced
+ * process's executable file mappings, sorted, with load bias).
+ *
+ *   u64 h = uw_unwind_user(tgid);   // 0: no user context; UW_HASH_LOST: not stored
+ *   ... key.user_hash = h;          // frames: uw_stacks[h] (struct uw_pcs)
+ *
+ * Injected (-D): OFF_TASK_STACK, THREAD_SIZE (where the user registers are: the top
+ * of the task's kernel stack), UW_MAX_ROWS, UW_MAX_DEPTH (<= UW_STACK_SLOTS),
+ * UW_PROCS_SIZE, UW_STACKS_SIZE.
+ *
+ * A plain bounded loop with the step inlined: bpf_loop's callback is left
+ * unrelocated by libbcc 0.26 (the verifier refuses it).
+ */
+#include "unwind_shared.h"
+
+#define UW_HASH_LOST 1ULL
+#define UW_ROW_STEPS 20 /* binary search over <= 1M rows of one file */
+
+struct uw_user_regs {
+  u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+struct uw_state {
+  u64 ip, sp, bp;
+};
+
+BPF_ARRAY(uw_rows, struct uw_row, UW_MAX_ROWS);
+BPF_HASH(uw_procs, u32, struct uw_proc, UW_PROCS_SIZE);
+BPF_PERCPU_ARRAY(uw_scratch, struct uw_pcs, 1);
+BPF_HASH(uw_stacks, u64, struct uw_pcs, UW_STACKS_SIZE);
+BPF_PERCPU_ARRAY(uw_counters, u64, UW_CNT_MAX);
+BPF_PERCPU_ARRAY(uw_regs_scratch, struct uw_user_regs, 1); /* 168 bytes: off the BPF stack */
+
+static inline void uw_count(u32 slot) {
+  u64 *v = uw_counters.lookup(&slot);
+  if (v)
+    *v += 1;
+}
+
+/* The user registers saved at kernel entry; -1 when current has no 64-bit user
+ * context (kernel threads). */
+static inline __attribute__((always_inline)) int uw_user_regs(struct uw_user_regs *r) {
+  void *task = (void *)bpf_get_current_task();
+  void *stack = NULL;
+  bpf_probe_read_kernel(&stack, sizeof(stack), task + OFF_TASK_STACK);
+  if (!stack)
+    return -1;
+  struct uw_user_regs *p = (struct uw_user_regs *)(stack + THREAD_SIZE) - 1;
+  if (bpf_probe_read_kernel(r, sizeof(*r), p))
+    return -1;
+  if (r->cs != 0x33 || !r->ip || !r->sp)
+    return -1;
+  return 0;
+}
+
+/* One frame: from (ip, sp, bp) to the caller's. Returns -1 to go on, else a status. */
+static inline __attribute__((always_inline)) int uw_step(struct uw_state *s, struct uw_proc *proc, u32 depth) {
+  u64 look = depth ? s->ip - 1 : s->ip; /* a return address may be past its call's function */
+  u32 lo = 0, hi = proc->n;
+  if (hi > UW_MAX_MAPS)
+    hi = UW_MAX_MAPS;
+  if (hi == 0)
+    return UW_ST_NO_MAPPING;
+  for (int k = 0; k < UW_MAP_STEPS; k++) {
+    if (lo + 1 >= hi)
+      break;
+    u32 mid = lo + (hi - lo) / 2;
+    if (proc->maps[mid & (UW_MAX_MAPS - 1)].start <= look)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  struct uw_map *m = &proc->maps[lo & (UW_MAX_MAPS - 1)];
+  if (look < m->start || look >= m->end)
+    return UW_ST_NO_MAPPING;
+  if (m->row_n == 0)
+    return UW_ST_NO_CFI;
+  u32 rel = (u32)(look - m->bias);
+  u32 rlo = m->row_lo, rhi = m->row_lo + m->row_n;
+  for (int k = 0; k < UW_ROW_STEPS; k++) {
+    if (rlo + 1 >= rhi)
+      break;
+    u32 mid = rlo + (rhi - rlo) / 2;
+    struct uw_row *r = uw_rows.lookup(&mid);
+    if (!r)
+      break;
+    if (r->pc <= rel)
+      rlo = mid;
+    else
+      rhi = mid;
+  }
+  struct uw_row *r = uw_rows.lookup(&rlo);
+  if (!r || r->pc > rel)
+    return UW_ST_NO_CFI;
+  u8 ct = r->types & 15, bt = r->types >> 4;
+  u64 cfa;
+  if (ct == UW_CFA_RSP)
+    cfa = s->sp + r->cfa_off;
+  else if (ct == UW_CFA_RBP)
+    cfa = s->bp + r->cfa_off;
+  else if (ct == UW_CFA_PLT)
+    cfa = s->sp + 8 + (((s->ip & 15) >= 11) ? 8 : 0);
+  else if (ct == UW_CFA_END)
+    return UW_ST_END;
+  else
+    return UW_ST_NO_CFI;
+  u64 ra = 0;
+  if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+    return UW_ST_UNREADABLE;
+  if (bt == UW_RBP_AT_CFA) {
+    u64 bp = 0;
+    if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (s64)r->rbp_off8 * 8)))
+      return UW_ST_UNREADABLE;
+    s->bp = bp;
+  } else if (bt == UW_RBP_UNDEF) {
+    s->bp = 0;
+  }
+  s->sp = cfa;
+  s->ip = ra;
+  if (ra == 0)
+    return UW_ST_END;
+  return -1;
+}
+
+/* Unwinds current's user stack (process tgid); returns the stack's hash, its frames
+ * stored in uw_stacks. 0: no user context (kernel thread); UW_HASH_LOST: uw_stacks
+ * full. */
+static inline __attribute__((always_inline)) u64 uw_unwind_user(u32 tgid) {
+  u32 zero = 0;
+  struct uw_user_regs *regs = uw_regs_scratch.lookup(&zero);
+  if (!regs || uw_user_regs(regs))
+    return 0;
+  struct uw_pcs *out = uw_scratch.lookup(&zero);
+  if (!out)
+    return 0;
+  struct uw_proc *proc = uw_procs.lookup(&tgid);
+  struct uw_state s = {regs->ip, regs->sp, regs->bp};
+  out->status = UW_ST_TRUNCATED;
+  for (u32 d = 0; d < UW_MAX_DEPTH; d++) {
+    out->pc[d & (UW_STACK_SLOTS - 1)] = s.ip;
+    out->depth = d + 1;
+    if (!proc) {
+      out->status = UW_ST_NO_MAPPING;
+      break;
+    }
+    int st = uw_step(&s, proc, d);
+    if (st >= 0) {
+      out->status = st;
+      break;
+    }
+  }
+  /* Read depth and status back from the map value: the verifier then sees the same
+   * (unknown) values whichever iteration ended the walk, so it verifies the rest of
+   * the program once instead of once per exit (64x: over its 1M-instruction limit). */
+  asm volatile("" ::: "memory");
+  u32 depth = out->depth, status = out->status;
+  u64 h = 14695981039346656037ULL;
+  /* a fixed trip count (no break on depth): clang's unrolling of a depth-bounded loop
+   * walks a pointer the verifier cannot bound */
+  for (u32 i = 0; i < UW_MAX_DEPTH; i++) {
+    u64 pc = out->pc[i & (UW_STACK_SLOTS - 1)];
+    h ^= i < depth ? pc : 0;
+    h *= 1099511628211ULL;
+  }
+  h ^= status;
+  h *= 1099511628211ULL;
+  if (h <= UW_HASH_LOST)
+    h += 2;
+  uw_count(UW_CNT_STACKS);
+  if (status != UW_ST_END)
+    uw_count(status); /* UW_CNT_TRUNCATED.. share the status numbers */
+  if (!uw_stacks.lookup(&h) && uw_stacks.update(&h, out)) {
+    uw_count(UW_CNT_STACKS_FULL);
+    return UW_HASH_LOST;
+  }
+  return h;
+}

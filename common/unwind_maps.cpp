@@ -1,0 +1,226 @@
+// Per-process unwinding state and the BPF maps of bpf_sources/unwind.h (see unwind_maps.h).
+#include "common/unwind_maps.h"
+
+#include <bcc/BPF.h>
+#include <bpf/bpf.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "common/btf.h"
+#include "common/cli.h"
+#include "common/embedded.h"
+#include "common/symbolize.h"
+
+namespace bpfdiag {
+
+static_assert(sizeof(uw_row) == 8, "uw_row layout shared with BPF");
+static_assert(sizeof(uw_map) == 32, "uw_map layout shared with BPF");
+static_assert(sizeof(uw_proc) == 8 + 32 * UW_MAX_MAPS, "uw_proc layout shared with BPF");
+static_assert(sizeof(uw_pcs) == 8 * UW_STACK_SLOTS + 8, "uw_pcs layout shared with BPF");
+
+Result<UnwindMode> parse_unwind_mode(const cxxopts::ParseResult& raw, bool have_targets) {
+  const std::string* v = opt_str(raw, "unwind");
+  // Default fp for now: dwarf becomes the default with -p/-t once every stack tool's
+  // suite passes with it (issue 11, docs/design/unwinding.md section 8).
+  (void)have_targets;
+  if (!v) return UnwindMode::FramePointer;
+  if (*v == "fp") return UnwindMode::FramePointer;
+  if (*v == "dwarf") return UnwindMode::Dwarf;
+  return Error{"--unwind must be fp or dwarf, not '" + *v + "'"};
+}
+
+const char* unwind_mode_name(UnwindMode m) { return m == UnwindMode::Dwarf ? "dwarf" : "fp"; }
+
+std::string with_unwind_header(const std::string& text) {
+  static const char kInclude[] = "#include \"unwind.h\"\n";
+  auto at = text.find(kInclude);
+  if (at == std::string::npos) return text;
+  for (const EmbeddedFile* e = kEmbeddedBpfHeaders; e->name; ++e)
+    if (std::strcmp(e->name, "unwind.h") == 0)
+      return text.substr(0, at) + e->text + "\n" + text.substr(at + sizeof kInclude - 1);
+  return text;
+}
+
+const std::vector<std::string>& unwind_dq_keys() {
+  static const std::vector<std::string> keys = {"ustack_truncated", "ustack_no_cfi", "ustack_no_mapping",
+                                                "ustack_unreadable", "binaries_without_cfi"};
+  return keys;
+}
+
+bool UnwindMaps::add_process(uint32_t tgid) {
+  std::ifstream f("/proc/" + std::to_string(tgid) + "/maps");
+  if (!f) return false;
+  std::vector<uw_map> maps;
+  std::string line;
+  bool any = false;
+  while (std::getline(f, line)) {
+    uint64_t start, end, off, inode;
+    char perms[8] = {0};
+    unsigned maj, min;
+    int consumed = 0;
+    if (std::sscanf(line.c_str(), "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %x:%x %" SCNu64 " %n", &start, &end,
+                    perms, &off, &maj, &min, &inode, &consumed) < 7)
+      continue;
+    any = true;
+    if (perms[2] != 'x' || inode == 0 || consumed <= 0 || size_t(consumed) >= line.size()) continue;
+    std::string path = line.substr(consumed);
+    if (path[0] != '/') continue;
+    if (maps.size() >= UW_MAX_MAPS) break;  // the rest: ustack_no_mapping
+    char mf[96];
+    std::snprintf(mf, sizeof mf, "/proc/%u/map_files/%" PRIx64 "-%" PRIx64, tgid, start, end);
+    UntrustedPolicy magic;
+    magic.follow_links = true;  // a kernel magic link, not a name the process chose
+    UntrustedOpen r = open_untrusted(mf, magic);
+    if (!r.file && r.refused.empty()) {
+      const std::string del = " (deleted)";
+      if (path.size() > del.size() && path.compare(path.size() - del.size(), del.size(), del) == 0)
+        path.resize(path.size() - del.size());
+      r = open_in_proc_root(tgid, path, UntrustedPolicy{});
+      warn_if_refused(path, r);
+    }
+    uw_map m{start, end, 0, 0, 0};
+    stats_.mappings++;
+    if (r.file) {
+      auto t = cache_.get(r.file);
+      auto bias = t ? t->bias_for(start, off) : std::nullopt;
+      if (t && bias && t->has_cfi) {
+        auto p = placed_.find(t.get());
+        if (p == placed_.end()) {
+          Placed pl;
+          stats_.binaries++;
+          if (!capacity_ || rows_.size() + t->rows.size() <= capacity_) {
+            pl.lo = uint32_t(rows_.size());
+            pl.n = uint32_t(t->rows.size());
+            rows_.insert(rows_.end(), t->rows.begin(), t->rows.end());
+          }
+          keep_.push_back(t);
+          p = placed_.emplace(t.get(), pl).first;
+        }
+        m.bias = *bias;
+        m.row_lo = p->second.lo;
+        m.row_n = p->second.n;
+      } else if (t && !placed_.count(t.get())) {
+        placed_.emplace(t.get(), Placed{});
+        keep_.push_back(t);
+        stats_.binaries++;
+        stats_.binaries_without_cfi++;
+      }
+    }
+    maps.push_back(m);
+  }
+  if (!any) return false;
+  std::sort(maps.begin(), maps.end(), [](const uw_map& a, const uw_map& b) { return a.start < b.start; });
+  if (!procs_.count(tgid)) stats_.processes++;
+  procs_[tgid] = std::move(maps);
+  dirty_[tgid] = true;
+  stats_.rows = rows_.size();
+  stats_.table_bytes = rows_.size() * sizeof(uw_row);
+  stats_.build_ms = cache_.build_ms();
+  return true;
+}
+
+Result<std::vector<std::string>> UnwindMaps::cflags() {
+  auto f = kernel_offset_cflags({{"OFF_TASK_STACK", "task_struct", {"stack"}}});
+  if (!f) return Error{f.error()};
+  std::vector<std::string> flags = *f;
+  // room for tables of files mapped later (dlopen, exec) without reloading
+  capacity_ = rows_.size() + std::max<uint64_t>(rows_.size() / 2, 65536);
+  flags.push_back("-DUW_DWARF");
+  flags.push_back("-DTHREAD_SIZE=16384");  // x86-64; the regs are checked (cs == user) in BPF
+  flags.push_back("-DUW_MAX_ROWS=" + std::to_string(capacity_));
+  flags.push_back("-DUW_MAX_DEPTH=" + std::to_string(std::min<uint32_t>(max_depth_, UW_STACK_SLOTS)));
+  flags.push_back("-DUW_PROCS_SIZE=" + std::to_string(std::max<size_t>(1024, procs_.size() * 2)));
+  flags.push_back("-DUW_STACKS_SIZE=16384");
+  return flags;
+}
+
+Status UnwindMaps::fill(ebpf::BPF& bpf) {
+  auto t0 = std::chrono::steady_clock::now();
+  int rfd = bpf.get_table("uw_rows").get_fd(), pfd = bpf.get_table("uw_procs").get_fd();
+  if (rfd < 0 || pfd < 0) return Error{"unwind maps missing from the BPF program"};
+  if (rows_written_ < rows_.size()) {
+    std::vector<uint32_t> keys(rows_.size() - rows_written_);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = uint32_t(rows_written_ + i);
+    uint32_t n = keys.size();
+    if (bpf_map_update_batch(rfd, keys.data(), rows_.data() + rows_written_, &n, nullptr) != 0)
+      return Error{std::string("cannot write the unwind tables: ") + std::strerror(errno)};
+    rows_written_ = rows_.size();
+  }
+  for (auto& [tgid, dirty] : dirty_) {
+    if (!dirty) continue;
+    uw_proc p{};
+    auto& maps = procs_[tgid];
+    p.n = uint32_t(maps.size());
+    std::copy(maps.begin(), maps.end(), p.maps);
+    uint32_t key = tgid;
+    if (bpf_map_update_elem(pfd, &key, &p, BPF_ANY) != 0)
+      return Error{std::string("cannot write the unwind mappings: ") + std::strerror(errno)};
+    dirty = false;
+  }
+  stats_.fill_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return std::nullopt;
+}
+
+Status UnwindMaps::refresh(ebpf::BPF& bpf, uint32_t tgid) {
+  if (!add_process(tgid)) return std::nullopt;  // gone
+  return fill(bpf);
+}
+
+UnwoundStacks read_unwound_stacks(ebpf::BPF& bpf) {
+  UnwoundStacks out;
+  for (auto& [h, v] : bpf.get_hash_table<uint64_t, uw_pcs>("uw_stacks").get_table_offline()) {
+    UnwoundStack s;
+    s.status = v.status;
+    for (uint32_t i = 0; i < v.depth && i < UW_STACK_SLOTS; ++i) s.pcs.push_back(v.pc[i]);
+    out.emplace(h, std::move(s));
+  }
+  return out;
+}
+
+std::string unwind_marker(uint32_t status) {
+  switch (status) {
+    case UW_ST_END: return "";
+    case UW_ST_TRUNCATED: return "[truncated]";
+    case UW_ST_NO_CFI: return "[no CFI]";
+    case UW_ST_NO_MAPPING: return "[unknown mapping]";
+    case UW_ST_UNREADABLE: return "[unreadable stack]";
+  }
+  return "[truncated]";
+}
+
+std::vector<std::string> symbolize_unwound(const UnwoundStacks& stacks, uint64_t hash, Symbolizer& sym,
+                                           uint32_t tgid, bool* found) {
+  std::vector<std::string> frames;
+  auto it = stacks.find(hash);
+  if (found) *found = it != stacks.end();
+  if (it == stacks.end()) return frames;
+  const auto& pcs = it->second.pcs;
+  for (size_t i = 0; i < pcs.size(); ++i) frames.push_back(sym.user(tgid, i ? pcs[i] - 1 : pcs[i]));
+  if (auto m = unwind_marker(it->second.status); !m.empty()) frames.push_back(m);
+  return frames;
+}
+
+Status add_unwind_counters(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas) {
+  static const std::pair<uint32_t, const char*> kSlots[] = {{UW_CNT_TRUNCATED, "ustack_truncated"},
+                                                            {UW_CNT_NO_CFI, "ustack_no_cfi"},
+                                                            {UW_CNT_NO_MAPPING, "ustack_no_mapping"},
+                                                            {UW_CNT_UNREADABLE, "ustack_unreadable"},
+                                                            {UW_CNT_STACKS_FULL, "lost_stacks"}};
+  auto arr = bpf.get_percpu_array_table<uint64_t>("uw_counters");
+  for (auto& [slot, key] : kSlots) {
+    std::vector<uint64_t> per_cpu;
+    auto st = arr.get_value(int(slot), per_cpu);
+    if (!st.ok()) return Error{"cannot read the unwind counters: " + st.msg()};
+    uint64_t sum = 0;
+    for (auto v : per_cpu) sum += v;
+    dq.add(key, deltas ? deltas->delta(slot, sum) : sum);
+  }
+  return std::nullopt;
+}
+
+}  // namespace bpfdiag

@@ -1,0 +1,103 @@
+// Per-process unwinding state for bpf_sources/unwind.h: each traced process's
+// executable file mappings (with load bias) and the unwind tables of the files they
+// map (common/unwind_tables, one copy per build-id), written into the BPF maps
+// uw_rows / uw_procs; reading unwound stacks (uw_stacks) back; the --unwind option.
+//
+// PUBLIC API:
+//   UnwindMaps uw;
+//   for (auto p : pids) uw.add_process(p);        // before load: sizes uw_rows
+//   auto flags = uw.cflags();                       // -DUW_DWARF -DUW_MAX_ROWS=...
+//   text = with_unwind_header(text);                // pastes unwind.h (libbcc rule)
+//   ... load ..., uw.fill(bpf);                     // rows + mappings into the maps
+//   uw.refresh(bpf, tgid);                          // after exec / dlopen
+//   UnwoundStacks st = read_unwound_stacks(bpf);    // hash -> pcs + status
+//   add_unwind_counters(bpf, dq, &deltas);          // ustack_* data_quality keys
+#pragma once
+#include <linux/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/bpf_maps.h"
+#include "common/cli.h"
+#include "common/report.h"
+#include "common/result.h"
+#include "common/symbolize.h"
+#include "common/unwind_tables.h"
+
+namespace ebpf {
+class BPF;
+}
+
+namespace bpfdiag {
+
+enum class UnwindMode { FramePointer, Dwarf };
+
+// --unwind=fp|dwarf: the given mode, else fp (dwarf is opt-in until every stack tool
+// passes its suite with it; then the default becomes dwarf with -p/-t).
+Result<UnwindMode> parse_unwind_mode(const cxxopts::ParseResult& raw, bool have_targets);
+const char* unwind_mode_name(UnwindMode m);
+
+// `text` with its `#include "unwind.h"` line replaced by bpf_sources/unwind.h.
+std::string with_unwind_header(const std::string& text);
+
+// data_quality keys added by dwarf mode (always present in every stack tool's records).
+const std::vector<std::string>& unwind_dq_keys();
+
+struct UnwindStats {
+  uint64_t processes = 0, mappings = 0, binaries = 0, binaries_without_cfi = 0;
+  uint64_t rows = 0, table_bytes = 0;
+  double build_ms = 0, fill_ms = 0;
+};
+
+class UnwindMaps {
+ public:
+  explicit UnwindMaps(uint32_t max_depth = 32) : max_depth_(max_depth) {}
+  // Reads /proc/TGID/maps and builds the tables of its executable file mappings.
+  // False when the process is gone.
+  bool add_process(uint32_t tgid);
+  // BPF cflags (call once, after the first add_process calls): sizes and offsets.
+  Result<std::vector<std::string>> cflags();
+  // Writes every row and process not yet in the maps.
+  Status fill(ebpf::BPF& bpf);
+  // Re-reads tgid's mappings (exec, dlopen) and writes what changed.
+  Status refresh(ebpf::BPF& bpf, uint32_t tgid);
+  const UnwindStats& stats() const { return stats_; }
+
+ private:
+  struct Placed {
+    uint32_t lo = 0, n = 0;
+  };
+  uint32_t max_depth_;
+  uint64_t capacity_ = 0;                // uw_rows entries (0: cflags() not called yet)
+  std::vector<uw_row> rows_;             // every placed row, back to back
+  size_t rows_written_ = 0;              // rows_[0, rows_written_) are in uw_rows
+  std::map<const UnwindTable*, Placed> placed_;
+  std::vector<std::shared_ptr<const UnwindTable>> keep_;
+  std::map<uint32_t, std::vector<uw_map>> procs_;
+  std::map<uint32_t, bool> dirty_;
+  UnwindTableCache cache_;
+  UnwindStats stats_;
+};
+
+// An unwound stack as stored by uw_unwind_user: pcs innermost first, status.
+struct UnwoundStack {
+  std::vector<uint64_t> pcs;
+  uint32_t status = UW_ST_END;
+};
+using UnwoundStacks = std::map<uint64_t, UnwoundStack>;
+UnwoundStacks read_unwound_stacks(ebpf::BPF& bpf);
+// The marker frame that ends a stack with this status ("" for UW_ST_END).
+std::string unwind_marker(uint32_t status);
+// Symbolized frames of one stack (callers' return addresses looked up at pc-1), with
+// the marker frame last when it stopped early. `found` false: hash not in the map.
+std::vector<std::string> symbolize_unwound(const UnwoundStacks& stacks, uint64_t hash, Symbolizer& sym,
+                                           uint32_t tgid, bool* found);
+
+// Adds the ustack_* counters (and uw_stacks being full, as lost_stacks) to dq.
+Status add_unwind_counters(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas);
+
+}  // namespace bpfdiag

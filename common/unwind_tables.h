@@ -1,0 +1,76 @@
+// Compact user-stack unwind tables from DWARF CFI (.eh_frame), one per ELF file,
+// for in-BPF unwinding (bpf_sources/unwind.h; design: docs/design/unwinding.md).
+//
+// A table is rows (struct uw_row, 8 bytes) sorted by ELF virtual address: from a
+// row's pc up to the next row's pc, the CFA is RSP/RBP + offset (or the .plt idiom),
+// the return address is at CFA-8 and the caller's RBP is unchanged / saved at
+// CFA+8k / unknown. Built with libdw's CFI interpreter (dwarf_cfi_addrframe) over the
+// FDE list of .eh_frame_hdr. Files are target-controlled: they come in as
+// UntrustedFile (common/untrusted_file.h) and are read with libelf's ELF_C_READ.
+//
+// PUBLIC API:
+//   UnwindTableCache cache;
+//   auto t = cache.get(file);      // shared by build-id (else by file identity)
+//   t->rows, t->loads, t->has_cfi, t->st (counts, build time)
+//   build_unwind_table(file)       // uncached (tests)
+#pragma once
+#include <linux/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/untrusted_file.h"
+
+extern "C" {
+#include "unwind_shared.h"
+}
+
+namespace bpfdiag {
+
+struct UnwindTableStats {
+  uint64_t fdes = 0, rows = 0, gaps = 0;
+  uint64_t cfa_unsupported = 0;  // CFA rules the table cannot express (rows say NONE)
+  uint64_t cfa_plt = 0;          // .plt idiom rows
+  uint64_t rbp_unsupported = 0;  // RBP rules other than same/at CFA+8k (RBP unknown)
+  uint64_t ra_not_cfa_minus_8 = 0, off_overflow = 0, ra_undefined = 0;
+  uint64_t eh_frame_bytes = 0;
+  double build_ms = 0;
+};
+
+struct UnwindLoad {  // a PT_LOAD segment, for the load bias of a mapping
+  uint64_t vaddr, offset, filesz;
+};
+
+struct UnwindTable {
+  bool has_cfi = false;       // false: no usable .eh_frame/.eh_frame_hdr (see error)
+  std::string error;
+  std::string build_id;       // lower-case hex, "" if none
+  std::vector<uw_row> rows;   // sorted by pc; empty when !has_cfi
+  std::vector<UnwindLoad> loads;
+  UnwindTableStats st;
+  // bias = runtime address - ELF vaddr for a mapping of this file at `start` that
+  // maps file offset `offset`; nullopt when no PT_LOAD holds that offset.
+  std::optional<uint64_t> bias_for(uint64_t start, uint64_t offset) const;
+};
+
+// Builds the table of one ELF file (never null; !has_cfi with an error when unusable).
+std::shared_ptr<const UnwindTable> build_unwind_table(const UntrustedFile& f);
+
+class UnwindTableCache {
+ public:
+  // The table of `f`, built once per build-id (files without one: per identity).
+  std::shared_ptr<const UnwindTable> get(const std::shared_ptr<UntrustedFile>& f);
+  size_t tables() const { return by_key_.size(); }
+  double build_ms() const { return build_ms_; }  // total spent building
+
+ private:
+  std::map<std::string, std::shared_ptr<const UnwindTable>> by_key_;  // "b:<id>" or "f:<identity>"
+  std::map<std::string, std::string> identity_to_key_;
+  double build_ms_ = 0;
+};
+
+}  // namespace bpfdiag

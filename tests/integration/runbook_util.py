@@ -1,0 +1,106 @@
+"""Helpers for the runbook tests: run a runbook, read its report directory."""
+import json
+import os
+import re
+import select
+import subprocess
+import time
+
+from harness import SCHEMA_DIR, check, tool, validate
+
+RUNBOOK = tool("runbook")
+# "- [ ] text — **number** (tool)", one finding per line of report.md
+FINDING = re.compile(r"^- \[( |x)\] (.*) — \*\*(.*)\*\* \(([\w-]+)\)$")
+
+
+def read_line(fd, timeout):
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while not buf.endswith(b"\n"):
+        r, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+        if not r:
+            return None
+        b = os.read(fd, 1)
+        if not b:
+            return None
+        buf += b
+    return buf.decode(errors="replace")
+
+
+def run_runbook(args, on_attached=None, timeout=240):
+    """Runs `runbook ARGS`; once it says every tool attached, calls on_attached().
+    Returns (rc, stdout, stderr, attached)."""
+    p = subprocess.Popen([RUNBOOK] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err, attached = "", False
+    while True:
+        line = read_line(p.stderr.fileno(), 150)
+        if line is None:
+            break
+        err += line
+        if "all tools attached" in line:
+            attached = True
+            break
+    if attached and on_attached:
+        on_attached()
+    out, rest = p.communicate(timeout=timeout)
+    return p.returncode, out.decode(errors="replace"), err + rest.decode(errors="replace"), attached
+
+
+def findings(outdir):
+    """report.md's findings as dicts {fine, text, number, tool}."""
+    got, inside = [], False
+    for line in open(os.path.join(outdir, "report.md")):
+        line = line.rstrip("\n")
+        if line == "## Findings":
+            inside = True
+            continue
+        if inside and line.startswith("## "):
+            break
+        m = FINDING.match(line)
+        if inside and m:
+            got.append({"fine": m.group(1) == "x", "text": m.group(2), "number": m.group(3), "tool": m.group(4)})
+    return got
+
+
+def check_report_dir(outdir, name, tools, pid=None):
+    """run.json, the sections of report.md, every NDJSON line against its schema.
+    Returns (run.json, {tool: records})."""
+    files = set(os.listdir(outdir))
+    for f in ("report.md", "report.html", "run.json"):
+        check(f in files, "%s: %s written" % (name, f))
+    rj = json.load(open(os.path.join(outdir, "run.json")))
+    check(rj["suite"] == "bpfdiag" and rj["version"] and rj["runbook"] == name and rj["kernel"]["release"] == os.uname().release,
+          "%s: run.json names suite %s %s, runbook and kernel %s" % (name, rj["suite"], rj["version"], rj["kernel"]["release"]))
+    check([t["name"] for t in rj["tools"]] == tools, "%s: run.json tools %s" % (name, [t["name"] for t in rj["tools"]]))
+    check(rj["start_ns"] <= rj["window_start_ns"] <= rj["window_end_ns"] <= rj["end_ns"],
+          "%s: run.json start <= window <= end (%s .. %s)" % (name, rj["window_start_time"], rj["window_end_time"]))
+    if pid is not None:
+        check(rj["options"]["pid"] == [pid], "%s: run.json options.pid %s" % (name, rj["options"]["pid"]))
+    for t in rj["tools"]:
+        cmd = t["command"]
+        check("-j" in cmd and (pid is None or t["name"] == "runqlen" or ["-p", str(pid)] == cmd[2:4] or
+                                 (not t["found"])),
+              "%s: %s ran as %s" % (name, t["name"], " ".join(cmd)))
+        check("data_quality" in t and "exit_code" in t and "status" in t, "%s: run.json has %s's status %s and data quality %s"
+              % (name, t["name"], t["status"], json.dumps(t["data_quality"])[:120]))
+    md = open(os.path.join(outdir, "report.md")).read()
+    order = [h for h in re.findall(r"^## (.*)$", md, re.M)]
+    want = ["Findings", "Method and scope", "CPU and run queue", "Off-CPU", "Locks", "Sleeps", "Thread pool"]
+    check(order[:len(want)] == want and order[-2:] == ["Data quality", "How to rerun"],
+          "%s: report sections in checklist order (%s)" % (name, order))
+    recs = {}
+    for t in rj["tools"]:
+        path = os.path.join(outdir, t["name"] + ".ndjson")
+        if not t["found"]:
+            continue
+        lines = [l for l in open(path).read().splitlines() if l.strip()]
+        recs[t["name"]] = [json.loads(l) for l in lines]
+        if os.path.exists(os.path.join(SCHEMA_DIR, "%s.schema.json" % t["name"])):
+            validate(t["name"], lines)
+    return rj, recs
+
+
+def number(s, unit):
+    """The first number followed by `unit` in a finding's number text."""
+    m = re.search(r"([\d.]+)%s" % re.escape(unit), s)
+    return float(m.group(1)) if m else None

@@ -1,0 +1,127 @@
+// profile's option table (BCC profile's flags: -p -t -U -K -I -F -f --stack-storage-size,
+// positional [duration]; -d is the suite's duration, BCC's "delimited" is --delimited),
+// parsing into Config, BPF cflags.
+#include "common/bpf_text.h"
+#include "common/cli.h"
+#include "common/embedded.h"
+#include "common/filters.h"
+#include "tools/profile/profile.h"
+
+namespace bpfdiag {
+extern const EmbeddedFile kBpf_profile[];
+}
+
+namespace profile {
+using namespace bpfdiag;
+
+namespace {
+OptionSpec tool_opt(std::string flags, std::string arg, std::string help, std::string group) {
+  return OptionSpec{std::move(flags), std::move(arg), std::move(help), std::move(group), false};
+}
+
+ToolSpec make_spec() {
+  ToolSpec s;
+  s.name = "profile";
+  s.summary = "sample on-CPU stacks: where does the CPU time go?";
+  s.description =
+      "A software CPU-clock perf event on every CPU samples the running thread's user\n"
+      "and kernel stacks F times a second; samples are counted per thread and stack in\n"
+      "the kernel. A thread that runs T seconds takes about F * T samples. The idle\n"
+      "task (pid 0) is left out unless -I is given. Values are sample counts.";
+  s.options = {
+      opt::pid("sample these processes only"),
+      opt::tid("sample these threads only"),
+      tool_opt("I,include-idle", "", "include the idle task (pid 0) in the samples", "Filters"),
+      opt::user_stacks_only("show user space stacks only (no kernel)"),
+      opt::kernel_stacks_only("show kernel space stacks only (no user)"),
+      tool_opt("delimited", "", "insert \"--\" between kernel and user stacks", "Output"),
+      opt::folded("folded output for flame graphs (as offcputime -f)"),
+      opt::per_thread("folded: name threads \"comm-PID/TID\" so they never merge"),
+      opt::json("NDJSON: profile.start, a profile.stack record per\n"
+                "stack, then profile.summary"),
+      opt::svg(),
+      opt::ebpf(),
+      opt::help(),
+      tool_opt("F,frequency", "HZ", "sample frequency per CPU (1-10000, default 49)", "Sampling"),
+      opt::duration(),
+      opt::interval(),
+      opt::count(),
+      tool_opt("stack-storage-size", "N", "stack traces kept (1024-1048576, default 16384)", "Limits"),
+      tool_opt("map-entries", "N", "(thread, stack) pairs counted (1024-1048576,\ndefault 65536)",
+               "Limits"),
+  };
+  s.examples =
+      "  profile                # sample all threads at 49 Hz until Ctrl-C\n"
+      "  profile -F 99 10       # sample at 99 Hz for 10 seconds\n"
+      "  profile -p 185 -d 5    # only PID 185, for 5 seconds\n"
+      "  profile -t 188         # only thread 188\n"
+      "  profile -U             # user space stacks only (no kernel)\n"
+      "  profile -K             # kernel space stacks only (no user)\n"
+      "  profile -I 5           # include the idle task\n"
+      "  profile -f -p 185 5 > cpu.folded  # folded, for flamegraph\n"
+      "  profile -p 185 5 --svg cpu.svg    # an interactive flame graph\n"
+      "  profile -j -d 5        # NDJSON: every stack with its sample_count\n";
+  s.positional = Positional::Duration;
+  return s;
+}
+}  // namespace
+
+const ToolSpec& tool_spec() {
+  static const ToolSpec spec = make_spec();
+  return spec;
+}
+
+Result<Config> parse_args(int argc, char** argv) {
+  auto r = parse_tool_cli(tool_spec(), argc, argv);
+  if (!r) return Error{r.error()};
+  const CommonOptions& co = r->common;
+  const auto& raw = r->raw;
+  Config c;
+  c.help = co.help;
+  if (c.help) return c;
+  c.pids = co.pids;
+  c.tids = co.tids;
+  c.user_stacks_only = co.user_stacks_only;
+  c.kernel_stacks_only = co.kernel_stacks_only;
+  c.folded = co.folded;
+  c.per_thread = co.per_thread;
+  c.json = co.json;
+  c.ebpf = co.ebpf;
+  c.svg = co.svg;
+  c.schedule = co.schedule;
+  c.include_idle = raw.count("include-idle");
+  c.delimiter = raw.count("delimited");
+  if (auto s = opt_str(raw, "frequency")) {
+    auto v = parse_uint(*s, "-F/--frequency", 1, 10000);
+    if (!v) return Error{v.error()};
+    c.freq_hz = *v;
+  }
+  if (auto s = opt_str(raw, "stack-storage-size")) {
+    auto v = parse_uint(*s, "--stack-storage-size", 1024, 1048576);
+    if (!v) return Error{v.error()};
+    c.stack_storage_size = *v;
+  }
+  if (auto s = opt_str(raw, "map-entries")) {
+    auto v = parse_uint(*s, "--map-entries", 1024, 1048576);
+    if (!v) return Error{v.error()};
+    c.map_entries = *v;
+  }
+  if (auto st = check_targets(c.pids, c.tids)) return *st;
+  return c;
+}
+
+std::string bpf_text() { return with_common_header(kBpf_profile[0].text); }
+
+std::vector<std::string> bpf_cflags(const Config& c) {
+  std::vector<std::string> flags;
+  flags.push_back(id_filter_cflag("TGID_OK", c.pids));
+  flags.push_back(id_filter_cflag("TID_OK", c.tids));
+  if (c.include_idle) flags.push_back("-DINCLUDE_IDLE");
+  if (!c.kernel_stacks_only) flags.push_back("-DCAPTURE_USER");
+  if (!c.user_stacks_only) flags.push_back("-DCAPTURE_KERNEL");
+  flags.push_back("-DSTACK_STORAGE_SIZE=" + std::to_string(c.stack_storage_size));
+  flags.push_back("-DCOUNTS_SIZE=" + std::to_string(c.map_entries));
+  return flags;
+}
+
+}  // namespace profile

@@ -1,0 +1,93 @@
+// profile's model: entries merged as they render, per-thread totals, folded lines,
+// the warnings at the end of a run, the start record's fields and the banner.
+#include <algorithm>
+#include <map>
+
+#include "tools/profile/profile.h"
+
+namespace profile {
+using namespace bpfdiag;
+
+const std::vector<std::string>& dq_keys() {
+  // lost_samples: samples taken but not counted (counts map full, also in map_full);
+  // user/kernel_stack_missing: samples whose wanted stack part was not stored (also
+  // in lost_stacks); stack_storage_full: of those, refused for lack of room in the
+  // stack table (--stack-storage-size); idle_samples: idle-task samples left out
+  // (without -I); unknown_frames: frames no symbol names; processes_gone_before_seen:
+  // exited before their mappings could be read.
+  static const std::vector<std::string> keys = {"lost_samples",       "user_stack_missing",
+                                                "kernel_stack_missing", "stack_storage_full",
+                                                "idle_samples",       "unknown_frames",
+                                                "processes_gone_before_seen"};
+  return keys;
+}
+
+void merge_identical(std::vector<Entry>& entries) {
+  merge_identical_stacks(entries, [](Entry& m, const Entry& e) { m.samples += e.samples; });
+}
+
+std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries) {
+  std::map<std::pair<uint32_t, uint32_t>, ThreadTotal> by_thread;
+  for (auto& e : entries) {
+    auto& t = by_thread[{e.pid, e.tid}];
+    if (t.comm.empty()) t = ThreadTotal{e.pid, e.tid, e.comm, 0};
+    t.samples += e.samples;
+  }
+  std::vector<ThreadTotal> out;
+  for (auto& [k, t] : by_thread) out.push_back(t);
+  return out;
+}
+
+FoldedSet folded(const Config& c, const std::vector<Entry>& entries) {
+  FoldedSet set;
+  for (auto& e : entries) set.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.samples);
+  return set;
+}
+
+std::vector<std::string> warnings(const Config& c, const DataQuality& dq) {
+  std::vector<std::string> w;
+  auto get = [&](const char* k) {
+    auto it = dq.extra.find(k);
+    return it == dq.extra.end() ? uint64_t{0} : it->second;
+  };
+  if (uint64_t full = get("stack_storage_full"))
+    w.push_back("warning: " + std::to_string(full) +
+                " stack traces could not be stored (hash collision or full table); try "
+                "--stack-storage-size " + std::to_string(std::min<uint64_t>(c.stack_storage_size * 4, 1048576)));
+  else if (dq.lost_stacks)
+    w.push_back("warning: " + std::to_string(dq.lost_stacks) + " stacks could not be read (shown as [Missed ...])");
+  if (uint64_t lost = get("lost_samples"))
+    w.push_back("warning: " + std::to_string(lost) + " samples were dropped because the counts map was full; " +
+                "try --map-entries " + std::to_string(std::min<uint64_t>(c.map_entries * 4, 1048576)));
+  return w;
+}
+
+nlohmann::json start_fields(const Config& c, uint64_t cpus) {
+  auto opt_ns = [](const std::optional<uint64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return start_record_fields(c.pids, c.tids, cpus,
+                             {{"frequency_hz", c.freq_hz},
+                              {"include_idle", c.include_idle},
+                              {"user_stacks_only", c.user_stacks_only},
+                              {"kernel_stacks_only", c.kernel_stacks_only},
+                              {"stack_storage_size", c.stack_storage_size},
+                              {"map_entries", c.map_entries},
+                              {"interval_ns", opt_ns(c.schedule.interval_ns)},
+                              {"duration_ns", opt_ns(c.schedule.duration_ns)}});
+}
+
+std::string banner(const Config& c) {
+  auto list = [](const std::vector<uint32_t>& v) {
+    std::string s;
+    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    return s;
+  };
+  std::string who = "all threads";
+  if (!c.tids.empty()) who = "TID " + list(c.tids);
+  else if (!c.pids.empty()) who = "PID " + list(c.pids);
+  if (c.include_idle && c.pids.empty() && c.tids.empty()) who += " (idle included)";
+  std::string what = c.user_stacks_only ? "user" : c.kernel_stacks_only ? "kernel" : "user + kernel";
+  return "Sampling at " + std::to_string(c.freq_hz) + " Hertz of " + who + " by " + what + " stack" +
+         banner_until(c.schedule);
+}
+
+}  // namespace profile

@@ -1,0 +1,89 @@
+// profile: on-CPU stack sampling (BCC profile's interface). A software CPU-clock perf
+// event on every CPU samples the running thread's user and kernel stacks at -F Hz;
+// samples are counted per (thread, user stack, kernel stack) in the kernel.
+//
+//   cli.cpp     the option table (ToolSpec), parsing into Config, BPF cflags
+//   model.cpp   entries: merging, per-thread totals, folded lines, warnings, banner
+//   render.cpp  text (BCC layout), folded, NDJSON records
+//   run.cpp     the skeleton: load, attach, start record, run loop, reports
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/options.h"
+#include "common/output.h"
+#include "common/report.h"
+#include "common/result.h"
+#include "common/runloop.h"
+#include "common/stacks.h"
+
+namespace profile {
+
+struct Config {
+  bool help = false;
+  std::vector<uint32_t> pids;       // -p: processes (tgids)
+  std::vector<uint32_t> tids;       // -t: threads
+  bool user_stacks_only = false;    // -U
+  bool kernel_stacks_only = false;  // -K
+  bool include_idle = false;        // -I: the idle task (pid 0) too
+  bool delimiter = false;           // --delimited: "--" between kernel and user frames
+  bool folded = false;              // -f
+  bool per_thread = false;          // -P: "comm-PID/TID" in folded output
+  uint64_t freq_hz = 49;            // -F
+  uint64_t stack_storage_size = 16384;  // --stack-storage-size
+  uint64_t map_entries = 65536;         // --map-entries: (thread, stack) pairs counted
+  std::string svg;                      // --svg FILE: flame graph of the final report
+  bool json = false;
+  bool ebpf = false;
+  bpfdiag::Schedule schedule;  // -d / [duration], -i, -c
+};
+
+const bpfdiag::ToolSpec& tool_spec();
+bpfdiag::Result<Config> parse_args(int argc, char** argv);
+std::string bpf_text();
+std::vector<std::string> bpf_cflags(const Config& c);
+
+// The data_quality keys of every record (the common ones plus these, always present).
+const std::vector<std::string>& dq_keys();
+
+// One aggregated entry, already symbolized.
+struct Entry {
+  uint32_t pid = 0;  // tgid
+  uint32_t tid = 0;
+  std::string comm;
+  uint64_t samples = 0;
+  bpfdiag::Stack stack;
+};
+
+struct Report {
+  std::vector<Entry> entries;
+  bpfdiag::DataQuality dq;
+  bpfdiag::Window window;
+  uint64_t freq_hz = 0;
+};
+
+void merge_identical(std::vector<Entry>& entries);
+struct ThreadTotal {
+  uint32_t pid = 0, tid = 0;
+  std::string comm;
+  uint64_t samples = 0;
+};
+std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries);
+
+// Text (BCC multi-line), folded, or NDJSON records (stack records, then the summary).
+// Folded output writes the data-quality line to `err` so stdout stays flamegraph input.
+void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r);
+// Folded lines (offcputime's folding), values in samples.
+bpfdiag::FoldedSet folded(const Config& c, const std::vector<Entry>& entries);
+// The end-of-run warnings (lost stacks, full maps), each naming the option that fixes it.
+std::vector<std::string> warnings(const Config& c, const bpfdiag::DataQuality& dq);
+nlohmann::json start_fields(const Config& c, uint64_t cpus);
+std::string banner(const Config& c);
+
+bpfdiag::Status run(const Config& c);
+
+}  // namespace profile

@@ -1,0 +1,130 @@
+// profile's run(): the suite's skeleton (load_tool -> attach -> announce_attached ->
+// run_tool_loop) around reading the in-kernel sample counts into a Report.
+#include <bcc/BPF.h>
+#include <linux/perf_event.h>
+#include <linux/types.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <set>
+
+#include "common/bpf_counters.h"
+#include "common/bpf_maps.h"
+#include "common/bpf_session.h"
+#include "common/flamegraph.h"
+#include "common/proc.h"
+#include "common/symbolize.h"
+#include "common/target.h"
+#include "common/tool.h"
+#include "tools/profile/profile.h"
+
+extern "C" {
+#include "profile_shared.h"
+}
+static_assert(sizeof(profile_key) == 32, "profile_key layout shared with BPF");
+
+namespace profile {
+using namespace bpfdiag;
+
+namespace {
+
+const std::vector<CounterSlot> kCounters = {{PROFILE_CNT_COUNTS_FULL, "lost_samples"},
+                                            {PROFILE_CNT_COUNTS_FULL, "map_full"},
+                                            {PROFILE_CNT_USER_MISSING, "user_stack_missing"},
+                                            {PROFILE_CNT_USER_MISSING, "lost_stacks"},
+                                            {PROFILE_CNT_KERNEL_MISSING, "kernel_stack_missing"},
+                                            {PROFILE_CNT_KERNEL_MISSING, "lost_stacks"},
+                                            {PROFILE_CNT_STORAGE_FULL, "stack_storage_full"},
+                                            {PROFILE_CNT_IDLE, "idle_samples"}};
+
+// Processes that appear in the counts are remembered (their mappings read) while they
+// are alive, so a process that exits before the report still gets its names.
+void remember_sampled(ebpf::BPF& bpf, Symbolizer& sym) {
+  std::set<uint32_t> tgids;
+  for (auto& kv : bpf.get_hash_table<profile_key, uint64_t>("counts").get_table_offline())
+    if (kv.first.tgid) tgids.insert(kv.first.tgid);
+  for (auto t : tgids)
+    if (!sym.remembered(t)) sym.remember(t);
+}
+
+}  // namespace
+
+Status run(const Config& c) {
+  auto loaded = load_tool(ToolPlan{"profile", bpf_text(), bpf_cflags(c), c.ebpf, {}});
+  if (!loaded) return Error{loaded.error()};
+  if (!*loaded) return std::nullopt;  // --ebpf
+  BpfSession& session = **loaded;
+  Symbolizer sym;
+  for (auto p : c.pids) sym.remember(p);
+  if (auto st = session.attach_perf_event(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, "do_perf_event", c.freq_hz))
+    return Error{st->message + "; is perf_event_paranoid too strict, or are perf events disabled?"};
+  DataQuality dq0 = DataQuality::with_keys(dq_keys());
+  announce_attached(std::cout, "profile", c.json, banner(c), start_fields(c, static_cast<uint64_t>(online_cpus())),
+                    dq0);
+
+  uint64_t window_start = monotonic_ns(), last_remember = 0;
+  CounterDeltas deltas;
+  FoldedSet whole_run;  // --svg: every report's stacks
+  Status failure;
+  RunHooks hooks;
+  hooks.poll = [&](int timeout_ms) {
+    uint64_t now = monotonic_ns();
+    if (c.pids.empty() && now - last_remember >= 1000000000ULL) {  // -p targets are remembered already
+      remember_sampled(session.bpf(), sym);
+      last_remember = now;
+    }
+    int ms = std::min(timeout_ms, 200);
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, nullptr);  // a stop signal ends it early (EINTR)
+  };
+  hooks.report = [&](bool final) {
+    if (final) session.disable_perf_events();  // the last report is a consistent snapshot
+    uint64_t now = monotonic_ns();
+    if (c.pids.empty()) remember_sampled(session.bpf(), sym);
+    Report rep;
+    rep.freq_hz = c.freq_hz;
+    rep.window = window_ending_now(now - window_start, final);
+    window_start = now;
+    rep.dq = DataQuality::with_keys(dq_keys());
+    if (auto st = add_bpf_counters(session.bpf(), kCounters, rep.dq, &deltas))
+      std::cerr << "profile: " << st->message << "\n";
+    auto stacks = session.bpf().get_stack_table("stack_traces");
+    auto counts = session.bpf().get_hash_table<profile_key, uint64_t>("counts");
+    StackParts parts{!c.kernel_stacks_only, !c.user_stacks_only};
+    auto before = sym.stats();
+    for (auto& [k, v] : drain_hash<profile_key, uint64_t>(counts)) {
+      Entry e;
+      e.pid = k.tgid;
+      e.tid = k.tid;
+      e.comm = std::string(k.comm, strnlen(k.comm, sizeof k.comm));
+      e.samples = v;
+      e.stack = resolve_stack(stacks, sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, nullptr);
+      rep.entries.push_back(std::move(e));
+    }
+    merge_identical(rep.entries);
+    auto& ss = sym.stats();
+    rep.dq.add("unknown_frames", (ss.user_unknown + ss.kernel_unknown) - (before.user_unknown + before.kernel_unknown));
+    rep.dq.add("processes_gone_before_seen", ss.pids_unreadable - before.pids_unreadable);
+    render(std::cout, std::cerr, c, rep);
+    if (!c.svg.empty())
+      for (auto& e : rep.entries) whole_run.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.samples);
+    if (!final) return;
+    for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
+    if (!c.svg.empty()) {
+      FlameOptions fo;
+      fo.title = "On-CPU Flame Graph";
+      fo.subtitle = banner(c);
+      fo.palette = FlamePalette::OnCpu;
+      fo.unit = "samples";
+      failure = write_flamegraph_svg(c.svg, whole_run.stacks(), fo);
+    }
+  };
+  TargetWatch watch(c.pids);  // -p: stop with "PID N exited" when every target is gone
+  if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;
+  return failure;
+}
+
+}  // namespace profile

@@ -1,0 +1,62 @@
+// runbook's command line.
+#include <unistd.h>
+
+#include "common/parse.h"
+#include "common/proc.h"
+#include "tools/runbook/runbook.h"
+
+namespace runbook {
+using namespace bpfdiag;
+
+const ToolSpec kSpec{
+    "runbook",
+    "run a troubleshooting runbook: several tools, one window, one report.",
+    "Starts the runbook's tools at once (the suite's programs next to runbook, else\n"
+    "in PATH), each with -j and the same -p, waits until every tool has attached,\n"
+    "traces for DURATION (or until Ctrl-C) and writes a report directory: each\n"
+    "tool's NDJSON and stderr, folded stacks and flame graphs (SVG), report.md,\n"
+    "report.html (self-contained, opens from disk) and run.json (what ran, so it\n"
+    "can be repeated). The report starts with the findings, one line each with the\n"
+    "number behind it and the tool that measured it. A tool that fails is reported\n"
+    "with its error; the report is still written. Runbooks are small files\n"
+    "NAME.runbook in share/bpfdiag/runbooks (or $BPFDIAG_RUNBOOKS); see\n"
+    "man 8 runbook.",
+    {opt::pid("trace these processes (passed to every tool)"),
+     OptionSpec{"d,duration", "TIME", "the window (default unit s; default 10 s)", "Schedule"},
+     OptionSpec{"o,output", "DIR", "report directory (default: ./runbook-NAME-DATE-TIME)"},
+     OptionSpec{"l,list", "", "list the runbooks and their tools"}, opt::help()},
+    "  runbook --list                       # the runbooks and what they run\n"
+    "  runbook slow-service -p 181          # pool, waits, locks, CPU of PID 181\n"
+    "  runbook lock-contention -p 181 -d 30 -o /tmp/locks   # 30 s window\n"
+    "  runbook cpu-saturation -d 5          # the whole machine for 5 seconds\n"
+    "  runbook sleepy-process -p 181        # who sleeps, and where threads block\n"
+    "  runbook doctor -p 181                # can this machine trace PID 181?\n",
+    Positional::Name};
+
+Result<Config> parse(int argc, char** argv) {
+  auto r = parse_tool_cli(kSpec, argc, argv);
+  if (!r) return Error{r.error()};
+  Config c;
+  c.help = r->common.help;
+  c.list = r->raw.count("list") > 0;
+  c.name = r->common.file;
+  c.pids = r->common.pids;
+  if (auto v = opt_str(r->raw, "pid")) c.pid_arg = *v;
+  c.duration_ns = r->common.schedule.duration_ns.value_or(0);
+  if (auto v = opt_str(r->raw, "output")) c.out_dir = *v;
+  if (c.help) return c;
+  if (c.list) {
+    if (!c.name.empty()) return Error{"--list takes no runbook name"};
+    return c;
+  }
+  if (c.name.empty()) return Error{"which runbook? (runbook --list names them)"};
+  if (!c.pids.empty()) {
+    std::vector<uint32_t> alive;
+    for (auto p : c.pids)
+      if (pid_exists(p)) alive.push_back(p);
+    if (alive.empty()) return Error{"no such process: " + c.pid_arg};
+  }
+  return c;
+}
+
+}  // namespace runbook
