@@ -63,6 +63,9 @@ class BpfSession {
   int poll_perf_buffer(const std::string& table, int timeout_ms);
 
   ebpf::BPF& bpf() { return *bpf_; }
+  // Notes attached program `fn` (of bpf_prog_type `type`) for its recursion misses
+  // (common/bpf_counters.h); the attach_* calls do it, callers of bpf() directly too.
+  void note_program(const std::string& fn, int type);
 
  private:
   BpfSession();

@@ -521,6 +521,7 @@ Status attach_pthread_probes(BpfSession& s, const PthreadLib& lib,
         st = s.bpf().attach_uprobe(lib.probe_path(), "", fn, pt->sym_vaddr + pt->offset,
                                    ret ? BPF_PROBE_RETURN : BPF_PROBE_ENTRY, lib.pid);
       }
+      if (st.ok()) s.note_program(fn, BPF_PROG_TYPE_KPROBE);
       if (!st.ok()) {
         std::string msg = st.msg();
         msg = msg.substr(0, msg.find('\n'));

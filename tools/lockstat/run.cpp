@@ -219,10 +219,11 @@ Status run(const Config& c0) {
     }
     what = c.uprobes ? "pthread_mutex_lock calls" : "futex waits";
   }
+  uint64_t calibrated_cost = 0;
   if (calib) {
     auto cost = calibrate_probe_cost(session, *calib);
     if (!cost) return Error{cost.error()};
-    c.probe_cost_ns = *cost;
+    c.probe_cost_ns = calibrated_cost = *cost;
     calib.reset();
     if (c.verbose)
       std::fprintf(stderr, "lockstat: probe cost %llu ns per call, taken off each timed call\n",
@@ -322,6 +323,7 @@ Status run(const Config& c0) {
     }
     uint64_t now = monotonic_ns();
     s.window_ns = now - last;
+    if (c.uprobes) c.probe_cost_ns = tracked_probe_cost(session, calibrated_cost);
     render(std::cout, std::cerr, c, s, names, window_ending_now(now - last, final));
     if (s.dq.map_full)
       std::fprintf(stderr,
