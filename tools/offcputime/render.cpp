@@ -10,14 +10,7 @@ using namespace bpfdiag;
 
 namespace {
 
-std::vector<const Entry*> sorted_by_total(const std::vector<Entry>& entries, bool descending) {
-  std::vector<const Entry*> sorted;
-  for (auto& e : entries) sorted.push_back(&e);
-  std::stable_sort(sorted.begin(), sorted.end(), [descending](const Entry* a, const Entry* b) {
-    return descending ? a->total_ns > b->total_ns : a->total_ns < b->total_ns;
-  });
-  return sorted;
-}
+uint64_t by_total(const Entry& e) { return e.total_ns; }
 
 // One "offcputime.stack" record's own fields.
 nlohmann::json stack_fields(const Entry& e) {
@@ -55,7 +48,7 @@ nlohmann::json summary_fields(const Report& r) {
 
 void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r) {
   if (c.json) {
-    for (auto* e : sorted_by_total(r.entries, true))
+    for (auto* e : sorted_by(r.entries, by_total, true))
       write_record(os, make_record("offcputime", "stack", r.window, stack_fields(*e), r.dq));
     write_record(os, make_record("offcputime", "summary", r.window, summary_fields(r), r.dq));
     return;
@@ -66,7 +59,7 @@ void render(std::ostream& os, std::ostream& err, const Config& c, const Report& 
     err << r.dq.to_text() << "\n";
     return;
   }
-  for (auto* e : sorted_by_total(r.entries, false))
+  for (auto* e : sorted_by(r.entries, by_total, false))
     print_stack_multiline(os, e->stack, e->comm, e->tid, e->total_ns / 1000, StackFormat{c.delimiter});
   os << r.dq.to_text() << "\n";
   os.flush();

@@ -10,14 +10,7 @@ using namespace bpfdiag;
 
 namespace {
 
-std::vector<const Entry*> sorted_by_samples(const std::vector<Entry>& entries, bool descending) {
-  std::vector<const Entry*> sorted;
-  for (auto& e : entries) sorted.push_back(&e);
-  std::stable_sort(sorted.begin(), sorted.end(), [descending](const Entry* a, const Entry* b) {
-    return descending ? a->samples > b->samples : a->samples < b->samples;
-  });
-  return sorted;
-}
+uint64_t by_samples(const Entry& e) { return e.samples; }
 
 nlohmann::json stack_fields(const Entry& e) {
   nlohmann::json j = {{"pid", e.pid}, {"tid", e.tid}, {"comm", e.comm}, {"sample_count", e.samples}};
@@ -44,7 +37,7 @@ nlohmann::json summary_fields(const Report& r) {
 
 void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r) {
   if (c.json) {
-    for (auto* e : sorted_by_samples(r.entries, true))
+    for (auto* e : sorted_by(r.entries, by_samples, true))
       write_record(os, make_record("profile", "stack", r.window, stack_fields(*e), r.dq));
     write_record(os, make_record("profile", "summary", r.window, summary_fields(r), r.dq));
     return;
@@ -55,7 +48,7 @@ void render(std::ostream& os, std::ostream& err, const Config& c, const Report& 
     err << r.dq.to_text() << "\n";
     return;
   }
-  for (auto* e : sorted_by_samples(r.entries, false))
+  for (auto* e : sorted_by(r.entries, by_samples, false))
     print_stack_multiline(os, e->stack, e->comm, e->pid, e->samples, StackFormat{c.delimiter});
   os << r.dq.to_text() << "\n";
   os.flush();
