@@ -105,26 +105,14 @@ const ToolSpec& tool_spec() {
 }
 
 Result<Config> parse_args(int argc, char** argv) {
-  auto r = parse_tool_cli(tool_spec(), argc, argv);
+  Config c;
+  auto r = parse_stack_tool_cli(tool_spec(), argc, argv, c);
   if (!r) return Error{fix_duration_name(r.error())};
+  if (c.help) return c;
   const CommonOptions& co = r->common;
   const auto& raw = r->raw;
-  Config c;
-  c.help = co.help;
-  if (c.help) return c;
-  c.pids = co.pids;
-  c.tids = co.tids;
-  c.user_stacks_only = co.user_stacks_only;
-  c.kernel_stacks_only = co.kernel_stacks_only;
-  c.folded = co.folded;
-  c.per_thread = co.per_thread;
-  c.json = co.json;
-  c.ebpf = co.ebpf;
-  c.svg = co.svg;
-  c.schedule = co.schedule;
   c.user_threads_only = raw.count("user-threads-only");
   c.kernel_threads_only = raw.count("kernel-threads-only");
-  c.delimiter = raw.count("delimited");
   auto uw = parse_unwind_mode(raw, !c.pids.empty() || !c.tids.empty());
   if (!uw) return Error{uw.error()};
   c.unwind_dwarf = *uw == UnwindMode::Dwarf && !c.kernel_stacks_only;

@@ -72,25 +72,12 @@ const ToolSpec& tool_spec() {
 }
 
 Result<Config> parse_args(int argc, char** argv) {
-  auto r = parse_tool_cli(tool_spec(), argc, argv);
-  if (!r) return Error{r.error()};
-  const CommonOptions& co = r->common;
-  const auto& raw = r->raw;
   Config c;
-  c.help = co.help;
+  auto r = parse_stack_tool_cli(tool_spec(), argc, argv, c);
+  if (!r) return Error{r.error()};
   if (c.help) return c;
-  c.pids = co.pids;
-  c.tids = co.tids;
-  c.user_stacks_only = co.user_stacks_only;
-  c.kernel_stacks_only = co.kernel_stacks_only;
-  c.folded = co.folded;
-  c.per_thread = co.per_thread;
-  c.json = co.json;
-  c.ebpf = co.ebpf;
-  c.svg = co.svg;
-  c.schedule = co.schedule;
+  const auto& raw = r->raw;
   c.include_idle = raw.count("include-idle");
-  c.delimiter = raw.count("delimited");
   if (auto s = opt_str(raw, "frequency")) {
     auto v = parse_uint(*s, "-F/--frequency", 1, 10000);
     if (!v) return Error{v.error()};

@@ -1,0 +1,36 @@
+#include "common/stack_tool.h"
+
+#include "common/tool_config.h"
+
+namespace bpfdiag {
+
+Result<ParsedCli> parse_stack_tool_cli(const ToolSpec& spec, int argc, char** argv, StackToolConfig& c) {
+  auto r = parse_tool_cli(spec, argc, argv);
+  if (!r) return Error{r.error()};
+  const CommonOptions& co = r->common;
+  copy_common(co, c);
+  c.user_stacks_only = co.user_stacks_only;
+  c.kernel_stacks_only = co.kernel_stacks_only;
+  c.delimiter = r->raw.count("delimited");
+  return r;
+}
+
+namespace {
+std::string id_list(const std::vector<uint32_t>& v) {
+  std::string s;
+  for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+}  // namespace
+
+std::string stack_targets_text(const StackToolConfig& c) {
+  if (!c.tids.empty()) return "TID " + id_list(c.tids);
+  if (!c.pids.empty()) return "PID " + id_list(c.pids);
+  return "all threads";
+}
+
+std::string stack_parts_text(const StackToolConfig& c) {
+  return c.user_stacks_only ? "user" : c.kernel_stacks_only ? "kernel" : "user + kernel";
+}
+
+}  // namespace bpfdiag

@@ -1,0 +1,57 @@
+// What the stack tools (offcputime, profile) share: the Config members every one has,
+// their parsing from the options table, and the text and folded views built from
+// entries with pid, tid, comm and a Stack.
+//
+//   struct Config : bpfdiag::StackToolConfig { uint64_t freq_hz = 49; ... };
+//   auto cli = parse_stack_tool_cli(tool_spec(), argc, argv, c);  // Result<ParsedCli>
+//   if (!cli) return Error{cli.error()};
+//   if (c.help) return c;
+//   c.include_idle = cli->raw.count("include-idle");
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/options.h"
+#include "common/result.h"
+#include "common/runloop.h"
+#include "common/stacks.h"
+
+namespace bpfdiag {
+
+struct StackToolConfig {
+  bool help = false;
+  std::vector<uint32_t> pids;       // -p: processes (tgids)
+  std::vector<uint32_t> tids;       // -t: threads
+  bool user_stacks_only = false;    // -U
+  bool kernel_stacks_only = false;  // -K
+  bool delimiter = false;           // "delimited": "--" between kernel and user frames
+  bool folded = false;              // -f
+  bool per_thread = false;          // -P: "comm-PID/TID" in folded output
+  std::string svg;                  // --svg FILE: flame graph of the whole run
+  bool json = false;
+  bool ebpf = false;
+  Schedule schedule;  // -d/--duration / [duration], -i, -c
+
+  // The stack parts a report resolves (-U: user only, -K: kernel only).
+  StackParts parts() const { return {!kernel_stacks_only, !user_stacks_only}; }
+};
+
+// parse_tool_cli, then the shared options into `c` (with "delimited" from the raw
+// result: its short flag differs per tool). The result's raw part holds the tool's own
+// options; its common part what a tool reads under its own rules (e.g. -m/-M).
+Result<ParsedCli> parse_stack_tool_cli(const ToolSpec& spec, int argc, char** argv, StackToolConfig& c);
+
+// The banner's target: "all threads", "TID 1,2" (-t wins) or "PID 3".
+std::string stack_targets_text(const StackToolConfig& c);
+// The banner's stack kind: "user", "kernel" or "user + kernel".
+std::string stack_parts_text(const StackToolConfig& c);
+
+// Adds the folded stacks of `entries` (thread names per -P) to `set`, each weighing
+// value(entry).
+template <class E, class ValueFn>
+void add_folded_entries(FoldedSet& set, const std::vector<E>& entries, bool per_thread, ValueFn value) {
+  for (auto& e : entries) set.add(folded_name(e.comm, e.pid, e.tid, per_thread), e.stack, value(e));
+}
+
+}  // namespace bpfdiag
