@@ -33,4 +33,16 @@ std::string stack_parts_text(const StackToolConfig& c) {
   return c.user_stacks_only ? "user" : c.kernel_stacks_only ? "kernel" : "user + kernel";
 }
 
+void add_symbolizer_dq(DataQuality& dq, const Symbolizer::Stats& before, const Symbolizer::Stats& after) {
+  dq.add("unknown_frames", (after.user_unknown + after.kernel_unknown) - (before.user_unknown + before.kernel_unknown));
+  dq.add("processes_gone_before_seen", after.pids_unreadable - before.pids_unreadable);
+}
+
+void write_folded_report(std::ostream& os, std::ostream& err, const std::vector<std::string>& lines,
+                         const DataQuality& dq) {
+  for (auto& l : lines) os << l << "\n";
+  os.flush();
+  err << dq.to_text() << "\n";
+}
+
 }  // namespace bpfdiag

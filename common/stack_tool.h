@@ -9,6 +9,7 @@
 //   c.include_idle = cli->raw.count("include-idle");
 #pragma once
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,16 @@ Result<ParsedCli> parse_stack_tool_cli(const ToolSpec& spec, int argc, char** ar
 std::string stack_targets_text(const StackToolConfig& c);
 // The banner's stack kind: "user", "kernel" or "user + kernel".
 std::string stack_parts_text(const StackToolConfig& c);
+
+// A report's symbolization counts, from the Symbolizer's stats before and after its
+// stacks were resolved: "unknown_frames" (frames no symbol names) and
+// "processes_gone_before_seen" (exited before their mappings could be read).
+void add_symbolizer_dq(DataQuality& dq, const Symbolizer::Stats& before, const Symbolizer::Stats& after);
+
+// -f output: the folded lines on `os` (flushed), the data-quality line on `err`, so
+// stdout stays flamegraph input.
+void write_folded_report(std::ostream& os, std::ostream& err, const std::vector<std::string>& lines,
+                         const DataQuality& dq);
 
 // Adds the folded stacks of `entries` (thread names per -P) to `set`, each weighing
 // value(entry).

@@ -53,12 +53,7 @@ void render(std::ostream& os, std::ostream& err, const Config& c, const Report& 
     write_record(os, make_record("offcputime", "summary", r.window, summary_fields(r), r.dq));
     return;
   }
-  if (c.folded) {
-    for (auto& l : folded_lines(c, r.entries)) os << l << "\n";
-    os.flush();
-    err << r.dq.to_text() << "\n";
-    return;
-  }
+  if (c.folded) return write_folded_report(os, err, folded_lines(c, r.entries), r.dq);
   for (auto* e : sorted_by(r.entries, by_total, false))
     print_stack_multiline(os, e->stack, e->comm, e->tid, e->total_ns / 1000, StackFormat{c.delimiter});
   os << r.dq.to_text() << "\n";

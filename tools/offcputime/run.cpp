@@ -175,9 +175,7 @@ Status run(const Config& user_config) {
       rep.entries.push_back(std::move(e));
     }
     merge_identical(rep.entries);
-    auto& ss = live.sym.stats();
-    rep.dq.add("unknown_frames", (ss.user_unknown + ss.kernel_unknown) - (before.user_unknown + before.kernel_unknown));
-    rep.dq.add("processes_gone_before_seen", ss.pids_unreadable - before.pids_unreadable);
+    add_symbolizer_dq(rep.dq, before, live.sym.stats());
     render(std::cout, std::cerr, c, rep);
     if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
     if (!final) return;

@@ -42,12 +42,7 @@ void render(std::ostream& os, std::ostream& err, const Config& c, const Report& 
     write_record(os, make_record("profile", "summary", r.window, summary_fields(r), r.dq));
     return;
   }
-  if (c.folded) {
-    for (auto& l : folded(c, r.entries).lines()) os << l << "\n";
-    os.flush();
-    err << r.dq.to_text() << "\n";
-    return;
-  }
+  if (c.folded) return write_folded_report(os, err, folded(c, r.entries).lines(), r.dq);
   for (auto* e : sorted_by(r.entries, by_samples, false))
     print_stack_multiline(os, e->stack, e->comm, e->pid, e->samples, StackFormat{c.delimiter});
   os << r.dq.to_text() << "\n";
