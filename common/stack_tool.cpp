@@ -45,4 +45,11 @@ void write_folded_report(std::ostream& os, std::ostream& err, const std::vector<
   err << dq.to_text() << "\n";
 }
 
+nlohmann::json stack_summary_fields(nlohmann::json totals, size_t stacks, const nlohmann::json& threads) {
+  totals["stack_count"] = stacks;
+  totals["thread_count"] = threads.size();
+  totals["threads"] = threads;
+  return totals;
+}
+
 }  // namespace bpfdiag

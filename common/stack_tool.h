@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/options.h"
+#include "common/output.h"
 #include "common/result.h"
 #include "common/runloop.h"
 #include "common/stacks.h"
@@ -47,6 +50,24 @@ Result<ParsedCli> parse_stack_tool_cli(const ToolSpec& spec, int argc, char** ar
 std::string stack_targets_text(const StackToolConfig& c);
 // The banner's stack kind: "user", "kernel" or "user + kernel".
 std::string stack_parts_text(const StackToolConfig& c);
+
+// -j: a "<tool>.stack" record per entry, largest key(entry) first, with fields(entry)
+// and the entry's stack (stack_json), then the "<tool>.summary" record.
+template <class E, class KeyFn, class FieldsFn>
+void write_stack_records(std::ostream& os, const std::string& tool, const std::vector<E>& entries, KeyFn key,
+                         FieldsFn fields, const nlohmann::json& summary, const Window& w, const DataQuality& dq) {
+  for (auto* e : sorted_by(entries, key, true)) {
+    nlohmann::json j = fields(*e);
+    const nlohmann::json st = stack_json(e->stack);
+    for (auto it = st.begin(); it != st.end(); ++it) j[it.key()] = it.value();
+    write_record(os, make_record(tool, "stack", w, j, dq));
+  }
+  write_record(os, make_record(tool, "summary", w, summary, dq));
+}
+
+// A stack tool's "<tool>.summary" fields: the tool's own `totals` plus stack_count,
+// thread_count and `threads` (an array, one object per thread).
+nlohmann::json stack_summary_fields(nlohmann::json totals, size_t stacks, const nlohmann::json& threads);
 
 // A report's symbolization counts, from the Symbolizer's stats before and after its
 // stacks were resolved: "unknown_frames" (frames no symbol names) and
