@@ -13,6 +13,7 @@
 
 #include "common/bpf_session.h"
 #include "common/elf_file.h"
+#include "common/parse.h"
 #include "common/proc.h"
 #include "common/runloop.h"
 
@@ -100,12 +101,6 @@ bool exec_segment(const ElfFile& elf, uint64_t vaddr, std::vector<uint8_t>& byte
 std::string gone_hint(int pid, int err) {
   if (pid <= 0 || (err != ENOENT && err != ESRCH)) return "";
   return "; is PID " + std::to_string(pid) + " still running?";
-}
-
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
 }
 
 }  // namespace
@@ -272,7 +267,7 @@ Result<std::vector<ProbePoint>> resolve_pthread_probes(const PthreadLib& lib,
 
 std::string describe_probe_point(const ProbePoint& p) {
   std::string s = pthread_fn_name(p.fn);
-  if (p.offset) s += "+" + hex(p.offset);
+  if (p.offset) s += "+" + format_hex(p.offset);
   s += p.emulated ? " (emulated instruction)" : " (single-stepped instruction)";
   return s;
 }
@@ -302,7 +297,7 @@ Status attach_pthread_probes(BpfSession& s, const PthreadLib& lib,
                                : "";
         return Error{std::string("cannot attach ") + (ret ? "uretprobe" : "uprobe") + " to " +
                      lib.display + ":" + pthread_fn_name(h.fn) +
-                     (pt->offset ? "+" + hex(pt->offset) : "") + ": " + msg + hint};
+                     (pt->offset ? "+" + format_hex(pt->offset) : "") + ": " + msg + hint};
       }
       if (timing_on()) timing_mark(std::string(ret ? "uretprobe " : "uprobe ") + pthread_fn_name(h.fn));
       enter_reporting();  // attached: a stop signal now asks for the report
