@@ -279,7 +279,9 @@ Status run(const Config& c0) {
   CounterDeltas counter_deltas;              // counters are cumulative in BPF
   std::map<uint32_t, std::string> comm_of;   // tid -> comm, kept across intervals
   Status failed;
-  FoldedSet flame;  // --svg: the waits of every report
+  RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph: lock waits",
+                              "lockstat: wait time at the contended locks' call sites", "us",
+                              FlamePalette::OffCpu});  // --svg: the waits of every report
 
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
@@ -331,15 +333,8 @@ Status run(const Config& c0) {
                    "full (%llu entries); rerun with --map-entries %llu\n",
                    static_cast<unsigned long long>(s.dq.map_full), static_cast<unsigned long long>(c.map_entries),
                    static_cast<unsigned long long>(std::min<uint64_t>(c.map_entries * 4, 1u << 22)));
-    if (!c.svg.empty()) add_folded_waits(build_report(s, names, c), flame);
-    if (final && !c.svg.empty()) {
-      FlameOptions fo;
-      fo.title = "Off-CPU Flame Graph: lock waits";
-      fo.subtitle = "lockstat: wait time at the contended locks' call sites";
-      fo.unit = "us";
-      fo.palette = FlamePalette::OffCpu;
-      if (auto st = write_flamegraph_svg(c.svg, flame.stacks(), fo); st && !failed) failed = st;
-    }
+    if (flame.enabled()) add_folded_waits(build_report(s, names, c), flame.stacks());
+    if (Status st = final ? flame.write() : std::nullopt; st && !failed) failed = st;
     if (final)
       for (uint32_t p : seen_pids) hint_debuginfo(p, hinted);
     if (!c.json && !c.csv && !final) std::cout << "\n";
