@@ -63,9 +63,11 @@ def perf_window(secs, tmp):
 
 
 
-def start_load(secs=30):
+def start_load(secs=120):
     """Futex wake storms (run-queue and futex-bucket spinlocks) plus mmap_lock and
-    page-table work; returns the processes (stop_load ends them)."""
+    page-table work for up to `secs` s (longer than the caller needs: a load that ran
+    out before test_lockstat's last window left perf 5 waits to pair); returns the
+    processes (stop_load ends them)."""
     crowd = start([workload("mutex_crowd"), "--threads", "64", "--hold-us", "5", "--duration-ms", str(secs * 1000)])
     storm = start([workload("mmap_storm"), "--threads", "2", "--duration-ms", str(secs * 1000)])
     crowd.stderr.readline()
