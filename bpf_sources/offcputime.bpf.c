@@ -144,8 +144,8 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     }
     /* An open period here means its switch-in never reached this handler (seen on
      * kernel 6.18: ~1 in 3 runs of unwind_lock_nofp, the thread's sleep ended and it
-     * ran again unseen; cause not found yet, see issue 11): that
-     * period is lost, say so. */
+     * ran again unseen; cause not found yet, see issue 11): that period is lost, say
+     * so. */
     struct offcpu_start *open = start.lookup(&tid);
     if (open && !open->skip)
       dq_count(OFFCPU_CNT_PERIOD_DROPPED);

@@ -58,15 +58,6 @@ def read_start_record(proc, timeout=30.0):
     return rec
 
 
-def steal_ns():
-    """Hypervisor steal time of all CPUs so far (/proc/stat, USER_HZ ticks). A vCPU
-    stolen while the workload runs lengthens the workload's own clock readings but is
-    no off-CPU time for the guest's scheduler: 27 ms of a 528.6 ms sleep total were
-    seen on this VM (steal is ~3% of its CPU time)."""
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8]) * 10**9 // os.sysconf("SC_CLK_TCK")
-
-
 def run_json():
     """The workload waits START_DELAY_MS before starting its threads; offcputime -p must
     be attached (its start record) before that, and ends when the workload exits."""
