@@ -214,11 +214,12 @@ class Pid1Traffic:
     (process_api), in whose threads' context no BPF program runs, so each of its
     switches away is an unseen switch-in for the task that gets the CPU (the case
     bpf_sources/arrival.h recovers). `port` is None when PID 1 listens on no TCP port:
-    the caller skips the case. Use as a context manager; `connects` counts."""
+    the caller skips the case. Use as a context manager; `connects` counts; `pause`
+    is the sleep between connections (s)."""
 
-    def __init__(self):
+    def __init__(self, pause=0.002):
         self.port, self.connects, self._stop = self._listening_port(), 0, False
-        self._thread = None
+        self._thread, self.pause = None, pause
 
     @staticmethod
     def _listening_port():
@@ -267,7 +268,7 @@ class Pid1Traffic:
             except OSError:
                 pass
             self.connects += 1
-            time.sleep(0.002)
+            time.sleep(self.pause)
 
     def __enter__(self):
         if self.port is not None:
