@@ -15,6 +15,7 @@ With BPFDIAG_TIMING=1 in the environment our tools' phase times are printed too
 (one extra run each, not counted).
 """
 import os
+import selectors
 import shutil
 import signal
 import statistics
@@ -25,6 +26,7 @@ import time
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 BIN = os.environ.get("BIN", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))
 GOAL_S, GOAL_RATIO, GOAL_MB = 0.25, 2.0, 110
+ATTACH_TIMEOUT_S = 30
 
 
 def libc_path(pid):
@@ -113,24 +115,34 @@ def measure(cmd, markers, env=None):
     """Seconds from exec to the first output line holding a marker, VmHWM (MB) and
     CPU seconds used by then."""
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    attached, hwm, cpu, lines = None, 0, 0.0, []
-    while True:
-        line = p.stdout.readline()
-        if not line:
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    attached, hwm, cpu, lines, buf = None, 0, 0.0, [], b""
+    sel = selectors.DefaultSelector()
+    sel.register(p.stdout, selectors.EVENT_READ)
+    while attached is None:
+        # a side that never attaches (and never exits) must not hang the bench
+        if not sel.select(timeout=max(0.0, t0 + ATTACH_TIMEOUT_S - time.monotonic())):
+            lines.append("no attach within %d s" % ATTACH_TIMEOUT_S)
             break
-        if any(m in line for m in markers):
-            attached = time.monotonic() - t0
-            cpu = cpu_seconds(p.pid)
-            try:
-                with open("/proc/%d/status" % p.pid) as f:
-                    for l in f:
-                        if l.startswith("VmHWM:"):
-                            hwm = int(l.split()[1]) / 1024.0
-            except OSError:
-                pass
+        chunk = os.read(p.stdout.fileno(), 65536)
+        if not chunk:
             break
-        lines.append(line.rstrip())
+        buf += chunk
+        *done, buf = buf.split(b"\n")
+        for raw in done:
+            line = raw.decode(errors="replace")
+            if any(m in line for m in markers):
+                attached = time.monotonic() - t0
+                cpu = cpu_seconds(p.pid)
+                try:
+                    with open("/proc/%d/status" % p.pid) as f:
+                        for l in f:
+                            if l.startswith("VmHWM:"):
+                                hwm = int(l.split()[1]) / 1024.0
+                except OSError:
+                    pass
+                break
+            lines.append(line.rstrip())
     p.send_signal(signal.SIGINT)
     try:
         p.communicate(timeout=20)
@@ -138,7 +150,7 @@ def measure(cmd, markers, env=None):
         p.kill()
         p.communicate()
     if attached is None:
-        print("    %s failed: %s" % (os.path.basename(cmd[0]), " | ".join(lines[-3:])))
+        print("    %s failed: %s" % (" ".join(cmd)[:60], " | ".join(lines[-3:])), flush=True)
     return attached, hwm, cpu, lines
 
 
@@ -183,6 +195,8 @@ def main():
                     order.reverse()  # neither side always runs right after the other
                 for side, c, markers in order:
                     t, mb, cpu, _ = measure(c, markers, env)
+                    print("  run %d %-10s %-4s %s" % (run + 1, tool, side, "%.3f s" % t if t is not None else "failed"),
+                          file=sys.stderr, flush=True)
                     if t is not None:
                         res[tool][side].append(t)
                         res[tool][side + "_mb"].append(mb)
