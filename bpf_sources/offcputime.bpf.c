@@ -91,63 +91,8 @@ static inline __attribute__((always_inline)) int thread_kind_ok(void *task) {
 #endif
 }
 
-RAW_TRACEPOINT_PROBE(sched_switch) {
-  void *prev = (void *)ctx->args[1];
-  void *next = (void *)ctx->args[2];
-  u64 now = bpf_ktime_get_ns();
-  u64 id = bpf_get_current_pid_tgid(); /* prev */
-  u32 tid = (u32)id, tgid = id >> 32;
-
-  /* ---- switch-out: prev leaves the CPU ---- */
-  if (tid != 0 && TGID_OK(tgid) && TID_OK(tid) && thread_kind_ok(prev)) {
-    struct offcpu_start s = {};
-    s.ts = now;
-    s.tgid = tgid;
-    unsigned int state = 0;
-    bpf_probe_read_kernel(&state, sizeof(state), prev + OFF_TASK_STATE);
-    if (state & TASK_DEAD) /* exiting: it will never be switched in again */
-      goto switch_in;
-    if (ctx->args[0]) /* preempted: still runnable, whatever __state says */
-      state = 0;
-#if defined(STATE_EQ)
-    s.skip = state != STATE_EQ;
-#elif defined(STATE_MASK)
-    s.skip = (state & STATE_MASK) == 0;
-#endif
-    if (!s.skip) {
-#if defined(CAPTURE_USER) && defined(UW_DWARF)
-      s.user_stack_id = -14; /* the user part is s.user_hash */
-      s.user_hash = uw_unwind_user(tgid);
-#elif defined(CAPTURE_USER)
-      s.user_stack_id = get_stack(ctx, BPF_F_USER_STACK);
-      if (s.user_stack_id < 0 && s.user_stack_id != -14 /* EFAULT: no user stack */)
-        dq_count(OFFCPU_CNT_STACK_LOST);
-#else
-      s.user_stack_id = -1;
-#endif
-#ifdef CAPTURE_KERNEL
-      s.kernel_stack_id = get_stack(ctx, 0);
-      if (s.kernel_stack_id < 0 && s.kernel_stack_id != -14)
-        dq_count(OFFCPU_CNT_STACK_LOST);
-#else
-      s.kernel_stack_id = -1;
-#endif
-      bpf_get_current_comm(&s.comm, sizeof(s.comm));
-      if (!seen.lookup(&tgid)) {
-        u8 one = 1;
-        int err = seen.insert(&tgid, &one);
-        if (err == 0)
-          new_procs.perf_submit(ctx, &tgid, sizeof(tgid));
-        else if (err != -17 /* EEXIST: another CPU was first */)
-          dq_count(OFFCPU_CNT_SEEN_FULL);
-      }
-    }
-    if (start.update(&tid, &s) != 0)
-      dq_count(OFFCPU_CNT_START_FULL);
-  }
-
-  /* ---- switch-in: next gets the CPU ---- */
-switch_in:;
+/* Switch-in: next gets the CPU; its off-CPU period (if tracked) is counted. */
+static inline __attribute__((always_inline)) int switch_in(void *next, u64 now) {
   u32 ntid = 0;
   bpf_probe_read_kernel(&ntid, sizeof(ntid), next + OFF_TASK_PID);
   if (ntid == 0)
@@ -188,6 +133,88 @@ switch_in:;
     v->max_ns = delta; /* racy max: two CPUs rarely update one thread's key at once */
   return 0;
 }
+
+RAW_TRACEPOINT_PROBE(sched_switch) {
+  void *prev = (void *)ctx->args[1];
+  void *next = (void *)ctx->args[2];
+  u64 now = bpf_ktime_get_ns();
+  /* next first: the switch-out part may end in a tail call (--unwind=dwarf) */
+  switch_in(next, now);
+  u64 id = bpf_get_current_pid_tgid(); /* prev */
+  u32 tid = (u32)id, tgid = id >> 32;
+
+  /* ---- switch-out: prev leaves the CPU ---- */
+  if (tid != 0 && TGID_OK(tgid) && TID_OK(tid) && thread_kind_ok(prev)) {
+    struct offcpu_start s = {};
+    s.ts = now;
+    s.tgid = tgid;
+    unsigned int state = 0;
+    bpf_probe_read_kernel(&state, sizeof(state), prev + OFF_TASK_STATE);
+    if (state & TASK_DEAD) /* exiting: it will never be switched in again */
+      return 0;
+    if (ctx->args[0]) /* preempted: still runnable, whatever __state says */
+      state = 0;
+#if defined(STATE_EQ)
+    s.skip = state != STATE_EQ;
+#elif defined(STATE_MASK)
+    s.skip = (state & STATE_MASK) == 0;
+#endif
+    if (!s.skip) {
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+      s.user_stack_id = -14; /* the user part is s.user_hash, set by uw_offcpu_tail */
+      s.user_hash = UW_HASH_LOST; /* until the unwinder has run */
+#elif defined(CAPTURE_USER)
+      s.user_stack_id = get_stack(ctx, BPF_F_USER_STACK);
+      if (s.user_stack_id < 0 && s.user_stack_id != -14 /* EFAULT: no user stack */)
+        dq_count(OFFCPU_CNT_STACK_LOST);
+#else
+      s.user_stack_id = -1;
+#endif
+#ifdef CAPTURE_KERNEL
+      s.kernel_stack_id = get_stack(ctx, 0);
+      if (s.kernel_stack_id < 0 && s.kernel_stack_id != -14)
+        dq_count(OFFCPU_CNT_STACK_LOST);
+#else
+      s.kernel_stack_id = -1;
+#endif
+      bpf_get_current_comm(&s.comm, sizeof(s.comm));
+      if (!seen.lookup(&tgid)) {
+        u8 one = 1;
+        int err = seen.insert(&tgid, &one);
+        if (err == 0)
+          new_procs.perf_submit(ctx, &tgid, sizeof(tgid));
+        else if (err != -17 /* EEXIST: another CPU was first */)
+          dq_count(OFFCPU_CNT_SEEN_FULL);
+      }
+    }
+    if (start.update(&tid, &s) != 0) {
+      dq_count(OFFCPU_CNT_START_FULL);
+      return 0;
+    }
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+    if (!s.skip) {
+      uw_progs.call(ctx, UW_PROG_UNWIND); /* does not return when it runs */
+      dq_count(OFFCPU_CNT_STACK_LOST);
+    }
+#endif
+  }
+  return 0;
+}
+
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+/* The DWARF unwinder, a program of its own reached by a tail call from sched_switch
+ * (verified separately: inlined into the handler it exceeded the verifier's
+ * 1M-instruction limit). Current is still prev; its `start` entry was just written. */
+int uw_offcpu_tail(struct bpf_raw_tracepoint_args *ctx) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 tid = (u32)id, tgid = id >> 32;
+  u64 h = uw_unwind_user(tgid);
+  struct offcpu_start *sp = start.lookup(&tid);
+  if (sp)
+    sp->user_hash = h;
+  return 0;
+}
+#endif
 
 /* After exec the process's mappings are new: forget that we announced it, so its
  * next switch-out announces it again and the front-end re-reads its mappings. */

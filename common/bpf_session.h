@@ -62,11 +62,16 @@ class BpfSession {
   // Waits up to timeout_ms for events and dispatches them; returns events seen or -1.
   int poll_perf_buffer(const std::string& table, int timeout_ms);
 
+  // Loads (verifies) program `fn` as `type` (enum bpf_prog_type); its fd. Refusals
+  // are one line: "the kernel verifier rejected FN: REASON (processed N insns)".
+  Result<int> load_program(const std::string& fn, int type);
+  // Instructions the verifier processed to accept a loaded program (0: unknown).
+  static uint64_t verified_insns(int fd);
+
   ebpf::BPF& bpf() { return *bpf_; }
 
  private:
   BpfSession();
-  void verify(const std::string& fn, int type = 5 /* BPF_PROG_TYPE_TRACEPOINT */);
   std::unique_ptr<ebpf::BPF> bpf_;
   std::vector<int> perf_fds_;
 };
