@@ -134,13 +134,21 @@ if perf:
     for wl, args in WORKLOADS_NOFP.items():
         with tempfile.TemporaryDirectory() as d:
             data = os.path.join(d, "perf.data")
+            ctl, ack = os.path.join(d, "ctl"), os.path.join(d, "ack")
+            os.mkfifo(ctl)
+            os.mkfifo(ack)
             w = subprocess.Popen([workload(wl), *args, "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  text=True)
-            p = subprocess.Popen([perf, "record", "-o", data, "--call-graph", "dwarf,8192",
-                                  "-e", "sched:sched_switch", "-p", str(w.pid)],
+            # started disabled (-D -1) and enabled through its control fifo, whose ack says
+            # the events are on: perf prints nothing when it has attached
+            p = subprocess.Popen([perf, "record", "-o", data, "--call-graph", "dwarf,8192", "-D", "-1",
+                                  "--control", "fifo:%s,%s" % (ctl, ack), "-e", "sched:sched_switch",
+                                  "-p", str(w.pid)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            # perf prints nothing when attached: wait until its output file has its header
-            wait_for(lambda: os.path.exists(data) and os.path.getsize(data) > 0, 10, "%s: perf record started" % wl)
+            with open(ctl, "w") as c, open(ack) as a:
+                c.write("enable\n")
+                c.flush()
+                check(a.readline().strip() == "ack", "%s: perf record enabled" % wl)
             truth = json.loads(w.communicate(input="go\n", timeout=60)[0])
             perr = p.communicate(timeout=60)[1]
             if not check(p.returncode == 0, "%s: perf record ran (%r)" % (wl, perr[-200:])):
@@ -151,7 +159,7 @@ if perf:
             for line in script.splitlines():
                 if not line.strip():
                     cur = None
-                elif not line.startswith("\t") and not line.startswith(" "):
+                elif not line.startswith("\t"):  # a sample's header: the tid, right-aligned in 5
                     cur = {"tid": int(line.split()[0]), "frames": []}
                     samples.append(cur)
                 elif cur is not None:
