@@ -196,6 +196,62 @@ StderrNoiseFilter::~StderrNoiseFilter() {
     if (!line.empty() && !is_libbcc_noise(line)) std::fprintf(stderr, "%s\n", line.c_str());
 }
 
+// --- compile errors ----------------------------------------------------------------
+
+namespace {
+
+// clang's diagnostics run to many lines; the first "error:" line says what broke.
+std::string first_compile_error(const std::string& diagnostics) {
+  std::istringstream in(diagnostics);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("error:") != std::string::npos || line.find("LLVM ERROR") != std::string::npos) {
+      const std::string unknown = "error: <unknown>:0:0: ";  // LLVM backend errors: no location
+      if (line.rfind(unknown, 0) == 0) line = "error: " + line.substr(unknown.size());
+      return first_line(line);
+    }
+  return "";
+}
+
+// LLVM's BPF backend reports some errors (e.g. "Looks like the BPF stack limit of
+// 512 bytes is exceeded") through its fatal-error path, which prints them and calls
+// exit(1) inside libbcc's compile, while stderr is captured: the user would see
+// nothing. While a compile runs, an atexit handler turns what was captured into the
+// same one line as a returned compile error, on the real stderr (exit status stays 1).
+struct RescueState {
+  int real_stderr = -1;
+  StderrNoiseFilter* quiet = nullptr;
+};
+RescueState g_rescue;
+
+void compile_exit_rescue() {
+  if (!g_rescue.quiet || g_rescue.real_stderr < 0) return;
+  std::string all = g_rescue.quiet->captured();
+  std::string first = first_compile_error(all);
+  if (first.empty()) first = "the compiler exited without a message";
+  std::string line = std::string(program_invocation_short_name) + ": cannot compile BPF program: " + first +
+                     " (BPFDIAG_DEBUG=1 shows all diagnostics)\n";
+  if (std::getenv("BPFDIAG_DEBUG")) line = all + line;
+  if (write(g_rescue.real_stderr, line.data(), line.size()) < 0) {
+  }
+}
+
+}  // namespace
+
+CompileExitRescue::CompileExitRescue() {
+  static bool registered = (std::atexit(compile_exit_rescue), true);
+  (void)registered;
+  std::fflush(stderr);
+  g_rescue.real_stderr = dup(STDERR_FILENO);
+}
+
+void CompileExitRescue::watch(StderrNoiseFilter* quiet) { g_rescue.quiet = quiet; }
+
+CompileExitRescue::~CompileExitRescue() {
+  g_rescue.quiet = nullptr;
+  if (g_rescue.real_stderr >= 0) close(g_rescue.real_stderr);
+  g_rescue.real_stderr = -1;
+}
+
 // --- BpfSession --------------------------------------------------------------------
 
 namespace {
@@ -307,7 +363,9 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
   ebpf::StatusTuple st(0);
   std::string diagnostics;
   {
+    CompileExitRescue rescue;  // LLVM's backend exit(1)s on some errors: one line even then
     StderrNoiseFilter quiet;
+    rescue.watch(&quiet);
     KallsymsStandIn fast_compile(dir.value()->path(), kernel_version_code(u.release));
     st = s->bpf_->init(id_map_prelude(id_maps) + text, flags);
     if (!st.ok()) {
@@ -320,13 +378,7 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
   timing_mark("header shim removed");
   if (!st.ok()) {
     // clang's diagnostics run to many lines; the first "error:" line says what broke
-    std::string msg = diagnostics, first;
-    std::istringstream in(msg);
-    for (std::string line; std::getline(in, line);)
-      if (line.find("error:") != std::string::npos) {
-        first = line;
-        break;
-      }
+    std::string first = first_compile_error(diagnostics);
     if (first.empty()) first = first_line(st.msg());
     return Error{"cannot compile BPF program: " + first + " (BPFDIAG_DEBUG=1 shows all diagnostics)"};
   }

@@ -98,4 +98,17 @@ class StderrNoiseFilter {
 
 bool is_libbcc_noise(const std::string& line);
 
+// While alive (around a libbcc compile, created before its StderrNoiseFilter): if the
+// compiler exits the process (LLVM's fatal-error path), what the filter captured is
+// printed as one line, "TOOL: cannot compile BPF program: FIRST ERROR", on the real
+// stderr before the exit completes.
+class CompileExitRescue {
+ public:
+  CompileExitRescue();
+  ~CompileExitRescue();
+  void watch(StderrNoiseFilter* quiet);
+  CompileExitRescue(const CompileExitRescue&) = delete;
+  CompileExitRescue& operator=(const CompileExitRescue&) = delete;
+};
+
 }  // namespace bpfdiag
