@@ -198,8 +198,6 @@ StderrNoiseFilter::~StderrNoiseFilter() {
 
 // --- compile errors ----------------------------------------------------------------
 
-namespace {
-
 // clang's diagnostics run to many lines; the first "error:" line says what broke.
 std::string first_compile_error(const std::string& diagnostics) {
   std::istringstream in(diagnostics);
@@ -211,6 +209,8 @@ std::string first_compile_error(const std::string& diagnostics) {
     }
   return "";
 }
+
+namespace {
 
 // LLVM's BPF backend reports some errors (e.g. "Looks like the BPF stack limit of
 // 512 bytes is exceeded") through its fatal-error path, which prints them and calls
@@ -254,12 +254,10 @@ CompileExitRescue::~CompileExitRescue() {
 
 // --- BpfSession --------------------------------------------------------------------
 
-namespace {
-
 // One line for a program the kernel refused to load, from what libbcc printed while
 // loading it (the verifier log, or its E2BIG note): a verifier rejection is named as
 // such, with the instructions the verifier processed when the log says.
-std::string load_failure(const std::string& fn, const std::string& printed, const std::string& bcc) {
+std::string load_failure_line(const std::string& fn, const std::string& printed, const std::string& bcc) {
   if (printed.find("Argument list too long") != std::string::npos)  // E2BIG: the complexity limit
     return "the kernel verifier rejected " + fn +
            ": over 1000000 instructions processed (its complexity limit; the program is too complex to verify)";
@@ -290,8 +288,6 @@ std::string load_failure(const std::string& fn, const std::string& printed, cons
          " insns)";
 }
 
-}  // namespace
-
 // Loads (verifies) `fn` ahead of its attach: a refusal is then reported as the
 // verifier's, not as an attach failure; libbcc keeps the fd and the attach call that
 // follows reuses it.
@@ -307,7 +303,7 @@ Result<int> BpfSession::load_program(const std::string& fn, int type) {
       quiet.discard();  // the verifier log runs to thousands of lines: one line below
     }
   }
-  if (!st.ok()) return Error{load_failure(fn, printed, bcc_msg(st))};
+  if (!st.ok()) return Error{load_failure_line(fn, printed, bcc_msg(st))};
   if (timing_on()) timing_mark("verify " + fn + " (" + std::to_string(verified_insns(fd)) + " insns)");
   return fd;
 }

@@ -98,6 +98,14 @@ class StderrNoiseFilter {
 
 bool is_libbcc_noise(const std::string& line);
 
+// One line for program `fn` refused at load, from what libbcc printed meanwhile
+// (`printed`: the verifier log, or libbcc's E2BIG note) and libbcc's status message:
+// "the kernel verifier rejected FN: REASON (processed N insns)" when it was the
+// verifier, "cannot load FN: ..." otherwise.
+std::string load_failure_line(const std::string& fn, const std::string& printed, const std::string& bcc_msg);
+// The first compiler error line of clang/LLVM diagnostics ("" if none).
+std::string first_compile_error(const std::string& diagnostics);
+
 // While alive (around a libbcc compile, created before its StderrNoiseFilter): if the
 // compiler exits the process (LLVM's fatal-error path), what the filter captured is
 // printed as one line, "TOOL: cannot compile BPF program: FIRST ERROR", on the real
