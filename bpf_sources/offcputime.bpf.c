@@ -15,8 +15,9 @@
  *   MIN_NS, MAX_NS            block time bounds
  *   CAPTURE_USER, CAPTURE_KERNEL
  *   STACK_STORAGE_SIZE, OVERFLOW_STORAGE_SIZE, START_SIZE, COUNTS_SIZE, SEEN_SIZE
- *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound here from .eh_frame
- *                             tables (bpf_sources/unwind.h), keyed by their hash
+ *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound from .eh_frame tables
+ *                             (bpf_sources/unwind.h) by uw_offcpu_tail, a program of
+ *                             its own that sched_switch tail-calls; keyed by their hash
  *
  * Stack tables: the kernel's stack map keeps one stack per hash bucket and refuses
  * (-EEXIST) a new stack whose bucket holds another one, so with D distinct stacks in
