@@ -65,7 +65,7 @@ one_run() {
       if [ -d /sys/kernel/tracing/events ]; then
         bpftrace "$TMP/pmlock.bt" "$pid" > "$TMP/tool.out" 2> "$TMP/tool.err" & tpid=$!
       else  # bpftrace needs tracefs; mount it in a private mount namespace
-        unshare -m --propagation private sh -c 'mount -t tracefs nodev /sys/kernel/tracing && exec "$@"' \
+        unshare -m --propagation private sh -c '{ mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; } && exec "$@"' \
           sh bpftrace "$TMP/pmlock.bt" "$pid" > "$TMP/tool.out" 2> "$TMP/tool.err" & tpid=$!
       fi
       ready="Attaching" ;;

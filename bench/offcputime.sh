@@ -88,7 +88,7 @@ BT
 if command -v bpftrace >/dev/null; then
   # bpftrace needs tracefs for tracepoints; mount it in a private namespace if absent
   if [ -d /sys/kernel/tracing/events ]; then BTCMD=(bpftrace "$TMP/offcpu.bt")
-  else BTCMD=(unshare -m --propagation private sh -c "mount -t tracefs nodev /sys/kernel/tracing && exec bpftrace $TMP/offcpu.bt"); fi
+  else BTCMD=(unshare -m --propagation private sh -c "{ mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; } && exec bpftrace $TMP/offcpu.bt"); fi
   "${BTCMD[@]}" >"$TMP/bt.out" 2>&1 &
   BTPID=$!
   if wait_for "$TMP/bt.out" "Attaching" 60; then

@@ -49,7 +49,7 @@ run_traced() {
   local cmd=("${@//PID/$lpid}")
   if [ "$name" = bpftrace ] && [ ! -d /sys/kernel/tracing/events ]; then
     # bpftrace needs tracefs to detach cleanly; mount it in a private namespace
-    unshare -m sh -c 'mount -t tracefs nodev /sys/kernel/tracing && exec "$@"' sh "${cmd[@]}" \
+    unshare -m sh -c '{ mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; } && exec "$@"' sh "${cmd[@]}" \
       > "$TMP/tool.out" 2> "$TMP/tool.err" &
   else
     "${cmd[@]}" > "$TMP/tool.out" 2> "$TMP/tool.err" &

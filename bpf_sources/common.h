@@ -19,6 +19,14 @@
 
 BPF_PERCPU_ARRAY(dq_counters, u64, DQ_NCOUNTERS);
 
+/* What every tracepoint (TRACEPOINT_PROBE) and uprobe program returns. A 0 from a
+ * BPF program on a perf-event tracepoint or probe makes the kernel drop that event for
+ * every other perf consumer of it (perf_trace_run_bpf_submit, uprobe_perf_func): while
+ * lockstat ran, `perf record -e lock:contention_begin` recorded nothing. Raw tracepoint
+ * and perf_event (sampling) programs return 0; no one else sees their return value.
+ * bpftrace made the same change (bpftrace/bpftrace#1857). */
+#define PASS 1
+
 static inline void dq_count_n(u32 slot, u64 n) {
   u64 *v = dq_counters.lookup(&slot);
   if (v)

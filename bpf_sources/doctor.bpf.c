@@ -28,17 +28,17 @@ static inline void bump(int slot) {
 
 TRACEPOINT_PROBE(syscalls, sys_enter_getppid) {
   if (!is_target())
-    return 0;
+    return PASS;
   bump(DOCTOR_SYSCALLS);
   int zero = 0;
   u64 *s = seqno.lookup(&zero);
   if (!s)
-    return 0;
+    return PASS;
   struct doctor_event ev = {.seq = *s};
   *s += 1;
   if (events.perf_submit(args, &ev, sizeof(ev)) != 0)
     dq_count(DOCTOR_CNT_SUBMIT_FAILED);
-  return 0;
+  return PASS;
 }
 
 /* args: [0] bool preempt, [1] prev, [2] next. The current task is prev. */
@@ -51,5 +51,5 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 int on_getppid(struct pt_regs *ctx) {
   if (is_target())
     bump(DOCTOR_UPROBES);
-  return 0;
+  return PASS;
 }

@@ -191,10 +191,10 @@ static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
   struct plock_start *p = plock_start.lookup(&tid);
   if (p)
     p->blocked = 1;
-  return 0;
+  return PASS;
 #else
   if (filtered_out(pid, tid, uaddr))
-    return 0;
+    return PASS;
   struct futex_start s = {};
   s.uaddr = uaddr;
   s.flags = flags;
@@ -205,7 +205,7 @@ static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
   s.ts = bpf_ktime_get_ns(); /* after the stack walk and scan: overhead, not waiting */
   if (futex_start.update(&tid, &s))
     dq_count(LS_CNT_MAP_FULL);
-  return 0;
+  return PASS;
 #endif
 }
 
@@ -215,7 +215,7 @@ static inline int futex_end(long ret) {
   u32 tid = (u32)id;
   struct futex_start *s = futex_start.lookup(&tid);
   if (!s)
-    return 0; /* a wake, a non-waiting op, or a wait that began before tracing */
+    return PASS; /* a wake, a non-waiting op, or a wait that began before tracing */
   u64 delta = bpf_ktime_get_ns() - s->ts;
   struct lockstat_key k = {};
   k.addr = s->uaddr;
@@ -242,7 +242,7 @@ static inline int futex_end(long ret) {
   }
 #endif
 #endif
-  return 0;
+  return PASS;
 }
 
 #ifdef WAKERS
@@ -251,10 +251,10 @@ TRACEPOINT_PROBE(sched, sched_waking) {
   u32 wakee = args->pid;
   struct futex_start *s = futex_start.lookup(&wakee);
   if (!s || s->waker)
-    return 0;
+    return PASS;
   u32 tid = (u32)bpf_get_current_pid_tgid();
   s->waker = tid ? tid : 0x80000000u | bpf_get_smp_processor_id();
-  return 0;
+  return PASS;
 }
 #endif
 
@@ -275,7 +275,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_futex) {
     flags = LS_FUTEX_REQUEUE;
     break;
   default: /* wakes, requeues, trylock_pi, unlock_pi: no wait */
-    return 0;
+    return PASS;
   }
   if (args->utime)
     flags |= LS_FUTEX_TIMED;
@@ -313,10 +313,20 @@ TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv) {
  * entry handler's clock read to the return handler's (leaving the entry trap, the
  * return-probe trap into the kernel). At startup a child of lockstat (CALIB_PID)
  * makes uncontended lock calls under the same probes; calib is a histogram of their
- * times (10 ns buckets), the front-end writes its median to probe_cost, and every
- * timed call of the targets is recorded that much shorter (never below 0). */
+ * times (10 ns buckets), and the front-end seeds every CPU's probe_cost with its
+ * median. That cost is not one number: it moved between 935 and 1315 ns from one run
+ * to the next on an idle box, and a target's calls cost up to 30% more than the
+ * calibration child's (two threads on two CPUs). So each CPU's estimate then follows
+ * the median of the targets' own calls that did not block (the uncontended fast path:
+ * probe cost plus ~20-40 ns), a streaming median that moves LS_COST_STEP ns towards
+ * each such call. Every timed call is recorded that much shorter (never below 0). */
 #define LS_CALIB_BUCKETS 1024
-BPF_ARRAY(probe_cost, u64, 1);
+#define LS_COST_STEP 2
+struct probe_cost_est {
+  u64 ns;    /* current estimate (0: not calibrated, nothing taken off) */
+  u64 calls; /* uncontended calls that moved it */
+};
+BPF_PERCPU_ARRAY(probe_cost, struct probe_cost_est, 1);
 #ifdef CALIB_PID
 BPF_ARRAY(calib, u64, LS_CALIB_BUCKETS);
 #define IS_CALIB(pid) ((pid) == CALIB_PID)
@@ -331,14 +341,14 @@ int on_lock(struct pt_regs *ctx) {
   u32 pid = id >> 32, tid = (u32)id;
   u64 mutex = PT_REGS_PARM1(ctx);
   if (!IS_CALIB(pid) && filtered_out(pid, tid, mutex))
-    return 0;
+    return PASS;
   struct plock_start s = {};
   s.mutex = mutex;
   bpf_probe_read_user(&s.caller, sizeof(s.caller), (void *)PT_REGS_SP(ctx));
   s.ts = bpf_ktime_get_ns();
   if (plock_start.update(&tid, &s))
     dq_count(LS_CNT_MAP_FULL);
-  return 0;
+  return PASS;
 }
 
 int on_lock_ret(struct pt_regs *ctx) {
@@ -347,7 +357,7 @@ int on_lock_ret(struct pt_regs *ctx) {
   u32 tid = (u32)id;
   struct plock_start *s = plock_start.lookup(&tid);
   if (!s)
-    return 0;
+    return PASS;
   struct lockstat_key k = {};
   k.addr = s->mutex;
   k.caller = s->caller;
@@ -365,13 +375,21 @@ int on_lock_ret(struct pt_regs *ctx) {
     u64 *slot = calib.lookup(&b);
     if (slot)
       __sync_fetch_and_add(slot, 1);
-    return 0;
+    return PASS;
   }
 #endif
   u32 zero = 0;
-  u64 *cost = probe_cost.lookup(&zero);
-  if (cost)
-    delta = delta > *cost ? delta - *cost : 0;
+  struct probe_cost_est *cost = probe_cost.lookup(&zero);
+  if (cost && cost->ns) {
+    if (!blocked) {
+      if (delta > cost->ns)
+        cost->ns += LS_COST_STEP;
+      else if (cost->ns > LS_COST_STEP)
+        cost->ns -= LS_COST_STEP;
+      cost->calls++;
+    }
+    delta = delta > cost->ns ? delta - cost->ns : 0;
+  }
   /* The stack is taken here, on return, and only for calls that blocked: walking it
    * costs ~1.6 us, more than the rest of the probe, and uncontended calls are already
    * placed by their caller. On return %rip is in the caller and %rbp its frame, so
@@ -383,7 +401,7 @@ int on_lock_ret(struct pt_regs *ctx) {
       dq_count(LS_CNT_LOST_USTACK);
   }
   record(&k, delta, blocked, 0);
-  return 0;
+  return PASS;
 }
 #endif
 
@@ -530,7 +548,7 @@ TRACEPOINT_PROBE(lock, contention_begin) {
   if (nf & LS_LCB_SPIN)
     NOTE_RQ_LOCK();
   if (filtered_out(pid, tid, addr))
-    return 0;
+    return PASS;
   u32 key = thread_key(tid);
   struct klock_task *t = klock_start.lookup(&key);
   if (!t) {
@@ -539,7 +557,7 @@ TRACEPOINT_PROBE(lock, contention_begin) {
     kframe_init(&z.f[0], now, addr, nf);
     if (klock_start.update(&key, &z))
       dq_count(LS_CNT_MAP_FULL);
-    return 0;
+    return PASS;
   }
   u32 d = t->depth;
   if (d > LS_KNEST)
@@ -555,13 +573,13 @@ TRACEPOINT_PROBE(lock, contention_begin) {
       top->flags |= nf;
       top->last = nf;
       t->depth = d;
-      return 0;
+      return PASS;
     }
     if (act == 2) {
       dq_count(LS_CNT_STALE_BEGIN);
       kframe_init(top, now, addr, nf);
       t->depth = d;
-      return 0;
+      return PASS;
     }
   }
   if (d >= LS_KNEST) {
@@ -570,7 +588,7 @@ TRACEPOINT_PROBE(lock, contention_begin) {
   }
   kframe_init(&t->f[d & (LS_KNEST - 1)], now, addr, nf);
   t->depth = d + 1;
-  return 0;
+  return PASS;
 }
 
 TRACEPOINT_PROBE(lock, contention_end) {
@@ -602,7 +620,7 @@ TRACEPOINT_PROBE(lock, contention_end) {
       klock_start.delete(&key);
     if (!filtered_out(pid, tid, addr))
       dq_count(LS_CNT_UNMATCHED_END);
-    return 0;
+    return PASS;
   }
   struct klock_frame *f = &t->f[found & (LS_KNEST - 1)];
   struct lockstat_key k = {};
@@ -624,6 +642,6 @@ TRACEPOINT_PROBE(lock, contention_end) {
   if (k.stack_id < 0 && k.stack_id != -14 /* -EFAULT: no stack to take */)
     dq_count(LS_CNT_LOST_KSTACK);
   record(&k, delta, 1, 0);
-  return 0;
+  return PASS;
 }
 #endif /* KERNEL_LOCKS */

@@ -84,7 +84,7 @@ static __always_inline int on_enter(void *ctx, s32 clock, u32 flags, const void 
   void *task, *parent = NULL;
 
   if (!wanted(id))
-    return 0;
+    return PASS;
   s.clock = clock;
   s.flags = flags;
   if (bpf_probe_read_user(&ts, sizeof(ts), rqtp))
@@ -114,7 +114,7 @@ static __always_inline int on_enter(void *ctx, s32 clock, u32 flags, const void 
   }
   if (start.update(&tid, &s))
     dq_count(NAPTIME_CNT_MAP_FULL);
-  return 0;
+  return PASS;
 }
 
 static __always_inline int on_exit(void *ctx, long ret, int restart_syscall) {
@@ -125,16 +125,16 @@ static __always_inline int on_exit(void *ctx, long ret, int restart_syscall) {
   struct naptime_start *s;
 
   if (!wanted(id))
-    return 0;
+    return PASS;
   s = start.lookup(&tid);
   if (!s) {
     /* restart_syscall also resumes other syscalls (poll, futex): not ours */
     if (!restart_syscall)
       dq_count(NAPTIME_CNT_UNMATCHED_END);
-    return 0;
+    return PASS;
   }
   if (restart_syscall && !(s->flags & NAPTIME_F_RESTARTED))
-    return 0;
+    return PASS;
   __builtin_memcpy(&ev.start, s, sizeof(ev.start));
   start.delete(&tid);
   ev.exit_mono_ns = now;
@@ -147,10 +147,10 @@ static __always_inline int on_exit(void *ctx, long ret, int restart_syscall) {
     /* EINTR or a transparent restart: decided at signal delivery, right after */
     if (pending.update(&tid, &ev))
       dq_count(NAPTIME_CNT_MAP_FULL);
-    return 0;
+    return PASS;
   }
   emit(ctx, &ev);
-  return 0;
+  return PASS;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_nanosleep) {
@@ -175,7 +175,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_restart_syscall) {
   u32 tid = (u32)bpf_get_current_pid_tgid();
   struct naptime_event *p = pending.lookup(&tid);
   if (!p)
-    return 0;
+    return PASS;
   struct naptime_start s;
   __builtin_memcpy(&s, &p->start, sizeof(s));
   s.flags |= NAPTIME_F_RESTARTED;
@@ -184,7 +184,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_restart_syscall) {
     dq_count(NAPTIME_CNT_MAP_FULL);
   else
     dq_count(NAPTIME_CNT_RESTARTED);
-  return 0;
+  return PASS;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_restart_syscall) {
@@ -198,16 +198,16 @@ TRACEPOINT_PROBE(signal, signal_deliver) {
   u32 tid = (u32)bpf_get_current_pid_tgid();
   struct naptime_event *p = pending.lookup(&tid);
   if (!p || args->sa_handler <= 1)
-    return 0;
+    return PASS;
   if (p->kernel_ret == -NAPTIME_ERESTARTNOINTR ||
       (p->kernel_ret == -NAPTIME_ERESTARTSYS && (args->sa_flags & 0x10000000 /* SA_RESTART */)))
-    return 0; /* re-executed after the handler: on_enter continues it */
+    return PASS; /* re-executed after the handler: on_enter continues it */
   struct naptime_event ev;
   __builtin_memcpy(&ev, p, sizeof(ev));
   pending.delete(&tid);
   ev.ret = -NAPTIME_EINTR;
   emit(args, &ev);
-  return 0;
+  return PASS;
 }
 
 /* A thread killed while its sleep was parked: report it as the kernel left it. */

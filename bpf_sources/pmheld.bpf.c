@@ -124,26 +124,26 @@ static inline int take_pending(u64 *lock) {
 /* pthread_mutex_lock/trylock/timedlock/clocklock entry: remember the mutex. */
 int lock_entry(struct pt_regs *ctx) {
   set_pending(PT_REGS_PARM1(ctx));
-  return 0;
+  return PASS;
 }
 
 /* ... and return: 0 (or EOWNERDEAD for robust mutexes) means acquired. */
 int lock_return(struct pt_regs *ctx) {
   u64 lock;
   if (!take_pending(&lock))
-    return 0; /* entered before tracing started */
+    return PASS; /* entered before tracing started */
   int rc = (int)PT_REGS_RC(ctx);
   if (rc == 0 || rc == PMHELD_EOWNERDEAD)
     acquired(ctx, lock);
   else
     dq_count(PMHELD_C_FAILED_LOCKS);
-  return 0;
+  return PASS;
 }
 
 /* pthread_mutex_unlock(mutex) entry: the hold ends. */
 int unlock_entry(struct pt_regs *ctx) {
   released(PT_REGS_PARM1(ctx));
-  return 0;
+  return PASS;
 }
 
 /* pthread_cond_*wait(cond, mutex) entry: the mutex is released while waiting. */
@@ -152,14 +152,14 @@ int cond_entry(struct pt_regs *ctx) {
   dq_count(PMHELD_C_COND_WAITS);
   released(lock);
   set_pending(lock);
-  return 0;
+  return PASS;
 }
 
 /* ... and return: the mutex is held again, whatever the result (timeouts included). */
 int cond_return(struct pt_regs *ctx) {
   u64 lock;
   if (!take_pending(&lock))
-    return 0;
+    return PASS;
   acquired(ctx, lock);
-  return 0;
+  return PASS;
 }

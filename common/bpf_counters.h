@@ -32,8 +32,17 @@ struct CounterSlot {
 std::vector<std::string> counter_keys(const std::vector<CounterSlot>& table);
 
 // Sums every slot of `dq_counters` over the CPUs and adds it to `dq` under its key;
-// with `deltas`, only what was counted since the previous call.
+// with `deltas`, only what was counted since the previous call. Also adds to
+// lost_events the events the kernel did not run `bpf`'s attached programs for
+// (bpf_prog_info.recursion_misses: an event that fired while a BPF program already ran
+// on that CPU, e.g. a lock contended in an interrupt during one of our handlers).
 Status add_bpf_counters(ebpf::BPF& bpf, const std::vector<CounterSlot>& table, DataQuality& dq,
                         CounterDeltas* deltas = nullptr);
+
+// Called by every attach (BpfSession, pthread probes): the program `prog_fd` of `bpf`
+// now runs on events, so its recursion misses count as lost events.
+void note_attached_program(const ebpf::BPF& bpf, int prog_fd);
+// Sum of recursion_misses over the programs noted for `bpf`.
+uint64_t recursion_misses(const ebpf::BPF& bpf);
 
 }  // namespace bpfdiag

@@ -1,4 +1,6 @@
 #include "common/bpf_session.h"
+
+#include "common/bpf_counters.h"
 #include "common/runloop.h"
 
 #include <bcc/BPF.h>
@@ -315,6 +317,12 @@ uint64_t BpfSession::verified_insns(int fd) {
   return info.verified_insns;
 }
 
+// The attached program's fd (libbcc caches it by name) for its recursion misses.
+void BpfSession::note_program(const std::string& fn, int type) {
+  int fd = -1;
+  if (bpf_->load_func(fn, static_cast<bpf_prog_type>(type), fd).ok()) note_attached_program(*bpf_, fd);
+}
+
 // rw_engine off: we read maps as raw structs, so libbcc need not JIT key/value
 // (s)printf helpers for every table, which costs ~tens of ms per load.
 BpfSession::BpfSession() : bpf_(std::make_unique<ebpf::BPF>(0, nullptr, false)) {}
@@ -398,6 +406,7 @@ Status BpfSession::attach_tracepoint(const std::string& tp, const std::string& f
   auto st = bpf_->attach_tracepoint(tp, fn);
   if (timing_on()) timing_mark("attach tp " + tp);
   if (!st.ok()) return Error{"cannot attach tracepoint " + tp + ": " + bcc_msg(st) + "; is CONFIG_TRACEPOINTS enabled?"};
+  note_program(fn, BPF_PROG_TYPE_TRACEPOINT);
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
@@ -410,6 +419,7 @@ Status BpfSession::attach_raw_tracepoint(const std::string& tp, const std::strin
   if (timing_on()) timing_mark("attach raw tp " + tp);
   if (!st.ok())
     return Error{"cannot attach raw tracepoint " + tp + ": " + bcc_msg(st) + "; is CONFIG_TRACEPOINTS enabled?"};
+  note_program(fn, BPF_PROG_TYPE_RAW_TRACEPOINT);
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
@@ -440,6 +450,7 @@ Status BpfSession::attach_perf_event(uint32_t type, uint32_t config, const std::
                    std::strerror(errno)};
   }
   if (perf_fds_.empty()) return Error{"cannot open a perf event on any CPU"};
+  note_attached_program(*bpf_, prog_fd);
   if (timing_on()) timing_mark("attach perf events");
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
@@ -455,6 +466,7 @@ Status BpfSession::attach_uprobe(const std::string& binary, const std::string& s
   if (!st.ok())
     return Error{"cannot attach " + std::string(ret ? "uretprobe" : "uprobe") + " to " + binary +
                  ":" + symbol + ": " + bcc_msg(st)};
+  note_program(fn, BPF_PROG_TYPE_KPROBE);
   if (timing_on()) timing_mark(std::string(ret ? "attach uretprobe " : "attach uprobe ") + symbol);
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;

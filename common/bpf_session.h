@@ -69,6 +69,9 @@ class BpfSession {
   static uint64_t verified_insns(int fd);
 
   ebpf::BPF& bpf() { return *bpf_; }
+  // Notes attached program `fn` (of bpf_prog_type `type`) for its recursion misses
+  // (common/bpf_counters.h); the attach_* calls do it, callers of bpf() directly too.
+  void note_program(const std::string& fn, int type);
 
  private:
   BpfSession();

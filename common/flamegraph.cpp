@@ -296,4 +296,9 @@ Status write_flamegraph_svg(const std::string& path, const std::vector<FoldedLin
   return std::nullopt;
 }
 
+Status RunFlameGraph::write() const {
+  if (!enabled()) return std::nullopt;
+  return write_flamegraph_svg(path_, stacks_.stacks(divisor_), opts_);
+}
+
 }  // namespace bpfdiag

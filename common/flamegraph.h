@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/stacks.h"
@@ -45,6 +46,29 @@ std::string render_flamegraph_diff(const std::vector<FoldedLine>& before, const 
 // it); an error names the file and the reason.
 Status write_flamegraph_svg(const std::string& path, const std::vector<FoldedLine>& stacks,
                             const FlameOptions& opts);
+
+// --svg FILE over a whole run: each report adds its stacks to stacks() (when a file
+// was given: enabled()); write() at the end renders them all as one flame graph, the
+// summed values divided by `divisor` (offcputime: ns -> us).
+//
+//   RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph", banner(c), "us", FlamePalette::OffCpu});
+//   if (flame.enabled()) add_folded_holds(locks, flame.stacks());   // every report
+//   Status st = flame.write();                                      // final report
+class RunFlameGraph {
+ public:
+  RunFlameGraph(std::string path, FlameOptions opts, uint64_t divisor = 1)
+      : path_(std::move(path)), opts_(std::move(opts)), divisor_(divisor) {}
+  bool enabled() const { return !path_.empty(); }
+  FoldedSet& stacks() { return stacks_; }
+  // Writes the file (nothing without one); an error names the file and the reason.
+  Status write() const;
+
+ private:
+  std::string path_;
+  FlameOptions opts_;
+  uint64_t divisor_;
+  FoldedSet stacks_;
+};
 
 // Reads folded text (one stack per line; blank lines skipped). A malformed line is an
 // error naming its line number.

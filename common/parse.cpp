@@ -77,6 +77,12 @@ Result<std::vector<uint32_t>> parse_id_list(const std::string& s, const std::str
   return out;
 }
 
+std::string format_hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
 std::string format_duration(uint64_t ns) {
   char buf[64];
   if (ns >= 1000000000ULL && ns % 1000000000ULL == 0)

@@ -29,5 +29,7 @@ Result<std::vector<uint32_t>> parse_id_list(const std::string& s, const std::str
 
 // Human-readable duration for messages, e.g. "1.50 s", "250 ms".
 std::string format_duration(uint64_t ns);
+// "0x1f": an address or offset in messages and frame names.
+std::string format_hex(uint64_t v);
 
 }  // namespace bpfdiag

@@ -66,13 +66,15 @@ void emit_json(std::ostream& os, const nlohmann::json& record) {
   os.flush();
 }
 
-std::string clock_hms() {
-  std::time_t t = std::time(nullptr);
+std::string clock_hms(uint64_t realtime_ns) {
+  std::time_t t = static_cast<std::time_t>(realtime_ns / 1000000000ULL);
   std::tm tm;
   localtime_r(&t, &tm);
   char buf[16];
   std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
   return buf;
 }
+
+std::string clock_hms() { return clock_hms(static_cast<uint64_t>(std::time(nullptr)) * 1000000000ULL); }
 
 }  // namespace bpfdiag

@@ -36,7 +36,8 @@ struct DataQuality {
 // Writes one NDJSON record (compact, newline-terminated) and flushes.
 void emit_json(std::ostream& os, const nlohmann::json& record);
 
-// "HH:MM:SS" local time, as BCC's -T.
+// "HH:MM:SS" local time, as BCC's -T: now, or of a CLOCK_REALTIME time in ns.
 std::string clock_hms();
+std::string clock_hms(uint64_t realtime_ns);
 
 }  // namespace bpfdiag

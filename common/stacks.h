@@ -8,6 +8,7 @@
 //   folded_line("comm", st, value, opts)  -> "comm;main;f;-;sys_read;...;schedule 42"
 //   parse_folded(line)                    -> FoldedLine{frames, value} or an error
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <ostream>
@@ -106,6 +107,18 @@ void merge_identical_stacks(std::vector<E>& entries, MergeFn merge) {
     }
   }
   entries = std::move(out);
+}
+
+// Pointers to `entries`, stably sorted by key(entry), largest first if `descending`
+// (text reports list the largest last, as BCC does; JSON lists it first).
+template <class E, class KeyFn>
+std::vector<const E*> sorted_by(const std::vector<E>& entries, KeyFn key, bool descending) {
+  std::vector<const E*> sorted;
+  for (auto& e : entries) sorted.push_back(&e);
+  std::stable_sort(sorted.begin(), sorted.end(), [&](const E* a, const E* b) {
+    return descending ? key(*a) > key(*b) : key(*a) < key(*b);
+  });
+  return sorted;
 }
 
 // True if a BPF stack id means "lost" (not merely "no user stack": -EFAULT is what

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/elf_symbols.h"
+#include "common/parse.h"
 #include "common/symbolize.h"
 #include "common/untrusted_file.h"
 
@@ -23,18 +24,12 @@ static std::string basename_of(const std::string& p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
-static std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
-
 std::string format_symbol(const SymbolInfo& s, bool with_offset) {
   if (!s.found) {
     if (s.module.empty()) return "[unknown]";
-    return "[unknown] (" + basename_of(s.module) + "+" + hex(s.module_offset) + ")";
+    return "[unknown] (" + basename_of(s.module) + "+" + format_hex(s.module_offset) + ")";
   }
-  if (with_offset && s.offset) return s.name + "+" + hex(s.offset);
+  if (with_offset && s.offset) return s.name + "+" + format_hex(s.offset);
   return s.name;
 }
 

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "common/elf_symbols.h"
+#include "common/runloop.h"
 #include "common/untrusted_file.h"
 
 namespace bpfdiag {
@@ -42,12 +43,6 @@ struct Symbolizer::Process {
   uint64_t loaded_ns = 0;    // when the snapshot was taken (CLOCK_MONOTONIC)
   uint64_t start_time = 0;   // /proc/PID/stat starttime (0: process already gone)
 };
-
-static uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // Start time of pid (field 22 of /proc/PID/stat, clock ticks since boot): tells a
 // process from a later one that reuses its PID. 0 when there is no such process.
@@ -90,7 +85,7 @@ bool Symbolizer::refresh(uint32_t pid) {
   auto p = std::make_unique<Process>();
   if (!load_process(pid, *p)) {
     auto it = procs_.find(pid);
-    if (it != procs_.end()) it->second->loaded_ns = mono_ns();  // rate-limit retries
+    if (it != procs_.end()) it->second->loaded_ns = monotonic_ns();  // rate-limit retries
     return false;
   }
   procs_[pid] = std::move(p);
@@ -114,13 +109,13 @@ size_t Symbolizer::forget_exited(const std::function<bool(uint32_t)>& keep) {
   for (auto it = elf_cache_.begin(); it != elf_cache_.end();)
     it = it->second.use_count() == 1 ? elf_cache_.erase(it) : std::next(it);
   for (auto it = paths_.begin(); it != paths_.end();) it = it->second.expired() ? paths_.erase(it) : std::next(it);
-  last_gc_ns_ = mono_ns();
+  last_gc_ns_ = monotonic_ns();
   return n;
 }
 
 size_t Symbolizer::forget_exited_every(uint64_t interval_ns,
                                        const std::function<std::set<uint32_t>()>& still_needed) {
-  uint64_t now = mono_ns();
+  uint64_t now = monotonic_ns();
   if (last_gc_ns_ && now - last_gc_ns_ < interval_ns) return 0;
   last_gc_ns_ = now;
   // Which remembered processes are gone: checked before asking what is still needed,
@@ -259,7 +254,7 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
   p.modules.shrink_to_fit();
   p.maps.shrink_to_fit();
   load_perfmap(pid, p.perfmap);
-  p.loaded_ns = mono_ns();
+  p.loaded_ns = monotonic_ns();
   return true;
 }
 
@@ -272,7 +267,7 @@ SymbolInfo Symbolizer::lookup_in_process(uint32_t pid, uint64_t addr, bool want_
     Process& p = *procs_[pid];
     bool covered = false;
     for (auto& m : p.modules) covered = covered || (addr >= m.lo && addr < m.hi);
-    if (!covered && mono_ns() - p.loaded_ns > 100000000ULL) refresh(pid);
+    if (!covered && monotonic_ns() - p.loaded_ns > 100000000ULL) refresh(pid);
   }
   Process& p = *procs_[pid];
   for (auto& m : p.modules) {

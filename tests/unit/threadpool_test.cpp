@@ -363,7 +363,7 @@ TEST_CASE("verdicts: the GIL is named; busy excludes waiting for it") {
 TEST_CASE("verdicts: data loss qualifies or withholds the verdict and names the option") {
   auto locks = pool(500000000, 50000000, 1500000000, 1950000000, 0, 0);
   locks.dropped = 3;
-  locks.map_entries = 1024;
+  locks.suggest_map_entries = 4096;
   decide_verdict(locks);
   CHECK(locks.verdict == "blocked-on-locks");  // little lost: qualified, kept
   CHECK(locks.why.find("data lost") != std::string::npos);
@@ -371,7 +371,7 @@ TEST_CASE("verdicts: data loss qualifies or withholds the verdict and names the 
   // pool threads untracked (threads map full): withheld
   auto untracked = pool(500000000, 50000000, 1500000000, 1950000000, 0, 0);
   untracked.untracked = 1000;
-  untracked.map_entries = 1024;
+  untracked.suggest_map_entries = 8096;
   decide_verdict(untracked);
   CHECK(untracked.verdict == "uncertain");
   CHECK(untracked.why.find("verdict withheld (would be blocked-on-locks)") == 0);

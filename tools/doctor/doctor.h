@@ -3,7 +3,8 @@
 // target (-p), and a short live check that events are delivered and nothing is lost.
 // Files: cli.cpp (option table, BPF text and flags), model.cpp (verdicts: lockdown,
 // frame pointers, the tool/mode matrix, the exit code), render.cpp (text and NDJSON),
-// probes.cpp (host and target probes), run.cpp (the checks in order, the live check).
+// probes.cpp (host probes), target.cpp (target probes), run.cpp (the checks in order,
+// the live check).
 #pragma once
 #include <cstdint>
 #include <map>

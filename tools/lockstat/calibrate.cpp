@@ -7,7 +7,9 @@
 // reported (millions of uncontended calls, a few hundred ns each). So before the
 // targets are probed, a child of lockstat makes kCalls uncontended
 // pthread_mutex_lock calls under the same handlers; the median of their times is the
-// cost each target call is shortened by (probe_cost_ns in the report).
+// cost each target call is shortened by at first; each CPU's estimate then follows the
+// targets' own uncontended calls (see "Probe cost" in bpf_sources/lockstat.bpf.c).
+// The start record's probe_cost_ns is the calibration, a report's the estimate then.
 #include <bcc/BPF.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -110,9 +112,24 @@ Result<uint64_t> calibrate_probe_cost(BpfSession& s, CalibChild& child) {
   for (uint64_t h : hist) calls += h;
   if (calls < kCalls / 2) return Error{why + "only " + std::to_string(calls) + " of " + std::to_string(kCalls) + " calls seen"};
   uint64_t cost = median_probe_cost(hist);
-  auto pc = s.bpf().get_array_table<uint64_t>("probe_cost");
-  if (!pc.update_value(0, cost).ok()) return Error{why + "cannot write probe_cost"};
+  auto pc = s.bpf().get_percpu_array_table<ProbeCostEst>("probe_cost");
+  std::vector<ProbeCostEst> seed(ebpf::BPFTable::get_possible_cpu_count(), ProbeCostEst{cost, 0});
+  if (!pc.update_value(0, seed).ok()) return Error{why + "cannot write probe_cost"};
   return cost;
+}
+
+uint64_t tracked_probe_cost(BpfSession& s, uint64_t calibrated) {
+  std::vector<ProbeCostEst> per_cpu;
+  if (!s.bpf().get_percpu_array_table<ProbeCostEst>("probe_cost").get_value(0, per_cpu).ok())
+    return calibrated;
+  return weighted_probe_cost(per_cpu, calibrated);
+}
+
+uint64_t weighted_probe_cost(const std::vector<ProbeCostEst>& per_cpu, uint64_t calibrated) {
+  unsigned __int128 sum = 0;
+  uint64_t calls = 0;
+  for (const auto& e : per_cpu) sum += static_cast<unsigned __int128>(e.ns) * e.calls, calls += e.calls;
+  return calls ? static_cast<uint64_t>(sum / calls) : calibrated;
 }
 
 }  // namespace lockstat

@@ -31,8 +31,9 @@ bpfdiag::Status configure(bpfdiag::Table<Row>& t, const Config& c) {
 
 // --uprobes probe-cost calibration (calibrate.cpp). The child is forked before the BPF
 // program is built (its PID is the program's CALIB_PID); calibrate_probe_cost() runs
-// it under the probes, writes the median time of its uncontended calls to the
-// program's probe_cost and returns it. The destructor reaps a child never run.
+// it under the probes, seeds every CPU's probe_cost with the median time of its
+// uncontended calls and returns it; the BPF program then moves each CPU's estimate
+// with the targets' own uncontended calls. The destructor reaps a child never run.
 struct CalibChild {
   pid_t pid = -1;
   int go_fd = -1;
@@ -42,6 +43,14 @@ bpfdiag::Result<std::unique_ptr<CalibChild>> start_calibration_child();
 bpfdiag::Result<uint64_t> calibrate_probe_cost(bpfdiag::BpfSession& s, CalibChild& child);
 // Median of a histogram of 10 ns buckets (bucket midpoint; 0 when empty).
 uint64_t median_probe_cost(const std::vector<uint64_t>& hist);
+// One CPU's probe-cost estimate (struct probe_cost_est in lockstat.bpf.c).
+struct ProbeCostEst {
+  uint64_t ns, calls;
+};
+// The estimate now: the CPUs' estimates weighted by the calls that moved them
+// (`calibrated` when none has moved).
+uint64_t tracked_probe_cost(bpfdiag::BpfSession& s, uint64_t calibrated);
+uint64_t weighted_probe_cost(const std::vector<ProbeCostEst>& per_cpu, uint64_t calibrated);
 
 constexpr uint64_t kUs = 1000ULL, kMs = 1000000ULL, kSec = 1000000000ULL;
 

@@ -178,7 +178,7 @@ void render(std::ostream& os, std::ostream& err, const Config& c, const Snapshot
   else text_locks(os, c, lt, rep);
   if (c.uprobes)  // see OVERHEAD in lockstat(8)
     os << "--uprobes: each call's time excludes " << c.probe_cost_ns
-       << " ns of probe cost (measured at startup).\n"
+       << " ns of probe cost (calibrated at startup, then tracked on uncontended calls).\n"
           "Probed calls run slower, so holds and contention grow: for wait totals\n"
           "prefer futex mode; use --uprobes for call sites and call counts.\n";
   os << s.dq.to_text() << "\n";

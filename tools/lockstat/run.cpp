@@ -219,10 +219,11 @@ Status run(const Config& c0) {
     }
     what = c.uprobes ? "pthread_mutex_lock calls" : "futex waits";
   }
+  uint64_t calibrated_cost = 0;
   if (calib) {
     auto cost = calibrate_probe_cost(session, *calib);
     if (!cost) return Error{cost.error()};
-    c.probe_cost_ns = *cost;
+    c.probe_cost_ns = calibrated_cost = *cost;
     calib.reset();
     if (c.verbose)
       std::fprintf(stderr, "lockstat: probe cost %llu ns per call, taken off each timed call\n",
@@ -278,7 +279,9 @@ Status run(const Config& c0) {
   CounterDeltas counter_deltas;              // counters are cumulative in BPF
   std::map<uint32_t, std::string> comm_of;   // tid -> comm, kept across intervals
   Status failed;
-  FoldedSet flame;  // --svg: the waits of every report
+  RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph: lock waits",
+                              "lockstat: wait time at the contended locks' call sites", "us",
+                              FlamePalette::OffCpu});  // --svg: the waits of every report
 
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
@@ -322,6 +325,7 @@ Status run(const Config& c0) {
     }
     uint64_t now = monotonic_ns();
     s.window_ns = now - last;
+    if (c.uprobes) c.probe_cost_ns = tracked_probe_cost(session, calibrated_cost);
     render(std::cout, std::cerr, c, s, names, window_ending_now(now - last, final));
     if (s.dq.map_full)
       std::fprintf(stderr,
@@ -329,15 +333,8 @@ Status run(const Config& c0) {
                    "full (%llu entries); rerun with --map-entries %llu\n",
                    static_cast<unsigned long long>(s.dq.map_full), static_cast<unsigned long long>(c.map_entries),
                    static_cast<unsigned long long>(std::min<uint64_t>(c.map_entries * 4, 1u << 22)));
-    if (!c.svg.empty()) add_folded_waits(build_report(s, names, c), flame);
-    if (final && !c.svg.empty()) {
-      FlameOptions fo;
-      fo.title = "Off-CPU Flame Graph: lock waits";
-      fo.subtitle = "lockstat: wait time at the contended locks' call sites";
-      fo.unit = "us";
-      fo.palette = FlamePalette::OffCpu;
-      if (auto st = write_flamegraph_svg(c.svg, flame.stacks(), fo); st && !failed) failed = st;
-    }
+    if (flame.enabled()) add_folded_waits(build_report(s, names, c), flame.stacks());
+    if (Status st = final ? flame.write() : std::nullopt; st && !failed) failed = st;
     if (final)
       for (uint32_t p : seen_pids) hint_debuginfo(p, hinted);
     if (!c.json && !c.csv && !final) std::cout << "\n";

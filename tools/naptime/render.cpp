@@ -30,14 +30,6 @@ std::string seconds(uint64_t ns) {
   return b;
 }
 
-std::string hms(uint64_t realtime_ns) {
-  time_t t = static_cast<time_t>(realtime_ns / 1000000000ULL);
-  struct tm tm;
-  localtime_r(&t, &tm);
-  char b[16];
-  std::strftime(b, sizeof b, "%H:%M:%S", &tm);
-  return b;
-}
 }  // namespace
 
 void render_header(std::ostream& os) {
@@ -81,7 +73,7 @@ void render_sleep(std::ostream& os, const Config& c, const Sleep& s, const DataQ
   if (s.restarted) add("restarted");
   if (s.ret) add(errno_name(s.ret));
   char line[256];
-  std::snprintf(line, sizeof line, "%-8s %-6u %-15s %-6u %-15s %9s %9s %s", hms(s.time_ns).c_str(),
+  std::snprintf(line, sizeof line, "%-8s %-6u %-15s %-6u %-15s %9s %9s %s", clock_hms(s.time_ns).c_str(),
                 s.ppid, s.pcomm.c_str(), s.pid, s.comm.c_str(),
                 s.requested_ns ? seconds(*s.requested_ns).c_str() : "?", seconds(s.slept_ns).c_str(),
                 note.c_str());

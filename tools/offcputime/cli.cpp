@@ -9,6 +9,7 @@
 #include "common/embedded.h"
 #include "common/filters.h"
 #include "common/proc.h"
+#include "common/tool_config.h"
 #include "common/unwind_maps.h"
 #include "tools/offcputime/offcputime.h"
 
@@ -22,11 +23,6 @@ using namespace bpfdiag;
 namespace {
 constexpr uint64_t kMaxMapEntries = 1048576;
 
-OptionSpec tool_opt(std::string flags, std::string arg, std::string help, std::string group,
-                    bool hidden = false) {
-  return OptionSpec{std::move(flags), std::move(arg), std::move(help), std::move(group), hidden};
-}
-
 ToolSpec make_spec() {
   ToolSpec s;
   s.name = "offcputime";
@@ -38,21 +34,21 @@ ToolSpec make_spec() {
   s.options = {
       opt::pid("trace these processes only"),
       opt::tid("trace these threads only"),
-      tool_opt("u,user-threads-only", "", "user threads only (no kernel threads)", "Filters"),
-      tool_opt("k,kernel-threads-only", "", "kernel threads only (no user threads)", "Filters"),
-      tool_opt("state", "STATE",
-               "only blocks in this task state: 0 = running/preempted\n"
-               "(exact match), otherwise a bitmask (1 = interruptible\n"
-               "sleep, 2 = uninterruptible)",
-               "Filters"),
+      OptionSpec{"u,user-threads-only", "", "user threads only (no kernel threads)", "Filters"},
+      OptionSpec{"k,kernel-threads-only", "", "kernel threads only (no user threads)", "Filters"},
+      OptionSpec{"state", "STATE",
+                 "only blocks in this task state: 0 = running/preempted\n"
+                 "(exact match), otherwise a bitmask (1 = interruptible\n"
+                 "sleep, 2 = uninterruptible)",
+                 "Filters"},
       opt::min("only blocks of at least TIME (default unit us,\ndefault 1 us)"),
       opt::max("only blocks of at most TIME (default unit us)"),
-      tool_opt("min-block-time", "TIME", "", "Filters", true),  // BCC's long names
-      tool_opt("max-block-time", "TIME", "", "Filters", true),
+      OptionSpec{"min-block-time", "TIME", "", "Filters", true},  // BCC's long names
+      OptionSpec{"max-block-time", "TIME", "", "Filters", true},
       opt::user_stacks_only("show user space stacks only"),
       opt::kernel_stacks_only("show kernel space stacks only"),
       opt::unwind(),
-      tool_opt("d,delimited", "", "insert \"--\" between kernel and user stacks", "Output"),
+      OptionSpec{"d,delimited", "", "insert \"--\" between kernel and user stacks", "Output"},
       opt::folded("folded output for flamegraph.pl and speedscope"),
       opt::per_thread("folded: name threads \"comm-PID/TID\" so they never merge"),
       opt::json("NDJSON: offcputime.start, an offcputime.stack record\n"
@@ -60,15 +56,15 @@ ToolSpec make_spec() {
       opt::svg("write a flame graph of the whole run to FILE\n(off-CPU colours, times in us)"),
       opt::ebpf(),
       opt::help(),
-      tool_opt("duration", "TIME", "trace for TIME (default unit s), then report", "Schedule"),
+      OptionSpec{"duration", "TIME", "trace for TIME (default unit s), then report", "Schedule"},
       opt::interval(),
       opt::count(),
-      tool_opt("stack-storage-size", "N",
-               "stack traces kept (1-262144; default: sized\n"
-               "from the threads traced, 16384-131072)",
-               "Limits"),
-      tool_opt("map-entries", "N", "threads/stacks tracked (default 32768, 1024-1048576)", "Limits"),
-      tool_opt("map-size", "N", "", "Limits", true),  // the old name of --map-entries
+      OptionSpec{"stack-storage-size", "N",
+                 "stack traces kept (1-262144; default: sized\n"
+                 "from the threads traced, 16384-131072)",
+                 "Limits"},
+      OptionSpec{"map-entries", "N", "threads/stacks tracked (default 32768, 1024-1048576)", "Limits"},
+      OptionSpec{"map-size", "N", "", "Limits", true},  // the old name of --map-entries
   };
   s.examples =
       "  offcputime             # trace off-CPU stack time until Ctrl-C\n"
@@ -99,32 +95,17 @@ std::string fix_duration_name(std::string e) {
 }
 }  // namespace
 
-const ToolSpec& tool_spec() {
-  static const ToolSpec spec = make_spec();
-  return spec;
-}
+const ToolSpec& tool_spec() { return cached_spec<make_spec>(); }
 
 Result<Config> parse_args(int argc, char** argv) {
-  auto r = parse_tool_cli(tool_spec(), argc, argv);
+  Config c;
+  auto r = parse_stack_tool_cli(tool_spec(), argc, argv, c);
   if (!r) return Error{fix_duration_name(r.error())};
+  if (c.help) return c;
   const CommonOptions& co = r->common;
   const auto& raw = r->raw;
-  Config c;
-  c.help = co.help;
-  if (c.help) return c;
-  c.pids = co.pids;
-  c.tids = co.tids;
-  c.user_stacks_only = co.user_stacks_only;
-  c.kernel_stacks_only = co.kernel_stacks_only;
-  c.folded = co.folded;
-  c.per_thread = co.per_thread;
-  c.json = co.json;
-  c.ebpf = co.ebpf;
-  c.svg = co.svg;
-  c.schedule = co.schedule;
   c.user_threads_only = raw.count("user-threads-only");
   c.kernel_threads_only = raw.count("kernel-threads-only");
-  c.delimiter = raw.count("delimited");
   auto uw = parse_unwind_mode(raw, !c.pids.empty() || !c.tids.empty());
   if (!uw) return Error{uw.error()};
   c.unwind_dwarf = *uw == UnwindMode::Dwarf && !c.kernel_stacks_only;

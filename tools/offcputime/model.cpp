@@ -46,9 +46,13 @@ std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries) {
   return out;
 }
 
+void add_folded(FoldedSet& set, const Config& c, const std::vector<Entry>& entries) {
+  add_folded_entries(set, entries, c.per_thread, [](const Entry& e) { return e.total_ns; });
+}
+
 std::vector<std::string> folded_lines(const Config& c, const std::vector<Entry>& entries) {
   FoldedSet set;
-  for (auto& e : entries) set.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.total_ns);
+  add_folded(set, c, entries);
   return set.lines(1000);  // values in microseconds
 }
 
@@ -92,17 +96,10 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
 }
 
 std::string banner(const Config& c) {
-  std::string who = "all threads";
-  auto list = [](const std::vector<uint32_t>& v) {
-    std::string s;
-    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-    return s;
-  };
-  if (!c.tids.empty()) who = "TID " + list(c.tids);
-  else if (!c.pids.empty()) who = "PID " + list(c.pids);
+  std::string who = stack_targets_text(c);
   if (c.user_threads_only) who += " (user threads)";
   if (c.kernel_threads_only) who += " (kernel threads)";
-  std::string what = c.user_stacks_only ? "user" : c.kernel_stacks_only ? "kernel" : "user + kernel";
+  std::string what = stack_parts_text(c);
   std::string how = c.kernel_stacks_only ? ""
                     : c.unwind_dwarf      ? " (user stacks: DWARF unwinding)"
                                           : " (user stacks: frame pointers)";

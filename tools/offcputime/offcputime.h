@@ -21,6 +21,7 @@
 #include "common/report.h"
 #include "common/result.h"
 #include "common/runloop.h"
+#include "common/stack_tool.h"
 #include "common/stacks.h"
 
 namespace ebpf {
@@ -30,27 +31,17 @@ class BPFStackTable;
 
 namespace offcputime {
 
-struct Config {
-  bool help = false;
-  std::vector<uint32_t> pids;        // -p: processes (tgids)
-  std::vector<uint32_t> tids;        // -t: threads
+// The shared members (-p -t -U -K -f -P --svg -j --ebpf, schedule; delimiter is -d,
+// BCC's "delimited", and the duration is --duration) are in StackToolConfig.
+struct Config : bpfdiag::StackToolConfig {
   bool user_threads_only = false;    // -u
   bool kernel_threads_only = false;  // -k
-  bool user_stacks_only = false;     // -U
-  bool kernel_stacks_only = false;   // -K
-  bool delimiter = false;            // -d (BCC: delimited; the duration is --duration)
-  bool folded = false;               // -f
-  bool per_thread = false;           // -P: "comm-PID/TID" in folded output
   uint64_t min_ns = 1000;            // -m (default unit us; default 1 us)
   uint64_t max_ns = 0;               // -M (0: no maximum)
   std::optional<uint64_t> state;     // --state
   uint64_t stack_storage_size = 0;   // --stack-storage-size; 0: auto_stack_storage()
   uint64_t map_entries = 32768;      // --map-entries: start/counts/seen map entries
-  std::string svg;                   // --svg FILE: flame graph of the whole run
   bool unwind_dwarf = false;         // --unwind=dwarf (default with -p/-t): user stacks from .eh_frame
-  bool json = false;
-  bool ebpf = false;
-  bpfdiag::Schedule schedule;  // --duration / [duration], -i, -c
 };
 
 const bpfdiag::ToolSpec& tool_spec();
@@ -107,6 +98,8 @@ std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries);
 // Text (BCC multi-line), folded, or NDJSON records (stack records, then the summary).
 // Folded output writes the data-quality line to `err` so stdout stays flamegraph input.
 void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r);
+// Adds the entries' folded stacks to `set` (names per -P), values in ns.
+void add_folded(bpfdiag::FoldedSet& set, const Config& c, const std::vector<Entry>& entries);
 // Folded lines, merged (same name and frames summed), values in microseconds.
 std::vector<std::string> folded_lines(const Config& c, const std::vector<Entry>& entries);
 // The end-of-run warnings (lost stacks, full maps), each naming the option that fixes it.

@@ -10,26 +10,16 @@ using namespace bpfdiag;
 
 namespace {
 
-std::vector<const Entry*> sorted_by_total(const std::vector<Entry>& entries, bool descending) {
-  std::vector<const Entry*> sorted;
-  for (auto& e : entries) sorted.push_back(&e);
-  std::stable_sort(sorted.begin(), sorted.end(), [descending](const Entry* a, const Entry* b) {
-    return descending ? a->total_ns > b->total_ns : a->total_ns < b->total_ns;
-  });
-  return sorted;
-}
+uint64_t by_total(const Entry& e) { return e.total_ns; }
 
-// One "offcputime.stack" record's own fields.
+// One "offcputime.stack" record's own fields (its stack is added by write_stack_records).
 nlohmann::json stack_fields(const Entry& e) {
-  nlohmann::json j = {{"pid", e.pid},
-                      {"tid", e.tid},
-                      {"comm", e.comm},
-                      {"offcpu_total_ns", e.total_ns},
-                      {"offcpu_count", e.count},
-                      {"offcpu_max_ns", e.max_ns}};
-  const nlohmann::json st = stack_json(e.stack);
-  for (auto it = st.begin(); it != st.end(); ++it) j[it.key()] = it.value();
-  return j;
+  return {{"pid", e.pid},
+          {"tid", e.tid},
+          {"comm", e.comm},
+          {"offcpu_total_ns", e.total_ns},
+          {"offcpu_count", e.count},
+          {"offcpu_max_ns", e.max_ns}};
 }
 
 nlohmann::json summary_fields(const Report& r) {
@@ -44,29 +34,17 @@ nlohmann::json summary_fields(const Report& r) {
     total += t.total_ns;
     count += t.count;
   }
-  return {{"offcpu_total_ns", total},
-          {"offcpu_count", count},
-          {"stack_count", r.entries.size()},
-          {"thread_count", threads.size()},
-          {"threads", threads}};
+  return stack_summary_fields({{"offcpu_total_ns", total}, {"offcpu_count", count}}, r.entries.size(), threads);
 }
 
 }  // namespace
 
 void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r) {
-  if (c.json) {
-    for (auto* e : sorted_by_total(r.entries, true))
-      write_record(os, make_record("offcputime", "stack", r.window, stack_fields(*e), r.dq));
-    write_record(os, make_record("offcputime", "summary", r.window, summary_fields(r), r.dq));
-    return;
-  }
-  if (c.folded) {
-    for (auto& l : folded_lines(c, r.entries)) os << l << "\n";
-    os.flush();
-    err << r.dq.to_text() << "\n";
-    return;
-  }
-  for (auto* e : sorted_by_total(r.entries, false))
+  if (c.json)
+    return write_stack_records(os, "offcputime", r.entries, by_total, stack_fields, summary_fields(r), r.window,
+                               r.dq);
+  if (c.folded) return write_folded_report(os, err, folded_lines(c, r.entries), r.dq);
+  for (auto* e : sorted_by(r.entries, by_total, false))
     print_stack_multiline(os, e->stack, e->comm, e->tid, e->total_ns / 1000, StackFormat{c.delimiter});
   os << r.dq.to_text() << "\n";
   os.flush();

@@ -114,7 +114,8 @@ Status run(const Config& user_config) {
   uint64_t window_start = monotonic_ns();
   CounterDeltas deltas, uw_deltas;
   uint64_t lost_reported = 0;
-  FoldedSet flame;  // --svg: the stacks of every report (ns; shown in us)
+  // --svg: the stacks of every report (ns; shown in us)
+  RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph", banner(c), "us", FlamePalette::OffCpu}, 1000);
   Status svg_failed;
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
@@ -155,7 +156,7 @@ Status run(const Config& user_config) {
     auto primary = session.bpf().get_stack_table("stack_traces");
     auto overflow = read_overflow(session.bpf());
     auto counts_table = session.bpf().get_hash_table<offcpu_key, offcpu_val>("counts");
-    StackParts parts{!c.kernel_stacks_only, !c.user_stacks_only};
+    StackParts parts = c.parts();
     UnwoundStacks unwound;
     if (c.unwind_dwarf) unwound = read_unwound_stacks(session.bpf());
     auto before = live.sym.stats();
@@ -176,22 +177,12 @@ Status run(const Config& user_config) {
       rep.entries.push_back(std::move(e));
     }
     merge_identical(rep.entries);
-    auto& ss = live.sym.stats();
-    rep.dq.add("unknown_frames", (ss.user_unknown + ss.kernel_unknown) - (before.user_unknown + before.kernel_unknown));
-    rep.dq.add("processes_gone_before_seen", ss.pids_unreadable - before.pids_unreadable);
+    add_symbolizer_dq(rep.dq, before, live.sym.stats());
     render(std::cout, std::cerr, c, rep);
-    if (!c.svg.empty())
-      for (auto& e : rep.entries) flame.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.total_ns);
+    if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
     if (!final) return;
     for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
-    if (!c.svg.empty()) {
-      FlameOptions fo;
-      fo.title = "Off-CPU Flame Graph";
-      fo.subtitle = banner(c);
-      fo.unit = "us";
-      fo.palette = FlamePalette::OffCpu;
-      svg_failed = write_flamegraph_svg(c.svg, flame.stacks(1000), fo);
-    }
+    svg_failed = flame.write();
   };
   TargetWatch watch(c.pids);  // -p: stop with "PID N exited" when every target is gone
   if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;

@@ -217,21 +217,16 @@ Status run(const Config& c) {
                     start, empty_dq());
 
   uint64_t last = monotonic_ns();
-  FoldedSet flame;  // --svg: the holds of every report
+  RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph: mutex hold times",
+                              "pmheld: time each pthread mutex was held, by acquiring stack", "us",
+                              FlamePalette::OffCpu});  // --svg: the holds of every report
   Status svg_failed;
   RunHooks hooks;
   hooks.report = [&](bool final) {
     DataQuality dq = empty_dq();
     auto locks = col.collect(dq);
-    if (!c.svg.empty()) add_folded_holds(locks, flame);
-    if (final && !c.svg.empty()) {
-      FlameOptions fo;
-      fo.title = "Off-CPU Flame Graph: mutex hold times";
-      fo.subtitle = "pmheld: time each pthread mutex was held, by acquiring stack";
-      fo.unit = "us";
-      fo.palette = FlamePalette::OffCpu;
-      svg_failed = write_flamegraph_svg(c.svg, flame.stacks(), fo);
-    }
+    if (flame.enabled()) add_folded_holds(locks, flame.stacks());
+    if (final) svg_failed = flame.write();
     uint64_t now = monotonic_ns();
     if (!c.json && !c.csv) std::cout << "\n";
     render(std::cout, std::cerr, c, std::move(locks), dq, window_ending_now(now - last, final));

@@ -5,6 +5,7 @@
 #include "common/cli.h"
 #include "common/embedded.h"
 #include "common/filters.h"
+#include "common/tool_config.h"
 #include "tools/profile/profile.h"
 
 namespace bpfdiag {
@@ -15,10 +16,6 @@ namespace profile {
 using namespace bpfdiag;
 
 namespace {
-OptionSpec tool_opt(std::string flags, std::string arg, std::string help, std::string group) {
-  return OptionSpec{std::move(flags), std::move(arg), std::move(help), std::move(group), false};
-}
-
 ToolSpec make_spec() {
   ToolSpec s;
   s.name = "profile";
@@ -31,10 +28,10 @@ ToolSpec make_spec() {
   s.options = {
       opt::pid("sample these processes only"),
       opt::tid("sample these threads only"),
-      tool_opt("I,include-idle", "", "include the idle task (pid 0) in the samples", "Filters"),
+      OptionSpec{"I,include-idle", "", "include the idle task (pid 0) in the samples", "Filters"},
       opt::user_stacks_only("show user space stacks only (no kernel)"),
       opt::kernel_stacks_only("show kernel space stacks only (no user)"),
-      tool_opt("delimited", "", "insert \"--\" between kernel and user stacks", "Output"),
+      OptionSpec{"delimited", "", "insert \"--\" between kernel and user stacks", "Output"},
       opt::folded("folded output for flame graphs (as offcputime -f)"),
       opt::per_thread("folded: name threads \"comm-PID/TID\" so they never merge"),
       opt::json("NDJSON: profile.start, a profile.stack record per\n"
@@ -42,13 +39,13 @@ ToolSpec make_spec() {
       opt::svg(),
       opt::ebpf(),
       opt::help(),
-      tool_opt("F,frequency", "HZ", "sample frequency per CPU (1-10000, default 49)", "Sampling"),
+      OptionSpec{"F,frequency", "HZ", "sample frequency per CPU (1-10000, default 49)", "Sampling"},
       opt::duration(),
       opt::interval(),
       opt::count(),
-      tool_opt("stack-storage-size", "N", "stack traces kept (1024-1048576, default 16384)", "Limits"),
-      tool_opt("map-entries", "N", "(thread, stack) pairs counted (1024-1048576,\ndefault 65536)",
-               "Limits"),
+      OptionSpec{"stack-storage-size", "N", "stack traces kept (1024-1048576, default 16384)", "Limits"},
+      OptionSpec{"map-entries", "N", "(thread, stack) pairs counted (1024-1048576,\ndefault 65536)",
+                 "Limits"},
   };
   s.examples =
       "  profile                # sample all threads at 49 Hz until Ctrl-C\n"
@@ -66,31 +63,15 @@ ToolSpec make_spec() {
 }
 }  // namespace
 
-const ToolSpec& tool_spec() {
-  static const ToolSpec spec = make_spec();
-  return spec;
-}
+const ToolSpec& tool_spec() { return cached_spec<make_spec>(); }
 
 Result<Config> parse_args(int argc, char** argv) {
-  auto r = parse_tool_cli(tool_spec(), argc, argv);
-  if (!r) return Error{r.error()};
-  const CommonOptions& co = r->common;
-  const auto& raw = r->raw;
   Config c;
-  c.help = co.help;
+  auto r = parse_stack_tool_cli(tool_spec(), argc, argv, c);
+  if (!r) return Error{r.error()};
   if (c.help) return c;
-  c.pids = co.pids;
-  c.tids = co.tids;
-  c.user_stacks_only = co.user_stacks_only;
-  c.kernel_stacks_only = co.kernel_stacks_only;
-  c.folded = co.folded;
-  c.per_thread = co.per_thread;
-  c.json = co.json;
-  c.ebpf = co.ebpf;
-  c.svg = co.svg;
-  c.schedule = co.schedule;
+  const auto& raw = r->raw;
   c.include_idle = raw.count("include-idle");
-  c.delimiter = raw.count("delimited");
   if (auto s = opt_str(raw, "frequency")) {
     auto v = parse_uint(*s, "-F/--frequency", 1, 10000);
     if (!v) return Error{v.error()};

@@ -38,9 +38,13 @@ std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries) {
   return out;
 }
 
+void add_folded(FoldedSet& set, const Config& c, const std::vector<Entry>& entries) {
+  add_folded_entries(set, entries, c.per_thread, [](const Entry& e) { return e.samples; });
+}
+
 FoldedSet folded(const Config& c, const std::vector<Entry>& entries) {
   FoldedSet set;
-  for (auto& e : entries) set.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.samples);
+  add_folded(set, c, entries);
   return set;
 }
 
@@ -76,17 +80,9 @@ nlohmann::json start_fields(const Config& c, uint64_t cpus) {
 }
 
 std::string banner(const Config& c) {
-  auto list = [](const std::vector<uint32_t>& v) {
-    std::string s;
-    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-    return s;
-  };
-  std::string who = "all threads";
-  if (!c.tids.empty()) who = "TID " + list(c.tids);
-  else if (!c.pids.empty()) who = "PID " + list(c.pids);
+  std::string who = stack_targets_text(c);
   if (c.include_idle && c.pids.empty() && c.tids.empty()) who += " (idle included)";
-  std::string what = c.user_stacks_only ? "user" : c.kernel_stacks_only ? "kernel" : "user + kernel";
-  return "Sampling at " + std::to_string(c.freq_hz) + " Hertz of " + who + " by " + what + " stack" +
+  return "Sampling at " + std::to_string(c.freq_hz) + " Hertz of " + who + " by " + stack_parts_text(c) + " stack" +
          banner_until(c.schedule);
 }
 

@@ -19,27 +19,18 @@
 #include "common/report.h"
 #include "common/result.h"
 #include "common/runloop.h"
+#include "common/stack_tool.h"
 #include "common/stacks.h"
 
 namespace profile {
 
-struct Config {
-  bool help = false;
-  std::vector<uint32_t> pids;       // -p: processes (tgids)
-  std::vector<uint32_t> tids;       // -t: threads
-  bool user_stacks_only = false;    // -U
-  bool kernel_stacks_only = false;  // -K
-  bool include_idle = false;        // -I: the idle task (pid 0) too
-  bool delimiter = false;           // --delimited: "--" between kernel and user frames
-  bool folded = false;              // -f
-  bool per_thread = false;          // -P: "comm-PID/TID" in folded output
-  uint64_t freq_hz = 49;            // -F
+// The shared members (-p -t -U -K -f -P --svg -j --ebpf, schedule; delimiter is
+// --delimited) are in StackToolConfig.
+struct Config : bpfdiag::StackToolConfig {
+  bool include_idle = false;            // -I: the idle task (pid 0) too
+  uint64_t freq_hz = 49;                // -F
   uint64_t stack_storage_size = 16384;  // --stack-storage-size
   uint64_t map_entries = 65536;         // --map-entries: (thread, stack) pairs counted
-  std::string svg;                      // --svg FILE: flame graph of the final report
-  bool json = false;
-  bool ebpf = false;
-  bpfdiag::Schedule schedule;  // -d / [duration], -i, -c
 };
 
 const bpfdiag::ToolSpec& tool_spec();
@@ -77,6 +68,8 @@ std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries);
 // Text (BCC multi-line), folded, or NDJSON records (stack records, then the summary).
 // Folded output writes the data-quality line to `err` so stdout stays flamegraph input.
 void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r);
+// Adds the entries' folded stacks to `set` (names per -P), values in samples.
+void add_folded(bpfdiag::FoldedSet& set, const Config& c, const std::vector<Entry>& entries);
 // Folded lines (offcputime's folding), values in samples.
 bpfdiag::FoldedSet folded(const Config& c, const std::vector<Entry>& entries);
 // The end-of-run warnings (lost stacks, full maps), each naming the option that fixes it.

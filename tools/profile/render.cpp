@@ -10,20 +10,11 @@ using namespace bpfdiag;
 
 namespace {
 
-std::vector<const Entry*> sorted_by_samples(const std::vector<Entry>& entries, bool descending) {
-  std::vector<const Entry*> sorted;
-  for (auto& e : entries) sorted.push_back(&e);
-  std::stable_sort(sorted.begin(), sorted.end(), [descending](const Entry* a, const Entry* b) {
-    return descending ? a->samples > b->samples : a->samples < b->samples;
-  });
-  return sorted;
-}
+uint64_t by_samples(const Entry& e) { return e.samples; }
 
+// One "profile.stack" record's own fields (its stack is added by write_stack_records).
 nlohmann::json stack_fields(const Entry& e) {
-  nlohmann::json j = {{"pid", e.pid}, {"tid", e.tid}, {"comm", e.comm}, {"sample_count", e.samples}};
-  const nlohmann::json st = stack_json(e.stack);
-  for (auto it = st.begin(); it != st.end(); ++it) j[it.key()] = it.value();
-  return j;
+  return {{"pid", e.pid}, {"tid", e.tid}, {"comm", e.comm}, {"sample_count", e.samples}};
 }
 
 nlohmann::json summary_fields(const Report& r) {
@@ -33,29 +24,16 @@ nlohmann::json summary_fields(const Report& r) {
     threads.push_back({{"pid", t.pid}, {"tid", t.tid}, {"comm", t.comm}, {"sample_count", t.samples}});
     total += t.samples;
   }
-  return {{"sample_count", total},
-          {"frequency_hz", r.freq_hz},
-          {"stack_count", r.entries.size()},
-          {"thread_count", threads.size()},
-          {"threads", threads}};
+  return stack_summary_fields({{"sample_count", total}, {"frequency_hz", r.freq_hz}}, r.entries.size(), threads);
 }
 
 }  // namespace
 
 void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r) {
-  if (c.json) {
-    for (auto* e : sorted_by_samples(r.entries, true))
-      write_record(os, make_record("profile", "stack", r.window, stack_fields(*e), r.dq));
-    write_record(os, make_record("profile", "summary", r.window, summary_fields(r), r.dq));
-    return;
-  }
-  if (c.folded) {
-    for (auto& l : folded(c, r.entries).lines()) os << l << "\n";
-    os.flush();
-    err << r.dq.to_text() << "\n";
-    return;
-  }
-  for (auto* e : sorted_by_samples(r.entries, false))
+  if (c.json)
+    return write_stack_records(os, "profile", r.entries, by_samples, stack_fields, summary_fields(r), r.window, r.dq);
+  if (c.folded) return write_folded_report(os, err, folded(c, r.entries).lines(), r.dq);
+  for (auto* e : sorted_by(r.entries, by_samples, false))
     print_stack_multiline(os, e->stack, e->comm, e->pid, e->samples, StackFormat{c.delimiter});
   os << r.dq.to_text() << "\n";
   os.flush();

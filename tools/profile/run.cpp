@@ -67,7 +67,7 @@ Status run(const Config& c) {
 
   uint64_t window_start = monotonic_ns(), last_remember = 0;
   CounterDeltas deltas;
-  FoldedSet whole_run;  // --svg: every report's stacks
+  RunFlameGraph flame(c.svg, {"On-CPU Flame Graph", banner(c), "samples", FlamePalette::OnCpu});  // --svg
   Status failure;
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
@@ -93,7 +93,7 @@ Status run(const Config& c) {
       std::cerr << "profile: " << st->message << "\n";
     auto stacks = session.bpf().get_stack_table("stack_traces");
     auto counts = session.bpf().get_hash_table<profile_key, uint64_t>("counts");
-    StackParts parts{!c.kernel_stacks_only, !c.user_stacks_only};
+    StackParts parts = c.parts();
     auto before = sym.stats();
     for (auto& [k, v] : drain_hash<profile_key, uint64_t>(counts)) {
       Entry e;
@@ -105,22 +105,12 @@ Status run(const Config& c) {
       rep.entries.push_back(std::move(e));
     }
     merge_identical(rep.entries);
-    auto& ss = sym.stats();
-    rep.dq.add("unknown_frames", (ss.user_unknown + ss.kernel_unknown) - (before.user_unknown + before.kernel_unknown));
-    rep.dq.add("processes_gone_before_seen", ss.pids_unreadable - before.pids_unreadable);
+    add_symbolizer_dq(rep.dq, before, sym.stats());
     render(std::cout, std::cerr, c, rep);
-    if (!c.svg.empty())
-      for (auto& e : rep.entries) whole_run.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.samples);
+    if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
     if (!final) return;
     for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
-    if (!c.svg.empty()) {
-      FlameOptions fo;
-      fo.title = "On-CPU Flame Graph";
-      fo.subtitle = banner(c);
-      fo.palette = FlamePalette::OnCpu;
-      fo.unit = "samples";
-      failure = write_flamegraph_svg(c.svg, whole_run.stacks(), fo);
-    }
+    failure = flame.write();
   };
   TargetWatch watch(c.pids);  // -p: stop with "PID N exited" when every target is gone
   if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;

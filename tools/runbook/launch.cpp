@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/runloop.h"
 #include "tools/runbook/runbook.h"
 
 namespace runbook {
@@ -29,12 +30,6 @@ void on_signal(int) { g_stop = 1; }
 constexpr uint64_t kSec = 1'000'000'000ULL;
 constexpr uint64_t kAttachTimeout = 120 * kSec;  // BPF compiles of 5 tools on a busy box
 constexpr uint64_t kStopTimeout = 60 * kSec;
-
-uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * kSec + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 bool executable(const std::string& p) {
   struct stat st;
@@ -245,13 +240,13 @@ Status execute(Run& run) {
                run.dir.c_str());
 
   // 1. every tool attached (or ended)
-  const uint64_t t0 = mono_ns();
+  const uint64_t t0 = monotonic_ns();
   for (;;) {
     bool waiting = false;
     for (auto& t : run.tools)
       if (running(t) && !t.started && !t.exited) waiting = true;
     if (!waiting || g_stop) break;
-    if (mono_ns() - t0 > kAttachTimeout) {
+    if (monotonic_ns() - t0 > kAttachTimeout) {
       run.attach_timeout = true;
       break;
     }
@@ -263,12 +258,12 @@ Status execute(Run& run) {
   if (!g_stop)
     std::fprintf(stderr, "runbook %s: all tools attached; tracing for %.3g s (Ctrl-C ends early)\n",
                  run.book.name.c_str(), static_cast<double>(duration) / 1e9);
-  const uint64_t w0 = mono_ns();
+  const uint64_t w0 = monotonic_ns();
   for (;;) {
     bool any = false;
     for (auto& t : run.tools) any = any || running(t);
     if (!any || g_stop) break;
-    if (!run.book.wait_exit && mono_ns() - w0 >= duration) break;
+    if (!run.book.wait_exit && monotonic_ns() - w0 >= duration) break;
     pump(run, out, 100);
   }
   run.interrupted = g_stop != 0;
@@ -276,12 +271,12 @@ Status execute(Run& run) {
   // 3. stop: SIGINT makes every tool print its final report
   for (auto& t : run.tools)
     if (t.pid > 0 && !t.exited) kill(t.pid, SIGINT);
-  const uint64_t s0 = mono_ns();
+  const uint64_t s0 = monotonic_ns();
   for (;;) {
     bool any = false;
     for (auto& t : run.tools) any = any || running(t);
     if (!any) break;
-    if (mono_ns() - s0 > kStopTimeout) {
+    if (monotonic_ns() - s0 > kStopTimeout) {
       for (auto& t : run.tools)
         if (t.pid > 0 && !t.exited) {
           kill(-t.pid, SIGKILL);

@@ -195,7 +195,7 @@ struct GroupReport {
   // data loss behind this report (interval or run): updates dropped because a map was
   // full, pool threads not tracked, request events lost
   uint64_t dropped = 0, untracked = 0, lost_events = 0;
-  uint32_t map_entries = 0;  // the --map-entries in effect, for the hint
+  uint64_t suggest_map_entries = 0;  // for the hint (Tracer::suggested_map_entries), 0: unknown
   std::string verdict, why;
 };
 

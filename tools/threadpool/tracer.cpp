@@ -145,6 +145,12 @@ Status Tracer::report(bool final) {
   return std::nullopt;
 }
 
+// The --map-entries that would have held every thread seen, with room to grow: one
+// number for the warning and every withheld or qualified verdict.
+uint64_t Tracer::suggested_map_entries() {
+  return std::max<uint64_t>(4ULL * sizes_.threads, 4ULL * (members_.all().size() + members_.untracked()));
+}
+
 void Tracer::warn_loss(std::ostream& err) {
   DataQuality total = empty_quality();
   if (add_bpf_counters(s_.bpf(), counter_table(), total)) return;
@@ -152,7 +158,7 @@ void Tracer::warn_loss(std::ostream& err) {
   if (!full && !untracked && !lost) return;
   err << "threadpool: WARNING: " << full << " updates dropped (BPF maps full), " << untracked
       << " threads untracked, " << lost << " request events lost; rerun with --map-entries "
-      << std::max<uint64_t>(4ULL * sizes_.threads, 4ULL * (members_.all().size() + untracked)) << " (now "
+      << suggested_map_entries() << " (now "
       << sizes_.threads << ")" << std::endl;
 }
 
@@ -228,7 +234,7 @@ std::vector<GroupReport> Tracer::build(const std::map<uint32_t, ThreadTimes>& cu
     g.dropped = dq.map_full;
     g.untracked = untracked;
     g.lost_events = dq.lost_events;
-    g.map_entries = sizes_.threads;
+    g.suggest_map_entries = suggested_map_entries();
     decide_verdict(g);
     out.push_back(std::move(g));
   }

@@ -159,6 +159,7 @@ class Tracer {
   bpfdiag::Status report(bool final);
   // One warning on stderr when anything was lost during the run, naming the option.
   void warn_loss(std::ostream& err);
+  uint64_t suggested_map_entries();
 
  private:
   void sample();

@@ -111,10 +111,8 @@ void decide_verdict(GroupReport& g) {
   decide(g);
   if (!g.dropped && !g.untracked && !g.lost_events) return;
   const std::string hint =
-      g.map_entries ? "; rerun with --map-entries " +
-                          std::to_string(std::max<uint64_t>(4ULL * g.map_entries,
-                                                            4ULL * (g.threads + g.untracked)))
-                    : "; rerun with a larger --map-entries";
+      g.suggest_map_entries ? "; rerun with --map-entries " + std::to_string(g.suggest_map_entries)
+                            : "; rerun with a larger --map-entries";
   if (significant_loss(g)) {
     g.why = "verdict withheld (would be " + g.verdict + "): " + loss_text(g) + hint;
     g.verdict = "uncertain";
