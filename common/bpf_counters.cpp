@@ -24,10 +24,17 @@ void note_attached_program(const ebpf::BPF& bpf, int prog_fd) {
   programs()[&bpf].insert(prog_fd);
 }
 
+void forget_attached_programs(const ebpf::BPF& bpf) {
+  std::lock_guard<std::mutex> l(programs_mu);
+  programs().erase(&bpf);
+}
+
 uint64_t recursion_misses(const ebpf::BPF& bpf) {
   std::lock_guard<std::mutex> l(programs_mu);
   uint64_t sum = 0;
-  for (int fd : programs()[&bpf]) {
+  auto it = programs().find(&bpf);
+  if (it == programs().end()) return 0;
+  for (int fd : it->second) {
     struct bpf_prog_info info = {};
     __u32 len = sizeof info;
     if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) sum += info.recursion_misses;

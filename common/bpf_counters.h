@@ -44,5 +44,7 @@ Status add_bpf_counters(ebpf::BPF& bpf, const std::vector<CounterSlot>& table, D
 void note_attached_program(const ebpf::BPF& bpf, int prog_fd);
 // Sum of recursion_misses over the programs noted for `bpf`.
 uint64_t recursion_misses(const ebpf::BPF& bpf);
+// Drops what was noted for `bpf` (BpfSession's destructor: the program fds close with it).
+void forget_attached_programs(const ebpf::BPF& bpf);
 
 }  // namespace bpfdiag

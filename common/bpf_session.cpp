@@ -333,6 +333,7 @@ BpfSession::~BpfSession() {
     ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
     close(fd);
   }
+  forget_attached_programs(*bpf_);  // its fds close with it; a later session may reuse them
   bpf_.reset();  // ~BPF detaches the rest exactly once
 }
 

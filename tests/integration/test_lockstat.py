@@ -348,6 +348,17 @@ if PERF:
         res["ls" + n] = (sum(x["wait_count"] for x in spins), sum(x["wait_total_ns"] for x in spins),
                          max([x["wait_max_ns"] for x in spins] or [0]), spins, dq)
         res["perf" + n] = perf_window(4)
+    # While lockstat runs, perf must still see the tracepoints' events: a BPF program
+    # returning 0 makes the kernel drop them for every other perf user (perf recorded 0
+    # waits here before lockstat's programs returned 1).
+    ls = start([LOCKSTAT, "-K", "-j", "-n", "0"])
+    ls.stdout.readline()  # the start record: attached
+    shared = perf_window(2)
+    ls.send_signal(2)
+    ls.communicate(timeout=60)
+    shared_n = sum(len(ws) for ws in shared.values())
+    check(shared_n > 100, "kernel: perf pairs %d spin waits while lockstat -K runs (alone: %d in 4 s)"
+          % (shared_n, sum(len(ws) for ws in res["perf1"].values())))
     for p in (crowd, storm):
         p.kill()
         p.wait()

@@ -154,7 +154,10 @@ def parse_folded(line):
 
 oc = start([OC, "-f", "-P", "-m", "1000", "--stack-storage-size", "65536", "--duration", "6"])
 wait_banner(oc)
+steal0 = steal_ns()
 wl = run([WL, "10", "20"], timeout=30)
+steal = steal_ns() - steal0  # as in run_json: lengthens the workload's clock only
+print("info hypervisor steal during the folded run: %.1f ms (all CPUs)" % (steal / 1e6))
 out, err = oc.communicate(timeout=60)
 check(oc.returncode == 0, "offcputime -fP exits 0 (%s)" % err.strip()[-200:])
 lines = [l for l in out.splitlines() if l]
@@ -174,8 +177,9 @@ for t in wtruth["threads"]:
         check(total_us * 1000 >= t["blocked_ns"] * (1 - TOL),
               "folded %s: %.1f ms >= measured %.1f ms" % (key, total_us / 1e3, t["blocked_ns"] / 1e6))
     else:
-        check(within(total_us * 1000, t["blocked_ns"], rel=TOL),
-              "folded %s: values add up to %.1f ms vs measured %.1f ms (5%%)"
+        check(within(total_us * 1000, t["blocked_ns"], rel=TOL)
+              or t["blocked_ns"] - steal * 1.05 <= total_us * 1000 <= t["blocked_ns"],
+              "folded %s: values add up to %.1f ms vs measured %.1f ms (5%%, or below it by at most the steal)"
               % (key, total_us / 1e3, t["blocked_ns"] / 1e6))
 ours = [l for l in lines if re.match(r"^blk_\w+-%d/\d+;" % wpid, l)]
 # System-wide, a stack can lose its slot to a hash collision in the stack table
