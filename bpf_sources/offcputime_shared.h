@@ -50,6 +50,9 @@ enum offcpu_counter {
   OFFCPU_CNT_UNMATCHED_IN,     /* unmatched_end: switch-in with no switch-out seen */
   OFFCPU_CNT_SEEN_FULL,        /* seen_full: a new process not announced (symbols) */
   OFFCPU_CNT_STACK_OVERFLOW,   /* overflow_stacks: stacks kept in the overflow map */
+  OFFCPU_CNT_PERIOD_DROPPED,   /* dropped_periods: a switch-out found the thread's last
+                                  period still open (its switch-in was never seen), or a
+                                  switch-in came before its switch-out's timestamp */
   OFFCPU_CNT_MAX
 };
 

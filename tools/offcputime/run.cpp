@@ -35,7 +35,8 @@ const std::vector<CounterSlot> kCounters = {{OFFCPU_CNT_STACK_LOST, "lost_stacks
                                             {OFFCPU_CNT_COUNTS_FULL, "map_full"},
                                             {OFFCPU_CNT_UNMATCHED_IN, "unmatched_end"},
                                             {OFFCPU_CNT_SEEN_FULL, "seen_full"},
-                                            {OFFCPU_CNT_STACK_OVERFLOW, "overflow_stacks"}};
+                                            {OFFCPU_CNT_STACK_OVERFLOW, "overflow_stacks"},
+                                            {OFFCPU_CNT_PERIOD_DROPPED, "dropped_periods"}};
 
 const std::vector<std::pair<std::string, std::string>> kProbes = {
     {"sched_process_exec", "raw_tracepoint__sched_process_exec"},
