@@ -48,6 +48,10 @@ static inline int ls_kernel_spins(__u32 flags) {
 #define LS_CNT_NEST_OVERFLOW 7 /* kernel waits nested deeper than LS_KNEST */
 #define LS_CNT_MAX 8
 
+/* lockstat_key.stack_id of a kernel wait whose stack was not taken: stacks are sampled
+ * (lockstat.bpf.c "Kernel stacks"); not an errno, never counted as lost */
+#define LS_STACK_UNSAMPLED (-65536)
+
 /* kernel waits in flight per task: a spinlock inside a sleeping lock's slow path,
  * an interrupt contending while the task spins */
 #define LS_KNEST 4

@@ -26,13 +26,13 @@ and every -j run starts with a lockstat.start record (the probes are attached).
 """
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 import time
 
 from harness import *
+from kpairing import compare_turn, lockstat_window, perf_window, start_load, stop_load
 
 require_root()
 LOCKSTAT = tool("lockstat")
@@ -255,6 +255,13 @@ if d["mm"]:
     check(m["layer"] == "kernel" and m["kind"].startswith("rwsem"), "kernel: mmap_lock is an rwsem (%s)" % m["kind"])
     check(m["pid"] == d["gt"]["pid"], "kernel: waiters are mmap_storm's threads")
     check(any(len(s) >= 3 for s in stacks), "kernel: call sites carry kernel stacks")
+    # kernel stacks are sampled (at most one walk per lock and process every 10 ms):
+    # the sites are scaled to the lock's totals, and say from how many stacks
+    n_sites = sum(c["wait_count"] for c in m["sites"])
+    check(0 < m["site_sample_count"] <= m["wait_count"] and len(m["sites"]) < 10
+          and abs(n_sites - m["wait_count"]) <= len(m["sites"]),
+          "kernel: sites scaled from %d sampled stacks sum to the lock's %d waits (%d)"
+          % (m["site_sample_count"], m["wait_count"], n_sites))
     paths = " ".join(" ".join(s) for s in stacks)
     check(any(k in paths for k in ("munmap", "mmap", "fault")),
           "kernel: stacks go through mmap/munmap/page fault (%s)" % [c["site"] for c in m["sites"]])
@@ -277,91 +284,29 @@ if d["mm"]:
 # (idle: per CPU), an end closing the innermost open wait on its address. lockstat is
 # attached while the workload already runs; the two windows alternate (both attached
 # at once inflate each other's waits).
-LCB = {"SPIN": 1, "READ": 2, "WRITE": 4, "RT": 8, "PERCPU": 16, "MUTEX": 32}
-PERF_LINE = re.compile(r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):\s+lock:contention_(begin|end):"
-                       r"\s+(0x[0-9a-f]+)\s+\((\w+)=([^)]*)\)")
-
-
-def perf_pairing(text):
-    """Spinlock waits (flags == SPIN) from `perf script` text: {addr (int): [wait ns, ...]}."""
-    open_ = {}
-    waits = {}
-    for line in text.splitlines():
-        m = PERF_LINE.match(line)
-        if not m:
-            continue
-        comm, tid, cpu, sec, frac, ev, addr, _, val = m.groups()
-        if comm == "perf" and tid != "0":
-            continue  # the recorder itself (lockstat never traces itself either)
-        ts = int(sec) * 10**9 + int(frac.ljust(9, "0")[:9])
-        st = open_.setdefault(int(tid) if tid != "0" else -1 - int(cpu), [])
-        if ev == "begin":
-            flags = sum(LCB.get(f, 0) for f in val.split("|"))
-            if st and st[-1][0] == addr and flags & 32 and st[-1][2] & 32:
-                continue  # a mutex begins again after each sleep
-            st.append((addr, ts, flags))
-            continue
-        for i in range(len(st) - 1, -1, -1):
-            if st[i][0] == addr:
-                if st[i][2] == 1:
-                    waits.setdefault(int(addr, 16), []).append(ts - st[i][1])
-                del st[i:]
-                break
-    return waits
-
-
-def quantile(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0
-
-
-def perf_window(secs):
-    """perf records `secs` s alone (no lockstat attached), then its events are paired."""
-    def in_tracefs(cmd):  # perf needs tracefs (event formats); mounted privately
-        return subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tracefs nodev /sys/kernel/tracing "
-                               "2>/dev/null; " + cmd], capture_output=True, text=True, timeout=secs + 120)
-
-    in_tracefs("perf record -q -a -e lock:contention_begin,lock:contention_end -o %s/k.data -- sleep %d "
-               ">/dev/null 2>&1" % (TMP, secs))
-    r = in_tracefs("perf script --ns -i %s/k.data -F comm,tid,cpu,time,event,trace 2>/dev/null" % TMP)
-    os.unlink(os.path.join(TMP, "k.data")) if os.path.exists(os.path.join(TMP, "k.data")) else None
-    return perf_pairing(r.stdout)
-
-
 PERF = shutil.which("perf")
 check(bool(PERF), "kernel pairing: perf installed (linux-perf, scripts/install-deps)")
 if PERF:
-    go = os.path.join(TMP, "go")
-    if os.path.exists(go):
-        os.unlink(go)
-    # futex wake storms (run-queue and futex-bucket spinlocks) plus mmap_lock/page-table work
-    crowd = start([workload("mutex_crowd"), "--threads", "64", "--hold-us", "5", "--duration-ms", "30000"])
-    storm = start([workload("mmap_storm"), "--threads", "2", "--duration-ms", "30000"])
-    crowd.stderr.readline()
+    load = start_load()
     time.sleep(1)
     res = {}
     for n in ("1", "2"):
-        r = run([LOCKSTAT, "-K", "-j", "-n", "0", "-d", "4"], timeout=120)
-        recs = ndjson(r.stdout, "lockstat")
-        spins = [x for x in recs if x.get("type") == "lockstat.lock" and x.get("kind") == "spinlock"]
-        dq = next((x["data_quality"] for x in recs if x.get("type") == "lockstat.lock"), {})
+        spins, dq = lockstat_window(LOCKSTAT, 4)
         res["ls" + n] = (sum(x["wait_count"] for x in spins), sum(x["wait_total_ns"] for x in spins),
                          max([x["wait_max_ns"] for x in spins] or [0]), spins, dq)
-        res["perf" + n] = perf_window(4)
+        res["perf" + n] = perf_window(4, TMP)
     # While lockstat runs, perf must still see the tracepoints' events: a BPF program
     # returning 0 makes the kernel drop them for every other perf user (perf recorded 0
     # waits here before lockstat's programs returned 1).
     ls = start([LOCKSTAT, "-K", "-j", "-n", "0"])
     ls.stdout.readline()  # the start record: attached
-    shared = perf_window(2)
+    shared = perf_window(2, TMP)
     ls.send_signal(2)
     ls.communicate(timeout=60)
     shared_n = sum(len(ws) for ws in shared.values())
     check(shared_n > 100, "kernel: perf pairs %d spin waits while lockstat -K runs (alone: %d in 4 s)"
           % (shared_n, sum(len(ws) for ws in res["perf1"].values())))
-    for p in (crowd, storm):
-        p.kill()
-        p.wait()
+    stop_load(load)
     ls_n = res["ls1"][0] + res["ls2"][0]
     ls_tot = res["ls1"][1] + res["ls2"][1]
     ls_max = max(res["ls1"][2], res["ls2"][2])
@@ -378,44 +323,32 @@ if PERF:
     check(pf_n > 1000 and ls_n > 1000, "kernel pairing: the workload contends kernel spinlocks (%d / %d waits)"
           % (ls_n, pf_n))
     # The tracers take turns (lockstat 4 s, perf 4 s, twice): attached at once, each
-    # one's waits contain the other's probe, and not alike. Measured with perf inside
-    # lockstat's window, counts agreed (9032 vs 7318 waits on an rq_lock, lockstat's
-    # window the longer), p90s within 25%, but perf's p50 was 2-3x lockstat's
-    # (10330 vs 3828 ns): ~6 us of lockstat's contention_end handler (its kernel stack
-    # walk) runs before perf takes its end timestamp, and a spin wait's p50 is 2-4 us.
-    # Taking turns, the load moves between windows, and lockstat's own probe effect
-    # shows: its contention_end probe walks the kernel stack (~5.5 us of its 7.45 us per
-    # wait; 1.98 us without the walk) inside the critical section just acquired, so
-    # the lock's other waiters wait that much longer while lockstat runs: rq_lock p50
-    # 6-11 us with the walk, 2.4-2.5 us without, perf's 2.7-4.8 us; one spinlock's p90
-    # 3-4x perf's. (Walking in the begin probe instead was worse: every wait then
-    # lasts at least the walk, p50 ~20 us.) That is open in issue 8. What this check
-    # guards against is mispairing (issue 8: 188 ms "spinlock waits", totals 0.3x-25x):
-    # p50 and p90 of every spinlock with >= 1000 waits in both windows of a turn within
-    # 10x (+1 us), and no spin wait over 20 ms below. Locks whose counts differ by more
-    # than 2x had a different load in the two windows and are listed, not compared.
+    # one's waits contain the other's probe, and not alike. Taking turns, the load
+    # moves between windows, and lockstat's own probe effect shows: its contention_end
+    # probe runs inside the critical section just acquired, so the lock's other waiters
+    # wait that much longer while lockstat runs. Walking the kernel stack there on every
+    # wait (~5 us of the probe's ~7 us) made a page-table lock's p50 2.1-2.4x and p90
+    # 2.4-3.0x perf's; with the walk sampled (at most every 10 ms per lock and process)
+    # p50 0.96-1.57x and p90 0.99-2.24x over 10 runs (rq_lock's p50 of ~1.8 us keeps
+    # the probes' fixed ~0.5 us), but a window with heavy hypervisor steal read 3.46x
+    # once: the probe effect is measured by bench/lockstat_kernel.py (ratios over
+    # several turns), not here. What this check guards against is mispairing (issue 8:
+    # 188 ms "spinlock waits", totals 0.3x-25x): p50 and p90 of every spinlock with
+    # >= 1000 waits in both windows of a turn within 4x (+0.3 us / +1 us) of perf's,
+    # and no spin wait over 20 ms below. Locks whose counts differ by more than 2x had
+    # a different load in the two windows and are listed, not compared.
     compared = 0
     skipped = []
     for n in ("1", "2"):
-        rows = {}
-        for x in res["ls" + n][3]:
-            rows.setdefault(int(x["addr"], 16), []).append(x)
-        for a, xs in rows.items():
-            got_n = sum(x["wait_count"] for x in xs)
-            ws = res["perf" + n].get(a, [])
-            big = max(xs, key=lambda x: x["wait_count"])
-            name = "%s (window %s)" % (big.get("symbol") or hex(a), n)
-            if (got_n < 1000 or len(ws) < 1000 or big["wait_count"] < 0.9 * got_n
-                    or not 0.5 <= got_n / len(ws) <= 2):
-                if got_n >= 300 and len(ws) >= 300:
-                    skipped.append("%s %d vs %d waits" % (name, got_n, len(ws)))
-                continue
+        rows, skip = compare_turn(res["ls" + n][3], res["perf" + n], "window " + n)
+        skipped += skip
+        for name, got_n, perf_n, q in rows:
             compared += 1
-            for stat, q in (("p50", 0.5), ("p90", 0.9)):
-                want, got = quantile(ws, q), big["wait_%s_ns" % stat]
-                check(want / 10 - 1000 <= got <= 10 * want + 1000,
+            for stat, x, slack in (("p50", 4, 300), ("p90", 4, 1000)):
+                got, want = q[stat]
+                check(want / x - slack <= got <= x * want + slack,
                       "kernel pairing: %s %s spin wait %d ns vs perf's pairing %d ns (%.2fx; %d vs %d waits)"
-                      % (name, stat, got, want, got / max(want, 1), got_n, len(ws)))
+                      % (name, stat, got, want, got / max(want, 1), got_n, perf_n))
     check(compared >= 1, "kernel pairing: %d spinlocks with >= 1000 waits on both sides of a turn "
           "compared (not compared, load differed between the windows: %s)" % (compared, skipped))
     # a spinlock is waited for with preemption off: tens of ms would already be a

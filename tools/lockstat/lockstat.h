@@ -142,6 +142,7 @@ struct LockRow {
   bpfdiag::Histogram hist;
   std::vector<WaiterRow> waiters;  // sorted by total wait
   std::vector<SiteRow> sites;      // sorted by total wait
+  uint64_t site_samples = 0;       // waits whose stacks the sites come from (kernel: sampled)
   uint64_t avg_ns() const { return calls ? total_ns / calls : 0; }
   std::string name() const;        // symbol, or 0x-address
 };

@@ -216,6 +216,7 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
   std::map<GroupKey, std::set<uint32_t>> pids;
   std::map<GroupKey, std::map<uint32_t, WaiterRow>> waiters;
   std::map<GroupKey, std::map<std::string, SiteRow>> sites;
+  std::map<GroupKey, std::pair<uint64_t, uint64_t>> sampled;  // waits, ns with a stack
   for (const auto& w : s.waits) {
     GroupKey g = group_of(w.key);
     LockRow& r = groups[g];
@@ -237,6 +238,9 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
     wr.contended += w.val.blocked;
     wr.total_ns += w.val.total_ns;
     wr.max_ns = std::max<uint64_t>(wr.max_ns, w.val.max_ns);
+    if (w.key.stack_id == LS_STACK_UNSAMPLED) continue;  // kernel: its stack was not taken
+    sampled[g].first += w.val.blocked;
+    sampled[g].second += w.val.total_ns;
     {  // always: frames name rq_lock and the GIL even when -s 0 hides sites
       std::vector<std::string> frames = n.frames ? n.frames(w.key) : std::vector<std::string>{};
       std::string site = n.site ? n.site(w.key, frames) : "";
@@ -286,7 +290,14 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
     }
     auto by_total = [](const auto& a, const auto& b) { return a.total_ns > b.total_ns; };
     std::stable_sort(r.waiters.begin(), r.waiters.end(), by_total);
-    for (auto& [name, sr] : sites[g]) r.sites.push_back(sr);
+    // kernel stacks are sampled: the sites' shares scaled to the lock's totals
+    auto [sn, sns] = sampled[g];
+    r.site_samples = sn;
+    for (auto& [name, sr] : sites[g]) {
+      if (sn < r.contended && sn) sr.contended = (sr.contended * r.contended + sn / 2) / sn;
+      if (sns < r.total_ns && sns) sr.total_ns = uint64_t(double(sr.total_ns) * r.total_ns / sns);
+      r.sites.push_back(sr);
+    }
     std::stable_sort(r.sites.begin(), r.sites.end(), by_total);
     if (g.kernel && r.symbol.empty() && (f & LS_LCB_SPIN)) {
       // per-CPU run-queue locks have no symbol of their own: perf calls them rq_lock

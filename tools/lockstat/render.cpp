@@ -39,6 +39,11 @@ void render_lock_details(std::ostream& os, const Config& c, const LockRow& r) {
                   fmt_ns(s.total_ns).c_str());
     os << line << site_chain(s) << "\n";
   }
+  if (!r.sites.empty() && c.stacks && r.site_samples < r.contended) {
+    std::snprintf(line, sizeof line, "    (sites scaled from the stacks of %llu of %llu waits)\n",
+                  static_cast<unsigned long long>(r.site_samples), static_cast<unsigned long long>(r.contended));
+    os << line;
+  }
   if (c.hist) {
     os << "\n";
     print_log2_hist(os, r.hist.log2_slots(), "nsecs");
@@ -80,6 +85,7 @@ nlohmann::json lock_fields(const Table<LockRow>& t, const LockRow& r, const Conf
   j["peer_wake_count"] = r.peer_wakes;
   j["threads"] = threads;
   j["sites"] = sites;
+  j["site_sample_count"] = r.site_samples;
   if (c.hist) j["wait_hist"] = r.hist.to_json();
   return j;
 }
