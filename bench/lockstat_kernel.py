@@ -43,7 +43,7 @@ def main():
     if not shutil.which("perf"):
         sys.exit("bench/lockstat_kernel.py: needs perf (linux-perf)")
     tmp = tempfile.mkdtemp(prefix="lockstat-kbench-")
-    load = start_load(TURNS * SECS * 2 + 30)
+    load = start_load(TURNS * (SECS * 2 + 20) + 30)  # each turn: two windows, compile, perf script
     ratios = {"p50": [], "p90": []}
     try:
         time.sleep(1)

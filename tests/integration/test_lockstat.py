@@ -335,12 +335,13 @@ if PERF:
     # several turns), not here. What this check guards against is mispairing (issue 8:
     # 188 ms "spinlock waits", totals 0.3x-25x): p50 and p90 of every spinlock with
     # >= 1000 waits in both windows of a turn within 4x (+0.3 us / +1 us) of perf's,
-    # and no spin wait over 20 ms below. Locks whose counts differ by more than 2x had
-    # a different load in the two windows and are listed, not compared.
+    # and no spin wait over 20 ms below. The load moves between windows (a clean-clone CI
+    # run had counts 2.1-2.6x apart in every lock of both turns): locks whose counts
+    # differ by more than 4x are listed, not compared.
     compared = 0
     skipped = []
     for n in ("1", "2"):
-        rows, skip = compare_turn(res["ls" + n][3], res["perf" + n], "window " + n)
+        rows, skip = compare_turn(res["ls" + n][3], res["perf" + n], "window " + n, max_count_ratio=4)
         skipped += skip
         for name, got_n, perf_n, q in rows:
             compared += 1

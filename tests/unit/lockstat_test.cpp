@@ -457,6 +457,36 @@ TEST_CASE("lockstat: call-site wrappers, rq_lock, map sizes") {
   CHECK(sizes[1].second == 8 * 32768);
 }
 
+TEST_CASE("lockstat: sampled kernel stacks are scaled to the lock's totals") {
+  // 10 waits of one spinlock: 2 with stacks (sites A: 1 wait 1000 ns, B: 1 wait 3000 ns),
+  // 8 timed without a stack (LS_STACK_UNSAMPLED, 16000 ns); never lost stacks
+  Snapshot s;
+  s.waits.push_back(wait(LS_KIND_KERNEL, 300, 301, 0xffff888000002000ULL, 1, 1000, 1000, LS_LCB_SPIN, 1));
+  s.waits.push_back(wait(LS_KIND_KERNEL, 300, 301, 0xffff888000002000ULL, 1, 3000, 3000, LS_LCB_SPIN, 2));
+  s.waits.push_back(wait(LS_KIND_KERNEL, 300, 302, 0xffff888000002000ULL, 8, 16000, 2500, LS_LCB_SPIN,
+                         LS_STACK_UNSAMPLED));
+  Names n = fake_names();
+  n.frames = [](const lockstat_key& k) -> std::vector<std::string> {
+    if (k.stack_id == LS_STACK_UNSAMPLED) FAIL("an unsampled wait was symbolized");
+    return {"queued_spin_lock_slowpath", k.stack_id == 1 ? "site_a" : "site_b"};
+  };
+  auto rows = build_locks(s, n, *parse({}));
+  REQUIRE(rows.size() == 1);
+  const LockRow& r = rows[0];
+  CHECK(r.contended == 10);
+  CHECK(r.total_ns == 20000);
+  CHECK(r.site_samples == 2);
+  REQUIRE(r.sites.size() == 2);
+  CHECK(r.sites[0].site == "site_b");  // 3/4 of the sampled time
+  CHECK(r.sites[0].contended == 5);
+  CHECK(r.sites[0].total_ns == 15000);
+  CHECK(r.sites[1].contended == 5);
+  CHECK(r.sites[1].total_ns == 5000);
+  std::ostringstream out, err;
+  render(out, err, *parse({}), s, n, bpfdiag::Window{1700000000000000000ULL, 1000000000ULL, true});
+  CHECK(out.str().find("(sites scaled from the stacks of 2 of 10 waits)") != std::string::npos);
+}
+
 // --- golden files: whole reports from a fixed model (tests/golden/lockstat_*) --------
 
 namespace {
