@@ -25,16 +25,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../tests/integration"))
-from harness import tool  # noqa: E402
+from harness import steal_ns, tool  # noqa: E402
 from kpairing import compare_turn, lockstat_window, perf_window, start_load, stop_load  # noqa: E402
 
 TURNS = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 SECS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-
-
-def steal_ticks():
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8])
 
 
 def main():
@@ -50,10 +45,10 @@ def main():
         print("%-34s %7s %7s %9s %9s %6s %9s %9s %6s %6s" % ("spinlock (turn)", "waits", "perf", "p50", "perf p50",
                                                             "x", "p90", "perf p90", "x", "steal"))
         for t in range(1, TURNS + 1):
-            s0 = steal_ticks()
+            s0 = steal_ns()
             spins, _ = lockstat_window(tool("lockstat"), SECS)
             waits = perf_window(SECS, tmp)
-            steal_ms = (steal_ticks() - s0) * 1000 // os.sysconf("SC_CLK_TCK")
+            steal_ms = (steal_ns() - s0) // 10**6
             rows, skipped = compare_turn(spins, waits, "turn %d" % t)
             for name, n_ls, n_perf, q in rows:
                 line = "%-34s %7d %7d" % (name[:34], n_ls, n_perf)

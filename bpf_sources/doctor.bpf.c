@@ -4,7 +4,11 @@
  *   syscalls:sys_enter_getppid  (tracepoint, needs tracefs)   -> counts[DOCTOR_SYSCALLS]
  *                                and one numbered event through the perf buffer
  *   sched_switch                (raw tracepoint)              -> counts[DOCTOR_SWITCHES]
- *                                for each voluntary switch away from the checking thread
+ *                                for each switch away from the checking thread, and
+ *                                counts[DOCTOR_KERNEL_SWITCHES]: the kernel's own count
+ *                                of that thread's switches (task_struct nvcsw + nivcsw,
+ *                                -DOFF_TASK_NVCSW/-DOFF_TASK_NIVCSW from BTF), which
+ *                                __schedule() increments with every sched_switch event
  *   getppid in libc             (uprobe, attached when it can be) -> counts[DOCTOR_UPROBES]
  *
  * Only the checking thread's events count: -DTARGET_TID=N.
@@ -41,10 +45,20 @@ TRACEPOINT_PROBE(syscalls, sys_enter_getppid) {
   return PASS;
 }
 
-/* args: [0] bool preempt, [1] prev, [2] next. The current task is prev. */
+/* args: [0] bool preempt, [1] prev, [2] next. The current task is prev. Between two
+ * events the kernel's count moves by exactly the number of switches made: the front-end
+ * compares that with the number of events this handler ran for. */
 RAW_TRACEPOINT_PROBE(sched_switch) {
-  if (is_target() && !ctx->args[0])
-    bump(DOCTOR_SWITCHES);
+  if (!is_target())
+    return 0;
+  bump(DOCTOR_SWITCHES);
+  void *prev = (void *)ctx->args[1];
+  unsigned long nv = 0, niv = 0;
+  bpf_probe_read_kernel(&nv, sizeof(nv), prev + OFF_TASK_NVCSW);
+  bpf_probe_read_kernel(&niv, sizeof(niv), prev + OFF_TASK_NIVCSW);
+  int slot = DOCTOR_KERNEL_SWITCHES;
+  u64 total = nv + niv;
+  counts.update(&slot, &total);
   return 0;
 }
 

@@ -485,25 +485,9 @@ static inline void note_rq_lock(void) {
  * to walk) and the lock's identity are taken at the end, after the wait is timed: the
  * end is reached from the same slow-path function as the begin, so the stack is the
  * same, and no tracing work falls inside the wait (it falls inside the critical
- * section instead: see "Kernel stacks are sampled" below). Measured under MariaDB + sysbench
- * (16 threads): with the walk in the begin probe and the timestamp after it, spinlock
- * totals were 0.52x a perf record pairing of the same tracepoints. */
-/* Kernel stacks are sampled. The end probe runs inside the critical section just
- * acquired, and walking the kernel stack there (~5 us of the probe's ~7 us) made every
- * other waiter of the lock wait that much longer: under mmap_storm + mutex_crowd a
- * page-table lock's p50 wait was 2.1-2.4x, its p90 2.4-3.0x a perf record pairing of
- * the same tracepoints; without the walk 1.03-1.10x and 0.6-1.08x. So the stack is
- * taken for the first wait of each (lock, process) and then for at most one wait per
- * LS_KWALK_INTERVAL_NS; the other waits are timed and counted in full with
- * LS_STACK_UNSAMPLED, and the report scales the sampled sites to the lock's totals. */
-#define LS_KWALK_INTERVAL_NS 10000000ULL
-struct kwalk_key {
-  u64 addr;
-  u32 pid;
-  u32 pad;
-};
-BPF_TABLE("lru_hash", struct kwalk_key, u64, kwalk_last, STATS_ENTRIES);
-
+ * section instead: see "Kernel stacks are sampled" below). Measured under MariaDB +
+ * sysbench (16 threads): with the walk in the begin probe and the timestamp after it,
+ * spinlock totals were 0.52x a perf record pairing of the same tracepoints. */
 static inline void kframe_init(struct klock_frame *f, u64 now, u64 addr, u32 flags) {
   f->addr = addr;
   f->flags = flags;
@@ -607,6 +591,22 @@ TRACEPOINT_PROBE(lock, contention_begin) {
   t->depth = d + 1;
   return PASS;
 }
+
+/* Kernel stacks are sampled. The end probe runs inside the critical section just
+ * acquired, and walking the kernel stack there (~5 us of the probe's ~7 us) made every
+ * other waiter of the lock wait that much longer: under mmap_storm + mutex_crowd a
+ * page-table lock's p50 wait was 2.1-2.4x, its p90 2.4-3.0x a perf record pairing of
+ * the same tracepoints; without the walk 1.03-1.10x and 0.6-1.08x. So the stack is
+ * taken for the first wait of each (lock, process) and then for at most one wait per
+ * LS_KWALK_INTERVAL_NS; the other waits are timed and counted in full with
+ * LS_STACK_UNSAMPLED, and the report scales the sampled sites to the lock's totals. */
+#define LS_KWALK_INTERVAL_NS 10000000ULL
+struct kwalk_key {
+  u64 addr;
+  u32 pid;
+  u32 pad;
+};
+BPF_TABLE("lru_hash", struct kwalk_key, u64, kwalk_last, STATS_ENTRIES);
 
 TRACEPOINT_PROBE(lock, contention_end) {
   u64 now = bpf_ktime_get_ns();

@@ -15,6 +15,7 @@
  *   MIN_NS, MAX_NS            block time bounds
  *   CAPTURE_USER, CAPTURE_KERNEL
  *   STACK_STORAGE_SIZE, OVERFLOW_STORAGE_SIZE, START_SIZE, COUNTS_SIZE, SEEN_SIZE
+ *   OFF_TASK_SCHED_INFO ... (arrival.h's) when the kernel has them
  *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound from .eh_frame tables
  *                             (bpf_sources/unwind.h) by uw_offcpu_tail, a program of
  *                             its own that sched_switch tail-calls; keyed by their hash
@@ -31,6 +32,7 @@
 #include "offcputime_shared.h"
 #define DQ_NCOUNTERS OFFCPU_CNT_MAX
 #include "common.h"
+#include "arrival.h"
 #ifdef UW_DWARF
 #include "unwind.h"
 #endif
@@ -92,6 +94,29 @@ static inline __attribute__((always_inline)) int thread_kind_ok(void *task) {
 #endif
 }
 
+/* One off-CPU period of thread `tid`, switched out as `s` says, `delta` ns long. */
+static inline __attribute__((always_inline)) void add_period(u32 tid, struct offcpu_start *s, u64 delta) {
+  if (delta < MIN_NS || delta > MAX_NS)
+    return;
+  struct offcpu_key key = {};
+  key.tgid = s->tgid;
+  key.tid = tid;
+  key.user_stack_id = s->user_stack_id;
+  key.kernel_stack_id = s->kernel_stack_id;
+  key.user_hash = s->user_hash;
+  __builtin_memcpy(&key.comm, &s->comm, sizeof(key.comm));
+  struct offcpu_val zero = {};
+  struct offcpu_val *v = counts.lookup_or_try_init(&key, &zero);
+  if (!v) {
+    dq_count(OFFCPU_CNT_COUNTS_FULL);
+    return;
+  }
+  __sync_fetch_and_add(&v->total_ns, delta);
+  __sync_fetch_and_add(&v->count, 1);
+  if (delta > v->max_ns)
+    v->max_ns = delta; /* racy max: two CPUs rarely update one thread's key at once */
+}
+
 /* Switch-in: next gets the CPU; its off-CPU period (if tracked) is counted. */
 static inline __attribute__((always_inline)) int switch_in(void *next, u64 now) {
   u32 ntid = 0;
@@ -117,26 +142,7 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 now) 
     dq_count(OFFCPU_CNT_PERIOD_DROPPED);
     return 0;
   }
-  u64 delta = now - s.ts;
-  if (delta < MIN_NS || delta > MAX_NS)
-    return 0;
-  struct offcpu_key key = {};
-  key.tgid = s.tgid;
-  key.tid = ntid;
-  key.user_stack_id = s.user_stack_id;
-  key.kernel_stack_id = s.kernel_stack_id;
-  key.user_hash = s.user_hash;
-  __builtin_memcpy(&key.comm, &s.comm, sizeof(key.comm));
-  struct offcpu_val zero = {};
-  struct offcpu_val *v = counts.lookup_or_try_init(&key, &zero);
-  if (!v) {
-    dq_count(OFFCPU_CNT_COUNTS_FULL);
-    return 0;
-  }
-  __sync_fetch_and_add(&v->total_ns, delta);
-  __sync_fetch_and_add(&v->count, 1);
-  if (delta > v->max_ns)
-    v->max_ns = delta; /* racy max: two CPUs rarely update one thread's key at once */
+  add_period(ntid, &s, now - s.ts);
   return 0;
 }
 
@@ -193,12 +199,27 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
           dq_count(OFFCPU_CNT_SEEN_FULL);
       }
     }
-    /* An open period here means its switch-in never reached switch_in() (seen on
-     * kernel 6.18 in fp and dwarf mode alike: ~1 in 3 runs of unwind_lock_nofp, the
-     * thread's sleep ended and it ran again unseen): that period is lost, say so. */
+    /* An open period here means its switch-in never reached switch_in(): the task
+     * that switched to this one ran where no BPF program runs (arrival.h). The
+     * scheduler recorded when this thread arrived: if that was its only arrival since
+     * the period began, the period ends there; otherwise it is lost, and counted. */
     struct offcpu_start *open = start.lookup(&tid);
+#ifdef ARRIVAL_KNOWN
+    struct arrival a = task_arrival(prev, now);
+    s.arrivals = a.count;
+    if (open && !open->skip) {
+      struct offcpu_start o = *open;
+      if (a.ns && a.count == o.arrivals + 1 && a.ns >= o.ts) {
+        add_period(tid, &o, a.ns - o.ts);
+        dq_count(OFFCPU_CNT_PERIOD_RECOVERED);
+      } else {
+        dq_count(OFFCPU_CNT_PERIOD_DROPPED);
+      }
+    }
+#else
     if (open && !open->skip)
       dq_count(OFFCPU_CNT_PERIOD_DROPPED);
+#endif
     if (start.update(&tid, &s) != 0) {
       dq_count(OFFCPU_CNT_START_FULL);
       return 0;

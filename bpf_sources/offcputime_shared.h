@@ -39,6 +39,7 @@ struct offcpu_start {
   __u32 skip; /* 1: the thread matched the pid/tid filters but not --state */
   char comm[OFFCPU_COMM_LEN];
   __u64 user_hash;
+  __u64 arrivals; /* the thread's arrivals on a CPU so far (bpf_sources/arrival.h) */
 };
 
 /* Slots of the data-quality counters (bpf_sources/common.h `dq_counters`), mapped
@@ -53,6 +54,8 @@ enum offcpu_counter {
   OFFCPU_CNT_PERIOD_DROPPED,   /* dropped_periods: a switch-out found the thread's last
                                   period still open (its switch-in was never seen), or a
                                   switch-in came before its switch-out's timestamp */
+  OFFCPU_CNT_PERIOD_RECOVERED, /* recovered_periods: a period whose switch-in was never
+                                  seen, ended at the arrival the scheduler recorded */
   OFFCPU_CNT_MAX
 };
 

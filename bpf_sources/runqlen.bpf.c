@@ -14,6 +14,8 @@
  *   OFF_CFS_RQ_RQ      cfs_rq.rq
  *   OFF_RQ_NR_RUNNING  rq.nr_running         (all scheduling classes)
  *   OFF_CFS_RQ_NR      cfs_rq.nr_queued / nr_running (CFS-only view, --cfs)
+ *   OFF_RQ_CLOCK, OFF_RQ_CLOCK_IDLE  rq.clock, rq.clock_idle (optional): when the CPU
+ *                      went idle, for an idle period whose start was never seen
  * CFS_ONLY selects BCC's view: the sampled task's own cfs_rq, which inside a cgroup
  * is the group's queue, not the CPU's.
  */
@@ -61,8 +63,31 @@ fail:
   return 0;
 }
 
+/* When this CPU went idle, on bpf_ktime_get_ns()'s clock (0: unknown), from the run
+ * queue's own record: the fair class stamps rq->clock_idle with rq->clock as it leaves
+ * the CPU to the idle task, and rq->clock was updated by this __schedule(). */
+static inline u64 idle_start(void *task, u64 now) {
+#ifdef OFF_RQ_CLOCK_IDLE
+  void *cfs_rq = 0, *rq = 0;
+  u64 clock = 0, at = 0;
+  bpf_probe_read_kernel(&cfs_rq, sizeof(cfs_rq), task + OFF_TASK_SE + OFF_SE_CFS_RQ);
+  if (cfs_rq)
+    bpf_probe_read_kernel(&rq, sizeof(rq), cfs_rq + OFF_CFS_RQ_RQ);
+  if (!rq)
+    return 0;
+  bpf_probe_read_kernel(&clock, sizeof(clock), rq + OFF_RQ_CLOCK);
+  bpf_probe_read_kernel(&at, sizeof(at), rq + OFF_RQ_CLOCK_IDLE);
+  if (at && clock >= at && clock - at <= now)
+    return now - (clock - at);
+#endif
+  return 0;
+}
+
 /* args: [0] bool preempt, [1] task_struct *prev, [2] task_struct *next. The idle
- * task has pid 0 on every CPU. */
+ * task has pid 0 on every CPU. A switch into idle can go unseen: on Firecracker guests
+ * no BPF program runs in the context of PID 1's threads (bpf_sources/arrival.h), so
+ * when one of them leaves the CPU idle, the idle period starts unseen; its end is
+ * seen, and its start is taken from the run queue (idle_start). */
 RAW_TRACEPOINT_PROBE(sched_switch) {
   int zero = 0;
   u32 next_pid = 0;
@@ -70,9 +95,21 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
   struct runqlen_idle *st = idle.lookup(&zero);
   if (!st)
     return 0;
-  if ((u32)bpf_get_current_pid_tgid() == 0 && st->idle_since)
-    st->idle_ns += now - st->idle_since;
+  if ((u32)bpf_get_current_pid_tgid() == 0) {
+    if (st->idle_since) {
+      st->idle_ns += now - st->idle_since;
+    } else if (st->last) {
+      u64 from = idle_start((void *)ctx->args[1], now);
+      if (from && from >= st->last && from <= now) {
+        st->idle_ns += now - from;
+        dq_count(RUNQLEN_CNT_IDLE_RECOVERED);
+      } else {
+        dq_count(RUNQLEN_CNT_IDLE_DROPPED);
+      }
+    }
+  }
   bpf_probe_read_kernel(&next_pid, sizeof(next_pid), (void *)ctx->args[2] + OFF_TASK_PID);
   st->idle_since = next_pid == 0 ? now : 0;
+  st->last = now;
   return 0;
 }

@@ -7,12 +7,16 @@
 /* data-quality counters (bpf_sources/common.h), mapped to data_quality keys by the
  * front-end's counter table */
 #define RUNQLEN_CNT_READ_ERRORS 0 /* a sample whose run queue could not be read */
-#define RUNQLEN_NCOUNTERS 1
+#define RUNQLEN_CNT_IDLE_RECOVERED 1 /* an idle period whose start was never seen, taken
+                                        from the run queue's own record (rq.clock_idle) */
+#define RUNQLEN_CNT_IDLE_DROPPED 2   /* the same when that record could not say */
+#define RUNQLEN_NCOUNTERS 3
 
 /* One CPU's idle time (CLOCK_MONOTONIC ns, as bpf_ktime_get_ns). */
 struct runqlen_idle {
   __u64 idle_ns;    /* completed idle periods, summed */
   __u64 idle_since; /* start of the current idle period, 0 when busy */
+  __u64 last;       /* this CPU's last sched_switch seen */
 };
 
 #endif

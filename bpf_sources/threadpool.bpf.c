@@ -12,6 +12,7 @@
  *   OFF_TASK_TGID   task_struct.tgid
  *   OFF_TASK_STATE  task_struct.__state (before 5.14: .state); read from prev
  *                   because sched_switch's prev_state argument exists only since 5.18
+ *   OFF_TASK_SCHED_INFO ... (arrival.h's), when the kernel has them
  * The `threads` map is filled by user space with the pool's threads; new threads of
  * the process are added here at fork (user space then keeps or drops them). The
  * `gids` map (user space) holds each thread's group id, for the waker's class.
@@ -22,6 +23,7 @@
 #include "threadpool_shared.h"
 #define DQ_NCOUNTERS TP_NCOUNTERS
 #include "common.h"
+#include "arrival.h"
 
 BPF_HASH(threads, u32, struct tp_thread, TP_MAX_THREADS);
 BPF_HASH(waits, struct tp_wait_key, struct tp_wait_val, TP_MAX_WAITS);
@@ -66,6 +68,37 @@ static inline void add_wait(u32 tid, struct tp_thread *t, u64 blk, u64 rq, u32 w
     __sync_fetch_and_add(&v->wake_rq_ns[wake], rq);
 }
 
+/* Thread `tid` got a CPU at `at`: its runnable (or, wake-up unseen, blocked) time ends. */
+static inline void switched_in(u32 tid, struct tp_thread *n, u64 at) {
+  if (n->state == TP_ST_RUNNABLE && at > n->ts) {
+    u64 d = at - n->ts;
+    n->rq_ns += d;
+    n->rq_count += 1;
+    struct tp_hist_key hk = {};
+    u64 zero = 0, *c;
+    hk.tid = tid;
+    hk.idx = hist_fine_index(d);
+    c = rqhist.lookup_or_try_init(&hk, &zero);
+    if (c)
+      __sync_fetch_and_add(c, 1);
+    else
+      dq_count(TP_C_HIST_FULL);
+    if (n->w_pending) {
+      add_wait(tid, n, 0, d, n->w_wake);
+      n->w_rq += d;
+    }
+  } else if (n->state == TP_ST_BLOCKED && at > n->ts) {
+    /* wakeup not seen: count the whole gap as blocked */
+    u64 d = at - n->ts;
+    n->blk_ns += d;
+    add_wait(tid, n, d, 0, TP_W_UNSEEN);
+    n->w_blk = 0;
+  }
+  n->w_pending = 0;
+  n->state = TP_ST_RUNNING;
+  n->ts = at;
+}
+
 RAW_TRACEPOINT_PROBE(sched_switch) {
   /* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next)
    * (5.18+ appends prev_state; older kernels refuse a program that reads that 4th argument,
@@ -81,6 +114,26 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     u32 tid = (u32)id;
     struct tp_thread *t = threads.lookup(&tid);
     if (t) {
+      /* Running, but its switch-in was never seen: the task before it on this CPU ran
+       * where no BPF program runs (arrival.h). End the wait at the arrival the
+       * scheduler recorded, if that was the thread's only one since its last
+       * switch-out; else the time since is lost, and counted. (Before the thread's
+       * first switch-out its arrivals are unknown: nothing to compare.) */
+#ifdef ARRIVAL_KNOWN
+      struct arrival a = task_arrival((void *)ctx->args[1], now);
+      if ((t->state == TP_ST_RUNNABLE || t->state == TP_ST_BLOCKED) && t->arrivals) {
+        if (a.ns && a.count == t->arrivals + 1 && a.ns >= t->ts) {
+          switched_in(tid, t, a.ns);
+          dq_count(TP_C_RECOVERED);
+        } else {
+          dq_count(TP_C_DROPPED);
+        }
+      }
+      t->arrivals = a.count;
+#else
+      if (t->state == TP_ST_RUNNABLE || t->state == TP_ST_BLOCKED)
+        dq_count(TP_C_DROPPED);
+#endif
       if (t->state == TP_ST_RUNNING && now > t->ts)
         t->on_ns += now - t->ts;
       t->w_pending = 0;
@@ -108,35 +161,8 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     return 0;
   u32 ntid = task_u32(next, OFF_TASK_PID);
   struct tp_thread *n = threads.lookup(&ntid);
-  if (!n)
-    return 0;
-  if (n->state == TP_ST_RUNNABLE && now > n->ts) {
-    u64 d = now - n->ts;
-    n->rq_ns += d;
-    n->rq_count += 1;
-    struct tp_hist_key hk = {};
-    u64 zero = 0, *c;
-    hk.tid = ntid;
-    hk.idx = hist_fine_index(d);
-    c = rqhist.lookup_or_try_init(&hk, &zero);
-    if (c)
-      __sync_fetch_and_add(c, 1);
-    else
-      dq_count(TP_C_HIST_FULL);
-    if (n->w_pending) {
-      add_wait(ntid, n, 0, d, n->w_wake);
-      n->w_rq += d;
-    }
-  } else if (n->state == TP_ST_BLOCKED && now > n->ts) {
-    /* wakeup not seen: count the whole gap as blocked */
-    u64 d = now - n->ts;
-    n->blk_ns += d;
-    add_wait(ntid, n, d, 0, TP_W_UNSEEN);
-    n->w_blk = 0;
-  }
-  n->w_pending = 0;
-  n->state = TP_ST_RUNNING;
-  n->ts = now;
+  if (n)
+    switched_in(ntid, n, now);
   return 0;
 }
 

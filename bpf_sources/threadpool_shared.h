@@ -92,6 +92,7 @@ struct tp_thread {
   __u64 w_blk;     /* blocked time of the last wake-up, moved to TP_W_TIMEOUT if the
                       syscall then reports a timeout; 0 once the syscall returned */
   __u64 w_rq;      /* runnable time after that wake-up (same) */
+  __u64 arrivals;  /* the thread's arrivals on a CPU at its last switch-out (arrival.h) */
 };
 
 struct tp_wait_key {
@@ -149,6 +150,10 @@ struct tp_req_event {
 #define TP_C_CLOSED_UNREAD 4     /* accepted, closed before any read */
 #define TP_C_CLOSED_UNANSWERED 5 /* read, closed before a response */
 #define TP_C_FD_REUSED 6         /* accept returned an fd still tracked */
-#define TP_NCOUNTERS 8
+#define TP_C_DROPPED 7           /* a switch-out of a thread whose switch-in was never
+                                    seen, its arrival unknown: time since lost */
+#define TP_C_RECOVERED 8         /* the same, ended at the arrival the scheduler
+                                    recorded (bpf_sources/arrival.h): nothing lost */
+#define TP_NCOUNTERS 9
 
 #endif

@@ -108,6 +108,17 @@ Result<std::shared_ptr<KernelBtf>> kernel_btf() {
 
 void release_kernel_btf() { g_kernel_btf.reset(); }
 
+std::vector<std::string> arrival_cflags() {
+  auto f = kernel_offset_cflags({{"OFF_TASK_SCHED_INFO", "task_struct", {"sched_info"}},
+                                 {"OFF_SI_LAST_ARRIVAL", "sched_info", {"last_arrival"}},
+                                 {"OFF_SI_PCOUNT", "sched_info", {"pcount"}},
+                                 {"OFF_TASK_SE", "task_struct", {"se"}},
+                                 {"OFF_SE_CFS_RQ", "sched_entity", {"cfs_rq"}},
+                                 {"OFF_CFS_RQ_RQ", "cfs_rq", {"rq"}},
+                                 {"OFF_RQ_CLOCK", "rq", {"clock"}}});
+  return f ? *f : std::vector<std::string>{};
+}
+
 Result<std::vector<std::string>> kernel_offset_cflags(const std::vector<OffsetSpec>& specs) {
   auto btf = kernel_btf();
   if (!btf) return Error{btf.error()};

@@ -46,5 +46,10 @@ Result<std::shared_ptr<KernelBtf>> kernel_btf();
 void release_kernel_btf();
 // offset_cflags against the running kernel's BTF: what every tool's bpf_cflags needs.
 Result<std::vector<std::string>> kernel_offset_cflags(const std::vector<OffsetSpec>& specs);
+// The offsets bpf_sources/arrival.h reads (a task's last arrival on a CPU, from
+// task_struct.sched_info and the run queue's clock); none when the running kernel
+// lacks one of them (CONFIG_SCHED_INFO, CONFIG_FAIR_GROUP_SCHED), and then arrival.h
+// defines nothing.
+std::vector<std::string> arrival_cflags();
 
 }  // namespace bpfdiag

@@ -151,9 +151,9 @@ check(status("tracepoint_events") == "ok" and counted == made == 1000,
 d = numbers("event_delivery")  # delivered, of, lost, duplicated
 check(status("event_delivery") == "ok" and d[0] == d[1] == 1000 and d[2] == 0 and d[3] == 0,
       "live: perf buffer delivered %d of %d, lost %d, duplicated %d" % tuple(d[:4]))
-s = numbers("raw_tracepoint_events")
-check(status("raw_tracepoint_events") == "ok" and s[1] == 50 and 50 <= s[0] <= 57,
-      "live: sched_switch counted %d voluntary switches for %d sleeps" % (s[0], s[1]))
+s = numbers("raw_tracepoint_events")  # counted, the kernel's count, sleeps
+check(status("raw_tracepoint_events") == "ok" and s[2] == 50 and s[0] == s[1] and s[1] >= 25,
+      "live: sched_switch counted %d of the kernel's %d switches for %d sleeps" % tuple(s[:3]))
 if uprobe_pmu:
     u = numbers("uprobe_events")
     check(status("uprobe_events") == "ok" and u[-2] == u[-1] == 1000,

@@ -22,7 +22,8 @@ latches 1.3-1.8 s of 2.5-2.7 s here). lockstat must see them (at least one conte
 row in the pool); checks 1 and 2 compare the rest, the locks both can see.
 1. lockstat's top contended rows are locks performance_schema ranks hot: when
    performance_schema ranks LOCK_table_cache among its 3 hottest locks, lockstat ranks
-   the glibc mutex taken in tdc_acquire_share among its 5 most contended rows.
+   the glibc mutex taken in tdc_acquire_share among its 5 most contended rows outside
+   the page latches and tpool (#1 in 6 runs).
 2. The contended ranking holds lock waits, not condition waits: lockstat's contended
    total is within a factor of 4 of performance_schema's total mutex/rwlock/sxlock
    wait (performance_schema also times uncontended acquisitions; 1.00-1.17x measured in 6 runs),

@@ -83,7 +83,7 @@ TEST_CASE("live verdicts and the exit code") {
   LiveResult r;
   r.syscalls_made = r.syscalls_counted = r.events_received = 1000;
   r.sleeps_made = 50;
-  r.switches_counted = 50;
+  r.switches_counted = r.switches_kernel = 50;
   r.uprobe_calls = r.uprobe_hits = 1000;
   auto good = live_checks(r);
   CHECK(exit_code(good) == 0);
@@ -94,9 +94,15 @@ TEST_CASE("live verdicts and the exit code") {
   CHECK(exit_code(lossy) == 1);
   r.events_lost = 0;
   r.events_received = 1000;
-  r.switches_counted = 49;  // a sleep not seen
+  r.switches_counted = 49;  // a switch not seen
   CHECK(exit_code(live_checks(r)) == 1);
-  r.switches_counted = 50;
+  r.switches_kernel = 49;  // a sleep that expired before the thread switched out
+  CHECK(exit_code(live_checks(r)) == 0);
+  r.switches_counted = 51;  // an extra event
+  CHECK(exit_code(live_checks(r)) == 1);
+  r.switches_counted = r.switches_kernel = 0;  // no switch at all: the handler never ran
+  CHECK(exit_code(live_checks(r)) == 1);
+  r.switches_counted = r.switches_kernel = 50;
   r.uprobe_error = "no uprobes";
   auto no_uprobe = live_checks(r);
   CHECK(exit_code(no_uprobe) == 0);  // optional

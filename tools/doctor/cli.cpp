@@ -1,5 +1,6 @@
 // doctor command line: the option table (generated --help), parsing, BPF text and flags.
 #include "common/bpf_text.h"
+#include "common/btf.h"
 #include "common/cli.h"
 #include "common/tool_config.h"
 #include "common/embedded.h"
@@ -60,6 +61,11 @@ Result<Config> parse_args(int argc, char** argv) {
 // common.h pasted in: libbcc rewrites map calls only in the main file
 std::string bpf_text() { return with_common_header(kBpf_doctor[0].text); }
 
-std::vector<std::string> bpf_cflags(uint32_t tid) { return {"-DTARGET_TID=" + std::to_string(tid)}; }
+bpfdiag::Result<std::vector<std::string>> bpf_cflags(uint32_t tid) {
+  auto flags = bpfdiag::kernel_offset_cflags({{"OFF_TASK_NVCSW", "task_struct", {"nvcsw"}},
+                                              {"OFF_TASK_NIVCSW", "task_struct", {"nivcsw"}}});
+  if (flags) flags.value().push_back("-DTARGET_TID=" + std::to_string(tid));
+  return flags;
+}
 
 }  // namespace doctor

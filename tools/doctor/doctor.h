@@ -32,9 +32,10 @@ const bpfdiag::ToolSpec& tool_spec();
 const char* help_text();  // generated from tool_spec()
 bpfdiag::Result<Config> parse_args(int argc, char** argv);
 
-// The live-check program and its flags (the thread whose events are counted).
+// The live-check program and its flags (the thread whose events are counted, and the
+// kernel's offsets of that thread's switch counts).
 std::string bpf_text();
-std::vector<std::string> bpf_cflags(uint32_t tid);
+bpfdiag::Result<std::vector<std::string>> bpf_cflags(uint32_t tid);
 
 // --- checks ------------------------------------------------------------------------
 enum class Verdict { Ok, Warn, Fail, Skip };
@@ -116,7 +117,9 @@ struct LiveResult {
   uint64_t syscalls_made = 0, syscalls_counted = 0;   // tracepoint syscalls:sys_enter_getppid
   uint64_t events_received = 0, events_lost = 0;      // perf buffer, one event per syscall
   uint64_t events_duplicated = 0;                    // a sequence number seen twice
-  uint64_t sleeps_made = 0, switches_counted = 0;     // raw tracepoint sched_switch
+  // raw tracepoint sched_switch: switches the handler ran for, against the kernel's own
+  // count of the thread's switches between the first and the last of them
+  uint64_t sleeps_made = 0, switches_counted = 0, switches_kernel = 0;
   uint64_t uprobe_calls = 0, uprobe_hits = 0;         // uprobe on libc getppid
   std::string uprobe_error;                           // why the uprobe was not attached
   uint64_t compile_ns = 0, total_ns = 0;

@@ -171,6 +171,7 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c) {
   });
   if (!f) return Error{f.error()};
   std::vector<std::string> flags = *f;
+  for (auto& a : arrival_cflags()) flags.push_back(a);
   flags.push_back(id_filter_cflag("TGID_OK", c.pids));
   flags.push_back(id_filter_cflag("TID_OK", c.tids));
   if (c.user_threads_only) flags.push_back("-DUSER_THREADS_ONLY");

@@ -14,10 +14,12 @@ const std::vector<std::string>& dq_keys() {
   // seen_full: a new process was not announced (symbols only, no time lost);
   // overflow_stacks: stacks kept in the overflow map (not lost); unknown_frames:
   // frames no symbol names; processes_gone_before_seen: exited before their maps
-  // could be read; dropped_periods: off-CPU periods whose switch-in was not seen.
+  // could be read; dropped_periods: off-CPU periods whose switch-in was not seen;
+  // recovered_periods: of those, the ones ended at the arrival the scheduler recorded
+  // (bpf_sources/arrival.h: counted in full, not lost).
   static const std::vector<std::string> keys = [] {
     std::vector<std::string> k = {"seen_full", "overflow_stacks", "unknown_frames", "processes_gone_before_seen",
-                                  "dropped_periods"};
+                                  "dropped_periods", "recovered_periods"};
     for (auto& u : unwind_dq_keys()) k.push_back(u);  // --unwind=dwarf (zero with fp)
     return k;
   }();

@@ -23,7 +23,7 @@ extern "C" {
 }
 static_assert(sizeof(offcpu_key) == 40, "offcpu_key layout shared with BPF");
 static_assert(sizeof(offcpu_val) == 24, "offcpu_val layout shared with BPF");
-static_assert(sizeof(offcpu_start) == 48, "offcpu_start layout shared with BPF");
+static_assert(sizeof(offcpu_start) == 56, "offcpu_start layout shared with BPF");
 
 namespace offcputime {
 using namespace bpfdiag;
@@ -36,7 +36,8 @@ const std::vector<CounterSlot> kCounters = {{OFFCPU_CNT_STACK_LOST, "lost_stacks
                                             {OFFCPU_CNT_UNMATCHED_IN, "unmatched_end"},
                                             {OFFCPU_CNT_SEEN_FULL, "seen_full"},
                                             {OFFCPU_CNT_STACK_OVERFLOW, "overflow_stacks"},
-                                            {OFFCPU_CNT_PERIOD_DROPPED, "dropped_periods"}};
+                                            {OFFCPU_CNT_PERIOD_DROPPED, "dropped_periods"},
+                                            {OFFCPU_CNT_PERIOD_RECOVERED, "recovered_periods"}};
 
 const std::vector<std::pair<std::string, std::string>> kProbes = {
     {"sched_process_exec", "raw_tracepoint__sched_process_exec"},

@@ -93,12 +93,18 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c) {
       {"OFF_CFS_RQ_NR", "cfs_rq", {"nr_queued", "nr_running"}},
   });
   if (!flags) return Error{flags.error()};
+  // optional: rq.clock_idle (CONFIG_SMP kernels since 6.1) dates an idle period whose
+  // start was never seen; without it such a period is counted as dropped
+  if (auto idle = kernel_offset_cflags({{"OFF_RQ_CLOCK", "rq", {"clock"}}, {"OFF_RQ_CLOCK_IDLE", "rq", {"clock_idle"}}}))
+    for (auto& f : *idle) flags.value().push_back(f);
   if (c.cfs_only) flags.value().push_back("-DCFS_ONLY");
   return flags;
 }
 
 const std::vector<CounterSlot>& counter_table() {
-  static const std::vector<CounterSlot> table = {{RUNQLEN_CNT_READ_ERRORS, "read_errors"}};
+  static const std::vector<CounterSlot> table = {{RUNQLEN_CNT_READ_ERRORS, "read_errors"},
+                                                 {RUNQLEN_CNT_IDLE_RECOVERED, "recovered_periods"},
+                                                 {RUNQLEN_CNT_IDLE_DROPPED, "dropped_periods"}};
   return table;
 }
 

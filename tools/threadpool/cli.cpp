@@ -126,6 +126,7 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, size_t nthreads) {
                                      {"OFF_TASK_TGID", "task_struct", {"tgid"}},
                                      {"OFF_TASK_STATE", "task_struct", {"__state", "state"}}});
   if (!flags) return Error{flags.error()};
+  for (auto& a : arrival_cflags()) flags.value().push_back(a);
   const MapSizes m = map_sizes(c, nthreads);
   flags.value().push_back("-DTARGET_TGID=" + std::to_string(c.pid));
   flags.value().push_back("-DTP_MAX_THREADS=" + std::to_string(m.threads));
