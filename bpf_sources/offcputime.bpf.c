@@ -146,6 +146,32 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 now) 
   return 0;
 }
 
+/* Thread `tid` (prev) is switching out. A period of its still open here means its
+ * switch-in never reached this program: the task that switched to it ran where no BPF
+ * program runs (arrival.h). The scheduler recorded when it arrived: if that was its
+ * only arrival since the period began, the period ends there; otherwise it is lost, and
+ * counted. Returns the thread's arrivals so far (0: unknown). */
+static inline __attribute__((always_inline)) u64 close_unseen(void *prev, u32 tid, u64 now) {
+  struct offcpu_start *open = start.lookup(&tid);
+#ifdef ARRIVAL_KNOWN
+  struct arrival a = task_arrival(prev, now);
+  if (open && !open->skip) {
+    struct offcpu_start o = *open;
+    if (a.ns && a.count == o.arrivals + 1 && a.ns >= o.ts) {
+      add_period(tid, &o, a.ns - o.ts);
+      dq_count(OFFCPU_CNT_PERIOD_RECOVERED);
+    } else {
+      dq_count(OFFCPU_CNT_PERIOD_DROPPED);
+    }
+  }
+  return a.count;
+#else
+  if (open && !open->skip)
+    dq_count(OFFCPU_CNT_PERIOD_DROPPED);
+  return 0;
+#endif
+}
+
 RAW_TRACEPOINT_PROBE(sched_switch) {
   void *prev = (void *)ctx->args[1];
   void *next = (void *)ctx->args[2];
@@ -162,8 +188,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     s.tgid = tgid;
     unsigned int state = 0;
     bpf_probe_read_kernel(&state, sizeof(state), prev + OFF_TASK_STATE);
-    if (state & TASK_DEAD) /* exiting: it will never be switched in again */
+    if (state & TASK_DEAD) { /* exiting: it will never be switched in again */
+      close_unseen(prev, tid, now); /* its last period, if that switch-in went unseen */
+      start.delete(&tid);
       return 0;
+    }
     if (ctx->args[0]) /* preempted: still runnable, whatever __state says */
       state = 0;
 #if defined(STATE_EQ)
@@ -199,27 +228,7 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
           dq_count(OFFCPU_CNT_SEEN_FULL);
       }
     }
-    /* An open period here means its switch-in never reached switch_in(): the task
-     * that switched to this one ran where no BPF program runs (arrival.h). The
-     * scheduler recorded when this thread arrived: if that was its only arrival since
-     * the period began, the period ends there; otherwise it is lost, and counted. */
-    struct offcpu_start *open = start.lookup(&tid);
-#ifdef ARRIVAL_KNOWN
-    struct arrival a = task_arrival(prev, now);
-    s.arrivals = a.count;
-    if (open && !open->skip) {
-      struct offcpu_start o = *open;
-      if (a.ns && a.count == o.arrivals + 1 && a.ns >= o.ts) {
-        add_period(tid, &o, a.ns - o.ts);
-        dq_count(OFFCPU_CNT_PERIOD_RECOVERED);
-      } else {
-        dq_count(OFFCPU_CNT_PERIOD_DROPPED);
-      }
-    }
-#else
-    if (open && !open->skip)
-      dq_count(OFFCPU_CNT_PERIOD_DROPPED);
-#endif
+    s.arrivals = close_unseen(prev, tid, now);
     if (start.update(&tid, &s) != 0) {
       dq_count(OFFCPU_CNT_START_FULL);
       return 0;

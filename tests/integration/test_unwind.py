@@ -65,7 +65,9 @@ def run_offcputime(wl, args, extra):
     o = start([OC, *extra, "-p", str(w.pid)])
     attached = wait_attached(o, timeout=30)
     attach_s = time.monotonic() - t0
+    steal0 = steal_ns()
     truth = json.loads(w.communicate(input="go\n", timeout=60)[0])
+    truth["steal_ns"] = steal_ns() - steal0  # lengthens the workload's own clock only
     out, err, rc = stop(o, timeout=30)  # -p: ends by itself when the workload exits
     check(attached and rc == 0, "%s %s: offcputime attached and exited 0 (rc %s, %r)" % (
         wl, " ".join(extra), rc, err.strip()[-300:]))
@@ -88,14 +90,20 @@ for wl, args in WORKLOADS_NOFP.items():
         chain = t["callers"] + [t["function"]]
         truth_us = t["blocked_ns"] / 1000.0
         mine = [(fr, v) for fr, v in lines if fr[0] == t["name"]]
+        # Hypervisor steal while a thread runs between its clock reads and the blocking
+        # call lengthens the workload's number, not the off-CPU time: below by at most
+        # the steal is allowed (as in test_offcputime)
+        steal_us = truth["steal_ns"] / 1000.0
         for fn in chain:
             got = sum(v for fr, v in mine if fn in fr)
-            check(within(got, truth_us, rel=TOL),
-                  "%s %s: %s %.1f ms vs workload %.1f ms (5%%)" % (wl, t["name"], fn, got / 1e3, truth_us / 1e3))
+            check(within(got, truth_us, rel=TOL) or truth_us - 1.05 * steal_us <= got <= truth_us,
+                  "%s %s: %s %.1f ms vs workload %.1f ms (5%%, or below by at most the steal, %.1f ms)"
+                  % (wl, t["name"], fn, got / 1e3, truth_us / 1e3, steal_us / 1e3))
         full = [(fr, v) for fr, v in mine if chain_in_order(fr, chain)]
-        if not check(sum(v for _, v in full) >= (1 - TOL) * truth_us,
+        chained = sum(v for _, v in full)
+        if not check(chained >= (1 - TOL) * truth_us or chained >= truth_us - 1.05 * steal_us,
                      "%s %s: the chain %s in order (%.1f of %.1f ms)" % (
-                         wl, t["name"], ";".join(chain), sum(v for _, v in full) / 1e3, truth_us / 1e3)):
+                         wl, t["name"], ";".join(chain), chained / 1e3, truth_us / 1e3)):
             for fr, v in mine:  # where the rest of the time went, for the record
                 print("   %8d us  %s" % (v, ";".join(fr)[:300]))
             print("   " + (err.strip().splitlines() or [""])[-1])
