@@ -87,6 +87,15 @@ check(status("privileges") == ("ok" if have_caps else "fail"),
 btf = os.path.exists("/sys/kernel/btf/vmlinux")
 check(status("btf") == ("ok" if btf else "fail"), "btf %s vs /sys/kernel/btf/vmlinux exists = %s" % (status("btf"), btf))
 
+# switch recovery: the fields it needs, as bpftool reads the kernel's BTF
+if btf and shutil.which("bpftool"):
+    raw = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "raw"],
+                         capture_output=True, text=True).stdout
+    has = all("'%s'" % f in raw for f in ("last_arrival", "pcount", "clock_idle"))
+    check(status("switch_recovery") == ("ok" if has else "warn"),
+          "switch_recovery %s vs bpftool finds sched_info.last_arrival, pcount and rq.clock_idle = %s"
+          % (status("switch_recovery"), has))
+
 # kprobes: the PMU, kallsyms and bpftrace agree; doctor must too
 kprobe_pmu = os.path.exists("/sys/bus/event_source/devices/kprobe")
 with open("/proc/kallsyms") as f:

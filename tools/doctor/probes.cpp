@@ -122,6 +122,33 @@ Check btf(bool& ok) {
   return k;
 }
 
+// Whether a sched_switch BPF never sees can be made good: some tasks run where no BPF
+// program runs (on Firecracker guests, PID 1's threads), so the task each of them
+// switches to is never seen switching in, nor the idle period one of them begins.
+Check switch_recovery(bool btf_ok) {
+  Check k = make("kernel", "switch_recovery", false);
+  if (!btf_ok) {
+    k.status = Verdict::Skip;
+    k.detail = "needs the kernel's BTF (see the btf line)";
+    return k;
+  }
+  const bool arrival = !arrival_cflags().empty();
+  auto b = kernel_btf();
+  const bool clock_idle = b && (*b)->has_field("rq", "clock_idle");
+  if (arrival && clock_idle) {
+    k.detail = "task_struct.sched_info and rq.clock_idle in BTF: a switch BPF never saw (no BPF program runs "
+               "in some tasks' context, e.g. PID 1's threads on Firecracker guests) is recovered from the "
+               "scheduler's own record and counted (offcputime, threadpool, runqlen: recovered_periods)";
+    return k;
+  }
+  k.status = Verdict::Warn;
+  k.detail = std::string("no ") + (arrival ? "rq.clock_idle" : "task_struct.sched_info (CONFIG_SCHED_INFO)") +
+             " in BTF: a switch BPF never saw cannot be recovered";
+  k.fix = "such periods are counted as dropped_periods (offcputime, threadpool, runqlen) and their time is "
+          "left out; a kernel with CONFIG_SCHED_INFO=y (schedstats or delay accounting) recovers them";
+  return k;
+}
+
 Check tracefs(bool root, bool& ok) {
   Check k = make("kernel", "tracefs", true);
   const std::string dir = tracefs_dir();
@@ -372,6 +399,7 @@ SystemProbe probe_system() {
   out.checks.push_back(privileges(f.root));
   out.checks.push_back(kernel(code));
   out.checks.push_back(btf(f.btf));
+  out.checks.push_back(switch_recovery(f.btf));
   out.checks.push_back(tracefs(f.root, f.tracefs));
   out.checks.push_back(lockdown(f.root, mode));
   out.checks.push_back(tracing_prog(f.root, "fentry", BPF_TRACE_FENTRY));
