@@ -5,12 +5,16 @@ Load: `perf bench sched pipe -T` (two threads of one process ping-pong over a pi
 Debian's perf is built without frame pointers). offcputime -p PID runs for SECONDS in
 each mode; the kernel's own BPF statistics (kernel.bpf_stats_enabled, read from the
 program's fdinfo: run_time_ns / run_cnt) give the cost per sched_switch run, and the
-program's verified_insns the verifier's work. Also reported: attach time (table
+program's verified_insns the verifier's work (in dwarf mode the unwinder is a second
+program reached by a tail call: its time is counted in the handler's run_time_ns, its
+verified_insns are in the start record's unwind_tables). Also reported: attach time (table
 building + compile + verification), the unwind tables built (start record) and the
 pipe's round trips per second under each mode. Prints one JSON line per mode and the
 dwarf/fp ratios.
 
-Usage: sudo bench/unwind.py [SECONDS=4]     (env BIN=build/bin)
+Usage: sudo bench/unwind.py [SECONDS=4] [OFFCPUTIME OPTIONS...]     (env BIN=build/bin)
+       e.g. `bench/unwind.py 4 -U`: user stacks only, so the per-run difference is the
+       user-stack walk alone (fp: bpf_get_stackid; dwarf: the tail-called unwinder).
 Run it under `flock -x /tmp/bpfdiag-quiet.lock` on a shared machine.
 """
 import json
@@ -23,6 +27,7 @@ import time
 BIN = os.environ.get("BIN", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../build/bin"))
 OC = os.path.join(BIN, "offcputime")
 SECS = float(sys.argv[1]) if len(sys.argv) > 1 else 4.0
+EXTRA = sys.argv[2:]
 
 
 def prog_stats(pid):
@@ -34,7 +39,7 @@ def prog_stats(pid):
             txt = open(os.path.join(d, fd)).read()
         except OSError:
             continue
-        if "prog_id:" not in txt:
+        if "prog_id:" not in txt or "run_cnt:" not in txt:  # links show their prog_id too
             continue
         kv = dict(re.findall(r"^(\w+):\s+(\S+)", txt, re.M))
         out[kv["prog_id"]] = {k: int(kv.get(k, 0)) for k in ("run_cnt", "run_time_ns", "verified_insns")}
@@ -46,7 +51,7 @@ def one(mode):
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.3)
     t0 = time.monotonic()
-    oc = subprocess.Popen([OC, "--unwind=" + mode, "-j", "-p", str(bench.pid)], stdout=subprocess.PIPE,
+    oc = subprocess.Popen([OC, "--unwind=" + mode, *EXTRA, "-j", "-p", str(bench.pid)], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     start = json.loads(oc.stdout.readline())
     attach_s = time.monotonic() - t0

@@ -16,8 +16,9 @@
  *   CAPTURE_USER, CAPTURE_KERNEL
  *   STACK_STORAGE_SIZE, OVERFLOW_STORAGE_SIZE, START_SIZE, COUNTS_SIZE, SEEN_SIZE
  *   OFF_TASK_SCHED_INFO ... (arrival.h's) when the kernel has them
- *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound here from .eh_frame
- *                             tables (bpf_sources/unwind.h), keyed by their hash
+ *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound from .eh_frame tables
+ *                             (bpf_sources/unwind.h) by uw_offcpu_tail, a program of
+ *                             its own that sched_switch tail-calls; keyed by their hash
  *
  * Stack tables: the kernel's stack map keeps one stack per hash bucket and refuses
  * (-EEXIST) a new stack whose bucket holds another one, so with D distinct stacks in
@@ -116,6 +117,35 @@ static inline __attribute__((always_inline)) void add_period(u32 tid, struct off
     v->max_ns = delta; /* racy max: two CPUs rarely update one thread's key at once */
 }
 
+/* Switch-in: next gets the CPU; its off-CPU period (if tracked) is counted. */
+static inline __attribute__((always_inline)) int switch_in(void *next, u64 now) {
+  u32 ntid = 0;
+  bpf_probe_read_kernel(&ntid, sizeof(ntid), next + OFF_TASK_PID);
+  if (ntid == 0)
+    return 0;
+  struct offcpu_start *sp = start.lookup(&ntid);
+  if (!sp) {
+    /* Count only threads we would have tracked: off-CPU since before tracing
+     * started, or whose switch-out was dropped. */
+    u32 ntgid = 0;
+    bpf_probe_read_kernel(&ntgid, sizeof(ntgid), next + OFF_TASK_TGID);
+    if (TGID_OK(ntgid) && TID_OK(ntid) && thread_kind_ok(next))
+      dq_count(OFFCPU_CNT_UNMATCHED_IN);
+    return 0;
+  }
+  struct offcpu_start s = *sp;
+  sp->skip = 1; /* closed: should the delete fail, the entry is not a missed switch-in */
+  start.delete(&ntid);
+  if (s.skip)
+    return 0;
+  if (now < s.ts) {
+    dq_count(OFFCPU_CNT_PERIOD_DROPPED);
+    return 0;
+  }
+  add_period(ntid, &s, now - s.ts);
+  return 0;
+}
+
 /* Thread `tid` (prev) is switching out. A period of its still open here means its
  * switch-in never reached this program: the task that switched to it ran where no BPF
  * program runs (arrival.h). The scheduler recorded when it arrived: if that was its
@@ -146,6 +176,8 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
   void *prev = (void *)ctx->args[1];
   void *next = (void *)ctx->args[2];
   u64 now = bpf_ktime_get_ns();
+  /* next first: the switch-out part may end in a tail call (--unwind=dwarf) */
+  switch_in(next, now);
   u64 id = bpf_get_current_pid_tgid(); /* prev */
   u32 tid = (u32)id, tgid = id >> 32;
 
@@ -159,7 +191,7 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     if (state & TASK_DEAD) { /* exiting: it will never be switched in again */
       close_unseen(prev, tid, now); /* its last period, if that switch-in went unseen */
       start.delete(&tid);
-      goto switch_in;
+      return 0;
     }
     if (ctx->args[0]) /* preempted: still runnable, whatever __state says */
       state = 0;
@@ -170,8 +202,8 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 #endif
     if (!s.skip) {
 #if defined(CAPTURE_USER) && defined(UW_DWARF)
-      s.user_stack_id = -14; /* the user part is s.user_hash */
-      s.user_hash = uw_unwind_user(tgid);
+      s.user_stack_id = -14; /* the user part is s.user_hash, set by uw_offcpu_tail */
+      s.user_hash = UW_HASH_LOST; /* until the unwinder has run */
 #elif defined(CAPTURE_USER)
       s.user_stack_id = get_stack(ctx, BPF_F_USER_STACK);
       if (s.user_stack_id < 0 && s.user_stack_id != -14 /* EFAULT: no user stack */)
@@ -197,38 +229,45 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
       }
     }
     s.arrivals = close_unseen(prev, tid, now);
-    if (start.update(&tid, &s) != 0)
+    if (start.update(&tid, &s) != 0) {
       dq_count(OFFCPU_CNT_START_FULL);
+      return 0;
+    }
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+    if (!s.skip) {
+      uw_progs.call(ctx, UW_PROG_UNWIND); /* does not return when it runs */
+      dq_count(OFFCPU_CNT_STACK_LOST);
+    }
+#endif
   }
-
-  /* ---- switch-in: next gets the CPU ---- */
-switch_in:;
-  u32 ntid = 0;
-  bpf_probe_read_kernel(&ntid, sizeof(ntid), next + OFF_TASK_PID);
-  if (ntid == 0)
-    return 0;
-  struct offcpu_start *sp = start.lookup(&ntid);
-  if (!sp) {
-    /* Count only threads we would have tracked: off-CPU since before tracing
-     * started, or whose switch-out was dropped. */
-    u32 ntgid = 0;
-    bpf_probe_read_kernel(&ntgid, sizeof(ntgid), next + OFF_TASK_TGID);
-    if (TGID_OK(ntgid) && TID_OK(ntid) && thread_kind_ok(next))
-      dq_count(OFFCPU_CNT_UNMATCHED_IN);
-    return 0;
-  }
-  struct offcpu_start s = *sp;
-  sp->skip = 1; /* closed: should the delete fail, the entry is not a missed switch-in */
-  start.delete(&ntid);
-  if (s.skip)
-    return 0;
-  if (now < s.ts) {
-    dq_count(OFFCPU_CNT_PERIOD_DROPPED);
-    return 0;
-  }
-  add_period(ntid, &s, now - s.ts);
   return 0;
 }
+
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+/* The DWARF unwinder, a program of its own reached by a tail call from sched_switch
+ * (verified separately: inlined into the handler it exceeded the verifier's
+ * 1M-instruction limit). Current is still prev; its `start` entry was just written. */
+int uw_offcpu_tail(struct bpf_raw_tracepoint_args *ctx) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 tid = (u32)id, tgid = id >> 32;
+  u64 h = uw_unwind_user(tgid);
+  struct offcpu_start *sp = start.lookup(&tid);
+  if (!sp) { /* cannot happen (written just before the tail call): counted if it does */
+    dq_count(OFFCPU_CNT_STACK_LOST);
+    return 0;
+  }
+  sp->user_hash = h;
+  /* 0: no user registers. A user thread then has no user stack in its sample: lost.
+   * (UW_HASH_LOST, uw_stacks full, is counted by the unwinder.) */
+  if (h == 0) {
+    unsigned int flags = 0;
+    bpf_probe_read_kernel(&flags, sizeof(flags), (void *)bpf_get_current_task() + OFF_TASK_FLAGS);
+    if (!(flags & PF_KTHREAD))
+      dq_count(OFFCPU_CNT_STACK_LOST);
+  }
+  return 0;
+}
+#endif
 
 /* After exec the process's mappings are new: forget that we announced it, so its
  * next switch-out announces it again and the front-end re-reads its mappings. */

@@ -2,15 +2,24 @@
  * docs/design/unwinding.md). Pasted into a tool's program text in place of its
  * `#include "unwind.h"` line by common/unwind_maps (with_unwind_header): libbcc
  * rewrites map calls only in the main file. Front-end: common/unwind_maps fills
- * uw_rows (all tables back to back, one copy per build-id) and uw_procs (each traced
- * process's executable file mappings, sorted, with load bias).
+ * uw_rows (all tables back to back, one copy per build-id), uw_maps (each traced
+ * process's executable file mappings, sorted, with load bias) and uw_procs (tgid ->
+ * its block of uw_maps).
  *
  *   u64 h = uw_unwind_user(tgid);   // 0: no user context; UW_HASH_LOST: not stored
  *   ... key.user_hash = h;          // frames: uw_stacks[h] (struct uw_pcs)
  *
+ * Call uw_unwind_user only from a program of its own, reached from the tool's handler
+ * by a tail call (`uw_progs.call(ctx, UW_PROG_UNWIND)`; the front-end puts that
+ * program's fd in uw_progs, common/unwind_maps install_unwinder). Inlined into a
+ * tool's handler, the verifier explores the unwinder once per path of the handler
+ * and gives up at its 1M-instruction limit; alone it is verified once (numbers in
+ * docs/design/unwinding.md). The tail-called program sees the same ctx and current
+ * task; state goes through maps (e.g. the tool's per-thread entry).
+ *
  * Injected (-D): OFF_TASK_STACK, THREAD_SIZE (where the user registers are: the top
  * of the task's kernel stack), UW_MAX_ROWS, UW_MAX_DEPTH (<= UW_STACK_SLOTS),
- * UW_PROCS_SIZE, UW_STACKS_SIZE.
+ * UW_PROCS_SIZE (processes: blocks of UW_MAX_MAPS in uw_maps), UW_STACKS_SIZE.
  *
  * A plain bounded loop with the step inlined: bpf_loop's callback is left
  * unrelocated by libbcc 0.26 (the verifier refuses it).
@@ -27,8 +36,10 @@ struct uw_state {
   u64 ip, sp, bp;
 };
 
+BPF_PROG_ARRAY(uw_progs, 1);
 BPF_ARRAY(uw_rows, struct uw_row, UW_MAX_ROWS);
 BPF_HASH(uw_procs, u32, struct uw_proc, UW_PROCS_SIZE);
+BPF_ARRAY(uw_maps, struct uw_map, UW_PROCS_SIZE * UW_MAX_MAPS);
 BPF_PERCPU_ARRAY(uw_scratch, struct uw_pcs, 1);
 BPF_HASH(uw_stacks, u64, struct uw_pcs, UW_STACKS_SIZE);
 BPF_PERCPU_ARRAY(uw_counters, u64, UW_CNT_MAX);
@@ -57,24 +68,27 @@ static inline __attribute__((always_inline)) int uw_user_regs(struct uw_user_reg
 }
 
 /* One frame: from (ip, sp, bp) to the caller's. Returns -1 to go on, else a status. */
-static inline __attribute__((always_inline)) int uw_step(struct uw_state *s, struct uw_proc *proc, u32 depth) {
+static inline __attribute__((always_inline)) int uw_step(struct uw_state *s, u32 base, u32 n, u32 depth) {
   u64 look = depth ? s->ip - 1 : s->ip; /* a return address may be past its call's function */
-  u32 lo = 0, hi = proc->n;
-  if (hi > UW_MAX_MAPS)
-    hi = UW_MAX_MAPS;
+  u32 lo = 0, hi = n;
   if (hi == 0)
     return UW_ST_NO_MAPPING;
   for (int k = 0; k < UW_MAP_STEPS; k++) {
     if (lo + 1 >= hi)
       break;
     u32 mid = lo + (hi - lo) / 2;
-    if (proc->maps[mid & (UW_MAX_MAPS - 1)].start <= look)
+    u32 key = base + mid;
+    struct uw_map *c = uw_maps.lookup(&key);
+    if (!c)
+      break;
+    if (c->start <= look)
       lo = mid;
     else
       hi = mid;
   }
-  struct uw_map *m = &proc->maps[lo & (UW_MAX_MAPS - 1)];
-  if (look < m->start || look >= m->end)
+  u32 key = base + lo;
+  struct uw_map *m = uw_maps.lookup(&key);
+  if (!m || look < m->start || look >= m->end)
     return UW_ST_NO_MAPPING;
   if (m->row_n == 0)
     return UW_ST_NO_CFI;
@@ -137,6 +151,12 @@ static inline __attribute__((always_inline)) u64 uw_unwind_user(u32 tgid) {
   if (!out)
     return 0;
   struct uw_proc *proc = uw_procs.lookup(&tgid);
+  u32 n = proc ? proc->n : 0, base = proc ? proc->slot * UW_MAX_MAPS : 0;
+  /* Never clamp to a constant here (n = UW_MAX_MAPS): with constant bounds the
+   * verifier computes every search path to a different constant and explores each
+   * one apart (measured: 1M+ instructions at depth 8). The front-end writes n <= max. */
+  if (n > UW_MAX_MAPS)
+    n = 0;
   struct uw_state s = {regs->ip, regs->sp, regs->bp};
   out->status = UW_ST_TRUNCATED;
   for (u32 d = 0; d < UW_MAX_DEPTH; d++) {
@@ -146,7 +166,7 @@ static inline __attribute__((always_inline)) u64 uw_unwind_user(u32 tgid) {
       out->status = UW_ST_NO_MAPPING;
       break;
     }
-    int st = uw_step(&s, proc, d);
+    int st = uw_step(&s, base, n, d);
     if (st >= 0) {
       out->status = st;
       break;

@@ -3,6 +3,9 @@
 #ifndef BPFDIAG_UNWIND_SHARED_H
 #define BPFDIAG_UNWIND_SHARED_H
 
+/* Slot of the unwinder program in the prog array uw_progs (tail call target). */
+#define UW_PROG_UNWIND 0
+
 /* Row of a compact unwind table (8 bytes): from `pc` (an ELF virtual address:
  * runtime pc - load bias) up to the next row's pc, CFA = reg + cfa_off and the
  * return address is at CFA - 8; the caller's RBP per the high nibble of `types`. */
@@ -25,16 +28,19 @@ struct uw_row {
   __s8 rbp_off8;
 };
 
-/* One executable file mapping of a process; its rows are uw_rows[row_lo, row_lo + row_n). */
-#define UW_MAX_MAPS 128 /* per process, sorted by start (binary search: 7 steps) */
+/* One executable file mapping of a process; its rows are uw_rows[row_lo, row_lo + row_n).
+ * A process's mappings, sorted by start, are uw_maps[slot * UW_MAX_MAPS + i], i < n:
+ * found by binary search with one array lookup per step (an index into a map value
+ * would make the verifier track every step's bounds and explore each exit apart). */
+#define UW_MAX_MAPS 128 /* per process (binary search: 7 steps) */
 #define UW_MAP_STEPS 8
 struct uw_map {
   __u64 start, end, bias;
   __u32 row_lo, row_n; /* row_n == 0: the file has no usable CFI */
 };
 struct uw_proc {
-  __u32 n, pad;
-  struct uw_map maps[UW_MAX_MAPS];
+  __u32 n;    /* mappings */
+  __u32 slot; /* its mappings' block in uw_maps */
 };
 
 /* An unwound user stack: pcs innermost first (pc[0] is the interrupted IP, the

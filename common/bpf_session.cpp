@@ -5,6 +5,7 @@
 
 #include <bcc/BPF.h>
 #include <sched.h>
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
@@ -15,6 +16,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -196,15 +198,123 @@ StderrNoiseFilter::~StderrNoiseFilter() {
     if (!line.empty() && !is_libbcc_noise(line)) std::fprintf(stderr, "%s\n", line.c_str());
 }
 
+// --- compile errors ----------------------------------------------------------------
+
+// clang's diagnostics run to many lines; the first "error:" line says what broke.
+std::string first_compile_error(const std::string& diagnostics) {
+  std::istringstream in(diagnostics);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("error:") != std::string::npos || line.find("LLVM ERROR") != std::string::npos) {
+      const std::string unknown = "error: <unknown>:0:0: ";  // LLVM backend errors: no location
+      if (line.rfind(unknown, 0) == 0) line = "error: " + line.substr(unknown.size());
+      return first_line(line);
+    }
+  return "";
+}
+
+namespace {
+
+// LLVM's BPF backend reports some errors (e.g. "Looks like the BPF stack limit of
+// 512 bytes is exceeded") through its fatal-error path, which prints them and calls
+// exit(1) inside libbcc's compile, while stderr is captured: the user would see
+// nothing. While a compile runs, an atexit handler turns what was captured into the
+// same one line as a returned compile error, on the real stderr (exit status stays 1).
+struct RescueState {
+  int real_stderr = -1;
+  StderrNoiseFilter* quiet = nullptr;
+};
+RescueState g_rescue;
+
+void compile_exit_rescue() {
+  if (!g_rescue.quiet || g_rescue.real_stderr < 0) return;
+  std::string all = g_rescue.quiet->captured();
+  std::string first = first_compile_error(all);
+  if (first.empty()) first = "the compiler exited without a message";
+  std::string line = std::string(program_invocation_short_name) + ": cannot compile BPF program: " + first +
+                     " (BPFDIAG_DEBUG=1 shows all diagnostics)\n";
+  if (std::getenv("BPFDIAG_DEBUG")) line = all + line;
+  if (write(g_rescue.real_stderr, line.data(), line.size()) < 0) {
+  }
+}
+
+}  // namespace
+
+CompileExitRescue::CompileExitRescue() {
+  static bool registered = (std::atexit(compile_exit_rescue), true);
+  (void)registered;
+  std::fflush(stderr);
+  g_rescue.real_stderr = dup(STDERR_FILENO);
+}
+
+void CompileExitRescue::watch(StderrNoiseFilter* quiet) { g_rescue.quiet = quiet; }
+
+CompileExitRescue::~CompileExitRescue() {
+  g_rescue.quiet = nullptr;
+  if (g_rescue.real_stderr >= 0) close(g_rescue.real_stderr);
+  g_rescue.real_stderr = -1;
+}
+
 // --- BpfSession --------------------------------------------------------------------
 
-// Loads (verifies) `fn` ahead of its attach only to time the two apart: libbcc keeps
-// the fd, and the attach call that follows reuses it.
-void BpfSession::verify(const std::string& fn, int type) {
-  if (!timing_on()) return;
+// One line for a program the kernel refused to load, from what libbcc printed while
+// loading it (the verifier log, or its E2BIG note): a verifier rejection is named as
+// such, with the instructions the verifier processed when the log says.
+std::string load_failure_line(const std::string& fn, const std::string& printed, const std::string& bcc) {
+  if (printed.find("Argument list too long") != std::string::npos)  // E2BIG: the complexity limit
+    return "the kernel verifier rejected " + fn +
+           ": over 1000000 instructions processed (its complexity limit; the program is too complex to verify)";
+  std::istringstream in(printed);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty() && !is_libbcc_noise(l)) lines.push_back(first_line(l));
+  std::string processed, reason;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("processed ", 0) != 0) continue;
+    auto n = lines[i].find(" insns");
+    processed = lines[i].substr(10, n == std::string::npos ? std::string::npos : n - 10);
+    for (size_t j = i; j-- > 0;) {  // the verifier's message: the last line that is no instruction dump
+      const std::string& l = lines[j];
+      size_t d = 0;
+      while (d < l.size() && std::isdigit(static_cast<unsigned char>(l[d]))) ++d;
+      if ((d && d < l.size() && l[d] == ':') || l.rfind("bpf: ", 0) == 0 || l[0] == ';' || l[0] == '\t' ||
+          l.rfind("func#", 0) == 0 || l.find("safe") == 0)
+        continue;
+      reason = l;
+      break;
+    }
+    break;
+  }
+  if (processed.empty())  // no verifier log: not a verifier rejection we can name
+    return "cannot load " + fn + ": " + bcc;
+  return "the kernel verifier rejected " + fn + ": " + (reason.empty() ? bcc : reason) + " (processed " + processed +
+         " insns)";
+}
+
+// Loads (verifies) `fn` ahead of its attach: a refusal is then reported as the
+// verifier's, not as an attach failure; libbcc keeps the fd and the attach call that
+// follows reuses it.
+Result<int> BpfSession::load_program(const std::string& fn, int type) {
   int fd = -1;
-  bpf_->load_func(fn, static_cast<bpf_prog_type>(type), fd);
-  timing_mark("verify " + fn);
+  ebpf::StatusTuple st(0);
+  std::string printed;
+  {
+    StderrNoiseFilter quiet;
+    st = bpf_->load_func(fn, static_cast<bpf_prog_type>(type), fd);
+    if (!st.ok()) {
+      printed = quiet.captured();
+      quiet.discard();  // the verifier log runs to thousands of lines: one line below
+    }
+  }
+  if (!st.ok()) return Error{load_failure_line(fn, printed, bcc_msg(st))};
+  if (timing_on()) timing_mark("verify " + fn + " (" + std::to_string(verified_insns(fd)) + " insns)");
+  return fd;
+}
+
+uint64_t BpfSession::verified_insns(int fd) {
+  struct bpf_prog_info info = {};
+  __u32 len = sizeof info;
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) return 0;
+  return info.verified_insns;
 }
 
 // The attached program's fd (libbcc caches it by name) for its recursion misses.
@@ -258,7 +368,9 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
   ebpf::StatusTuple st(0);
   std::string diagnostics;
   {
+    CompileExitRescue rescue;  // LLVM's backend exit(1)s on some errors: one line even then
     StderrNoiseFilter quiet;
+    rescue.watch(&quiet);
     KallsymsStandIn fast_compile(dir.value()->path(), kernel_version_code(u.release));
     st = s->bpf_->init(id_map_prelude(id_maps) + text, flags);
     if (!st.ok()) {
@@ -271,13 +383,7 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
   timing_mark("header shim removed");
   if (!st.ok()) {
     // clang's diagnostics run to many lines; the first "error:" line says what broke
-    std::string msg = diagnostics, first;
-    std::istringstream in(msg);
-    for (std::string line; std::getline(in, line);)
-      if (line.find("error:") != std::string::npos) {
-        first = line;
-        break;
-      }
+    std::string first = first_compile_error(diagnostics);
     if (first.empty()) first = first_line(st.msg());
     return Error{"cannot compile BPF program: " + first + " (BPFDIAG_DEBUG=1 shows all diagnostics)"};
   }
@@ -295,22 +401,25 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
 }
 
 Status BpfSession::attach_tracepoint(const std::string& tp, const std::string& fn) {
+  auto fd = load_program(fn, BPF_PROG_TYPE_TRACEPOINT);
+  if (!fd) return Error{fd.error()};
   StderrNoiseFilter quiet;
-  verify(fn);
   auto st = bpf_->attach_tracepoint(tp, fn);
   if (timing_on()) timing_mark("attach tp " + tp);
-  if (!st.ok()) return Error{"cannot attach tracepoint " + tp + ": " + bcc_msg(st)};
+  if (!st.ok()) return Error{"cannot attach tracepoint " + tp + ": " + bcc_msg(st) + "; is CONFIG_TRACEPOINTS enabled?"};
   note_program(fn, BPF_PROG_TYPE_TRACEPOINT);
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
 
 Status BpfSession::attach_raw_tracepoint(const std::string& tp, const std::string& fn) {
+  auto fd = load_program(fn, BPF_PROG_TYPE_RAW_TRACEPOINT);
+  if (!fd) return Error{fd.error()};
   StderrNoiseFilter quiet;
-  verify(fn, BPF_PROG_TYPE_RAW_TRACEPOINT);
   auto st = bpf_->attach_raw_tracepoint(tp, fn);
   if (timing_on()) timing_mark("attach raw tp " + tp);
-  if (!st.ok()) return Error{"cannot attach raw tracepoint " + tp + ": " + bcc_msg(st)};
+  if (!st.ok())
+    return Error{"cannot attach raw tracepoint " + tp + ": " + bcc_msg(st) + "; is CONFIG_TRACEPOINTS enabled?"};
   note_program(fn, BPF_PROG_TYPE_RAW_TRACEPOINT);
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
@@ -320,11 +429,10 @@ Status BpfSession::attach_perf_event(uint32_t type, uint32_t config, const std::
                                      uint64_t freq_hz) {
   // Opened here rather than with BPF::attach_perf_event, whose libbcc 0.26 version
   // crashes on detach; we own the fds and close them on destruction.
+  auto loaded = load_program(fn, BPF_PROG_TYPE_PERF_EVENT);
+  if (!loaded) return Error{loaded.error()};
+  int prog_fd = *loaded;
   StderrNoiseFilter quiet;
-  int prog_fd = -1;
-  auto st = bpf_->load_func(fn, BPF_PROG_TYPE_PERF_EVENT, prog_fd);
-  if (!st.ok()) return Error{"cannot load " + fn + ": " + bcc_msg(st)};
-  if (timing_on()) timing_mark("verify " + fn);
   for (int cpu = 0; cpu < libbpf_num_possible_cpus(); ++cpu) {
     struct perf_event_attr attr = {};
     attr.type = type;
@@ -351,8 +459,9 @@ Status BpfSession::attach_perf_event(uint32_t type, uint32_t config, const std::
 
 Status BpfSession::attach_uprobe(const std::string& binary, const std::string& symbol,
                                  const std::string& fn, bool ret, int pid) {
+  auto fd = load_program(fn, BPF_PROG_TYPE_KPROBE);
+  if (!fd) return Error{fd.error()};
   StderrNoiseFilter quiet;
-  verify(fn, BPF_PROG_TYPE_KPROBE);
   auto st = bpf_->attach_uprobe(binary, symbol, fn, 0,
                                 ret ? BPF_PROBE_RETURN : BPF_PROBE_ENTRY, pid);
   if (!st.ok())

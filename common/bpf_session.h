@@ -62,6 +62,12 @@ class BpfSession {
   // Waits up to timeout_ms for events and dispatches them; returns events seen or -1.
   int poll_perf_buffer(const std::string& table, int timeout_ms);
 
+  // Loads (verifies) program `fn` as `type` (enum bpf_prog_type); its fd. Refusals
+  // are one line: "the kernel verifier rejected FN: REASON (processed N insns)".
+  Result<int> load_program(const std::string& fn, int type);
+  // Instructions the verifier processed to accept a loaded program (0: unknown).
+  static uint64_t verified_insns(int fd);
+
   ebpf::BPF& bpf() { return *bpf_; }
   // Notes attached program `fn` (of bpf_prog_type `type`) for its recursion misses
   // (common/bpf_counters.h); the attach_* calls do it, callers of bpf() directly too.
@@ -69,7 +75,6 @@ class BpfSession {
 
  private:
   BpfSession();
-  void verify(const std::string& fn, int type = 5 /* BPF_PROG_TYPE_TRACEPOINT */);
   std::unique_ptr<ebpf::BPF> bpf_;
   std::vector<int> perf_fds_;
 };
@@ -95,5 +100,26 @@ class StderrNoiseFilter {
 };
 
 bool is_libbcc_noise(const std::string& line);
+
+// One line for program `fn` refused at load, from what libbcc printed meanwhile
+// (`printed`: the verifier log, or libbcc's E2BIG note) and libbcc's status message:
+// "the kernel verifier rejected FN: REASON (processed N insns)" when it was the
+// verifier, "cannot load FN: ..." otherwise.
+std::string load_failure_line(const std::string& fn, const std::string& printed, const std::string& bcc_msg);
+// The first compiler error line of clang/LLVM diagnostics ("" if none).
+std::string first_compile_error(const std::string& diagnostics);
+
+// While alive (around a libbcc compile, created before its StderrNoiseFilter): if the
+// compiler exits the process (LLVM's fatal-error path), what the filter captured is
+// printed as one line, "TOOL: cannot compile BPF program: FIRST ERROR", on the real
+// stderr before the exit completes.
+class CompileExitRescue {
+ public:
+  CompileExitRescue();
+  ~CompileExitRescue();
+  void watch(StderrNoiseFilter* quiet);
+  CompileExitRescue(const CompileExitRescue&) = delete;
+  CompileExitRescue& operator=(const CompileExitRescue&) = delete;
+};
 
 }  // namespace bpfdiag

@@ -44,9 +44,9 @@ OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(he
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
 OptionSpec unwind() {
   return make("unwind", "MODE",
-              "user stacks: fp (frame pointers, the default) or\n"
-              "dwarf (.eh_frame tables; not available yet:\n"
-              "the verifier rejects the unwinder, issue 11)",
+              "user stacks: dwarf (.eh_frame tables; the default\n"
+              "with -p/-t) or fp (frame pointers; the default\n"
+              "system-wide)",
               "Stacks");
 }
 }  // namespace opt

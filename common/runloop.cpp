@@ -21,6 +21,7 @@ const int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 // Shared with the signal handler: lock-free atomics only.
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_running{false};       // the run loop has started
+std::atomic<bool> g_boundary{false};      // SIGUSR1: a report boundary was asked for
 std::atomic<char**> g_temp_paths{nullptr};  // null-terminated, removed before _exit
 
 sigset_t stop_set() {
@@ -84,6 +85,8 @@ void on_stop_signal(int sig) {
   errno = saved;
 }
 
+void on_boundary_signal(int) { g_boundary.store(true); }
+
 }  // namespace
 
 uint64_t monotonic_ns() {
@@ -107,7 +110,11 @@ void install_stop_handlers() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: a blocking read or open returns EINTR at once
   for (int s : kStopSignals) sigaction(s, &sa, nullptr);
+  g_boundary.store(false);
+  sa.sa_handler = on_boundary_signal;
+  sigaction(SIGUSR1, &sa, nullptr);
   sigset_t set = stop_set();
+  sigaddset(&set, SIGUSR1);
   sigprocmask(SIG_UNBLOCK, &set, nullptr);  // e.g. inherited blocked from a parent
 }
 
@@ -169,6 +176,10 @@ int run_loop(const Schedule& s, const RunHooks& hooks) {
     if (hooks.should_stop && hooks.should_stop()) break;
     now = monotonic_ns();
     if (now >= end) break;
+    if (g_boundary.exchange(false) && hooks.report) {
+      hooks.report(false);  // SIGUSR1: what came before goes into this report
+      continue;
+    }
     if (now >= next_tick) {
       ++ticks;
       if (s.count && ticks >= *s.count) break;  // the last interval is the final report

@@ -18,6 +18,10 @@ namespace bpfdiag {
 //  - once the run loop has started, it asks the loop to stop and print the final
 //    report; blocking system calls return EINTR instead of holding the report up. A
 //    second stop signal while the report is being made ends the process at once.
+// SIGUSR1 asks for a report boundary: the run loop prints an interval report (final
+// false) at once, so the next report covers only what came after the signal (runbook
+// sends it to every tool when its window starts). Before the loop starts it is kept
+// for the loop; it does not count towards -c.
 // Call at the start of main(), before any thread exists (tool_main does).
 void install_stop_handlers();
 // From now on a stop signal asks for the final report instead of ending the process.

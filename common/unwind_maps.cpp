@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/bpf_session.h"
 #include "common/btf.h"
 #include "common/cli.h"
 #include "common/embedded.h"
@@ -20,15 +21,14 @@ namespace bpfdiag {
 
 static_assert(sizeof(uw_row) == 8, "uw_row layout shared with BPF");
 static_assert(sizeof(uw_map) == 32, "uw_map layout shared with BPF");
-static_assert(sizeof(uw_proc) == 8 + 32 * UW_MAX_MAPS, "uw_proc layout shared with BPF");
+static_assert(sizeof(uw_proc) == 8, "uw_proc layout shared with BPF");
 static_assert(sizeof(uw_pcs) == 8 * UW_STACK_SLOTS + 8, "uw_pcs layout shared with BPF");
 
 Result<UnwindMode> parse_unwind_mode(const cxxopts::ParseResult& raw, bool have_targets) {
   const std::string* v = opt_str(raw, "unwind");
-  // Default fp for now: dwarf becomes the default with -p/-t once every stack tool's
-  // suite passes with it (issue 11, docs/design/unwinding.md section 8).
-  (void)have_targets;
-  if (!v) return UnwindMode::FramePointer;
+  // Default: dwarf when the targets are known (their tables are built at startup),
+  // fp for system-wide runs (tables for every process are not built yet).
+  if (!v) return have_targets ? UnwindMode::Dwarf : UnwindMode::FramePointer;
   if (*v == "fp") return UnwindMode::FramePointer;
   if (*v == "dwarf") return UnwindMode::Dwarf;
   return Error{"--unwind must be fp or dwarf, not '" + *v + "'"};
@@ -115,7 +115,10 @@ bool UnwindMaps::add_process(uint32_t tgid) {
   }
   if (!any) return false;
   std::sort(maps.begin(), maps.end(), [](const uw_map& a, const uw_map& b) { return a.start < b.start; });
-  if (!procs_.count(tgid)) stats_.processes++;
+  if (!procs_.count(tgid)) {
+    stats_.processes++;
+    slots_.emplace(tgid, uint32_t(slots_.size()));
+  }
   procs_[tgid] = std::move(maps);
   dirty_[tgid] = true;
   stats_.rows = rows_.size();
@@ -134,7 +137,8 @@ Result<std::vector<std::string>> UnwindMaps::cflags() {
   flags.push_back("-DTHREAD_SIZE=16384");  // x86-64; the regs are checked (cs == user) in BPF
   flags.push_back("-DUW_MAX_ROWS=" + std::to_string(capacity_));
   flags.push_back("-DUW_MAX_DEPTH=" + std::to_string(std::min<uint32_t>(max_depth_, UW_STACK_SLOTS)));
-  flags.push_back("-DUW_PROCS_SIZE=" + std::to_string(std::max<size_t>(1024, procs_.size() * 2)));
+  proc_capacity_ = std::max<size_t>(64, procs_.size() * 2);  // uw_maps: 4 KB per process
+  flags.push_back("-DUW_PROCS_SIZE=" + std::to_string(proc_capacity_));
   flags.push_back("-DUW_STACKS_SIZE=16384");
   return flags;
 }
@@ -142,7 +146,8 @@ Result<std::vector<std::string>> UnwindMaps::cflags() {
 Status UnwindMaps::fill(ebpf::BPF& bpf) {
   auto t0 = std::chrono::steady_clock::now();
   int rfd = bpf.get_table("uw_rows").get_fd(), pfd = bpf.get_table("uw_procs").get_fd();
-  if (rfd < 0 || pfd < 0) return Error{"unwind maps missing from the BPF program"};
+  int mfd = bpf.get_table("uw_maps").get_fd();
+  if (rfd < 0 || pfd < 0 || mfd < 0) return Error{"unwind maps missing from the BPF program"};
   if (rows_written_ < rows_.size()) {
     std::vector<uint32_t> keys(rows_.size() - rows_written_);
     for (size_t i = 0; i < keys.size(); ++i) keys[i] = uint32_t(rows_written_ + i);
@@ -153,16 +158,32 @@ Status UnwindMaps::fill(ebpf::BPF& bpf) {
   }
   for (auto& [tgid, dirty] : dirty_) {
     if (!dirty) continue;
-    uw_proc p{};
     auto& maps = procs_[tgid];
-    p.n = uint32_t(maps.size());
-    std::copy(maps.begin(), maps.end(), p.maps);
+    uint32_t slot = slots_[tgid];
+    if (slot >= proc_capacity_) continue;  // more processes than sized for: ustack_no_mapping
+    std::vector<uint32_t> keys(maps.size());
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = slot * UW_MAX_MAPS + uint32_t(i);
+    uint32_t n = keys.size();
+    if (n && bpf_map_update_batch(mfd, keys.data(), maps.data(), &n, nullptr) != 0)
+      return Error{std::string("cannot write the unwind mappings: ") + std::strerror(errno)};
+    uw_proc p{uint32_t(maps.size()), slot};  // after its mappings: BPF never sees n unwritten ones
     uint32_t key = tgid;
     if (bpf_map_update_elem(pfd, &key, &p, BPF_ANY) != 0)
       return Error{std::string("cannot write the unwind mappings: ") + std::strerror(errno)};
     dirty = false;
   }
   stats_.fill_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return std::nullopt;
+}
+
+Status UnwindMaps::install(BpfSession& session, const std::string& fn, int prog_type) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto fd = session.load_program(fn, prog_type);
+  if (!fd) return Error{fd.error()};
+  stats_.verify_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.verified_insns = BpfSession::verified_insns(*fd);
+  auto st = session.bpf().get_prog_table("uw_progs").update_value(UW_PROG_UNWIND, *fd);
+  if (!st.ok()) return Error{"cannot install the unwinder program " + fn + ": " + st.msg()};
   return std::nullopt;
 }
 

@@ -1,7 +1,7 @@
 // Per-process unwinding state for bpf_sources/unwind.h: each traced process's
 // executable file mappings (with load bias) and the unwind tables of the files they
 // map (common/unwind_tables, one copy per build-id), written into the BPF maps
-// uw_rows / uw_procs; reading unwound stacks (uw_stacks) back; the --unwind option.
+// uw_rows / uw_maps / uw_procs; reading unwound stacks (uw_stacks) back; the --unwind option.
 //
 // PUBLIC API:
 //   UnwindMaps uw;
@@ -9,6 +9,7 @@
 //   auto flags = uw.cflags();                       // -DUW_DWARF -DUW_MAX_ROWS=...
 //   text = with_unwind_header(text);                // pastes unwind.h (libbcc rule)
 //   ... load ..., uw.fill(bpf);                     // rows + mappings into the maps
+//   uw.install(session, "uw_<tool>_tail", type);    // the unwinder program -> uw_progs
 //   uw.refresh(bpf, tgid);                          // after exec / dlopen
 //   UnwoundStacks st = read_unwound_stacks(bpf);    // hash -> pcs + status
 //   add_unwind_counters(bpf, dq, &deltas);          // ustack_* data_quality keys
@@ -33,11 +34,14 @@ class BPF;
 }
 
 namespace bpfdiag {
+class BpfSession;
+}
+
+namespace bpfdiag {
 
 enum class UnwindMode { FramePointer, Dwarf };
 
-// --unwind=fp|dwarf: the given mode, else fp (dwarf is opt-in until every stack tool
-// passes its suite with it; then the default becomes dwarf with -p/-t).
+// --unwind=fp|dwarf: the given mode, else dwarf with targets (-p/-t), fp without.
 Result<UnwindMode> parse_unwind_mode(const cxxopts::ParseResult& raw, bool have_targets);
 const char* unwind_mode_name(UnwindMode m);
 
@@ -51,11 +55,13 @@ struct UnwindStats {
   uint64_t processes = 0, mappings = 0, binaries = 0, binaries_without_cfi = 0;
   uint64_t rows = 0, table_bytes = 0;
   double build_ms = 0, fill_ms = 0;
+  uint64_t verified_insns = 0;  // the unwinder program's, as the verifier counted them
+  double verify_ms = 0;         // its load (verification) time
 };
 
 class UnwindMaps {
  public:
-  explicit UnwindMaps(uint32_t max_depth = 32) : max_depth_(max_depth) {}
+  explicit UnwindMaps(uint32_t max_depth = 64) : max_depth_(max_depth) {}
   // Reads /proc/TGID/maps and builds the tables of its executable file mappings.
   // False when the process is gone.
   bool add_process(uint32_t tgid);
@@ -63,6 +69,10 @@ class UnwindMaps {
   Result<std::vector<std::string>> cflags();
   // Writes every row and process not yet in the maps.
   Status fill(ebpf::BPF& bpf);
+  // Loads the tool's unwinder program `fn` (a program that calls uw_unwind_user,
+  // of the handler's type) and puts it in uw_progs, where the handler's tail call
+  // (uw_progs.call(ctx, UW_PROG_UNWIND)) finds it. Before attaching the handler.
+  Status install(BpfSession& session, const std::string& fn, int prog_type);
   // Re-reads tgid's mappings (exec, dlopen) and writes what changed.
   Status refresh(ebpf::BPF& bpf, uint32_t tgid);
   const UnwindStats& stats() const { return stats_; }
@@ -73,6 +83,8 @@ class UnwindMaps {
   };
   uint32_t max_depth_;
   uint64_t capacity_ = 0;                // uw_rows entries (0: cflags() not called yet)
+  uint64_t proc_capacity_ = 0;           // processes uw_maps holds (blocks of UW_MAX_MAPS)
+  std::map<uint32_t, uint32_t> slots_;   // tgid -> its block in uw_maps
   std::vector<uw_row> rows_;             // every placed row, back to back
   size_t rows_written_ = 0;              // rows_[0, rows_written_) are in uw_rows
   std::map<const UnwindTable*, Placed> placed_;

@@ -8,7 +8,8 @@ what ran, every NDJSON line against its tool's schema.
 - sleepy-process vs sleepers: naptime's finding counts every sleep the workload issued
   and their total within 2% (+0.2 ms per sleep).
 - cpu-saturation vs busyloops (4 loops, 2 CPUs): the run-queue finding is a problem and
-  its average within 0.3 of every task's run_delay over the window (/proc schedstat).
+  its average within 0.3 of every task's run_delay over the window (/proc schedstat,
+  task by task; runqlen's final report covers the window: runbook's SIGUSR1 boundary).
 - slow-service vs demo_app: lockstat's top lock is stats_lock; threadpool's verdict for
   the worker pool is the tool's own; every tool's section and data quality present.
 - doctor vs sleepers_nofp: a frame-pointer warning for the target is a finding.
@@ -118,13 +119,21 @@ check(got_ms is not None and within(got_ms, truth_ms, rel=0.02, abs_=0.2 * truth
 
 
 def run_delay_ns():
-    total = 0
+    """{task path: run_delay ns} of every task now."""
+    delays = {}
     for f in glob.glob("/proc/[0-9]*/task/[0-9]*/schedstat"):
         try:
-            total += int(open(f).read().split()[1])
+            delays[f] = int(open(f).read().split()[1])
         except (OSError, ValueError, IndexError):
             pass
-    return total
+    return delays
+
+
+def run_delay_delta(d0, d1):
+    """Run delay accrued between two snapshots, task by task. A task gone by the second
+    (runbook's tools exit before it) is left out: subtracting its run delay before the
+    window (their BPF compiles wait for the CPUs) would take time off the window's."""
+    return sum(v - d0.get(k, 0) for k, v in d1.items())
 
 
 out = os.path.join(TMP, "cpu")
@@ -146,12 +155,21 @@ rj, recs = check_report_dir(out, "cpu-saturation", ["runqlen", "profile", "offcp
 fs = findings(out)
 show("cpu-saturation", fs)
 cpus = os.cpu_count()
-truth = (d1 - snap["d0"]) / ((t1 - snap["t0"]) * 1e9) / cpus if snap else -1
+truth = run_delay_delta(snap["d0"], d1) / ((t1 - snap["t0"]) * 1e9) / cpus if snap else -1
 rq = [f for f in fs if f["tool"] == "runqlen"]
 avg = number(rq[0]["number"], ",") if rq else None
 check(rq and not rq[0]["fine"] and avg is not None and within(avg, truth, rel=0.2, abs_=0.3),
       "cpu-saturation: run-queue finding is a problem, avg %s vs every task's run_delay %.2f per CPU (20%% or 0.3)" % (avg, truth))
 check("has no -p" in open(os.path.join(out, "report.md")).read(), "cpu-saturation: the report says runqlen measured the whole machine")
+# SIGUSR1 at the window's start: each tool's final report covers the window, not its
+# own attach onwards (runqlen attaches first and saw the others' BPF compiles: 5.4 s of
+# its 4 s window before the boundary)
+window_s = (rj["window_end_ns"] - rj["window_start_ns"]) / 1e9
+for name in ("runqlen", "profile", "offcputime"):
+    fin = [r for r in recs.get(name, []) if r.get("type") == name + ".summary" and r.get("final")]
+    got = fin[-1]["interval_ns"] / 1e9 if fin else None
+    check(got is not None and within(got, window_s, abs_=0.5),
+          "cpu-saturation: %s's final report covers %s s of the %.2f s window (0.5 s)" % (name, got, window_s))
 prof = [f for f in fs if f["tool"] == "profile"]
 if HAVE_PROFILE:
     check(prof and "busyloops" in prof[0]["text"] and os.path.exists(os.path.join(out, "profile.svg")),

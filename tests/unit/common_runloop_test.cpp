@@ -161,6 +161,33 @@ TEST_CASE("run_loop: a stop signal ends a long run at once, with one final repor
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &dfl, nullptr);
 }
 
+TEST_CASE("run_loop: SIGUSR1 is a report boundary: one interval report at once, -c unchanged") {
+  const pthread_t main_thread = pthread_self();
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    pthread_kill(main_thread, SIGUSR1);
+  });
+  Trace t = run(sched(std::nullopt, std::nullopt, 300));
+  sender.join();
+  CHECK(t.rc == 0);  // not a stop signal
+  REQUIRE(t.ticks.size() == 1);
+  check_at(t.ticks[0], 100 * kMs, "boundary report after the signal");
+  REQUIRE(t.finals.size() == 1);
+  check_at(t.finals[0], 300 * kMs, "final report at the duration");
+  // sent before the loop starts (runbook signals once a tool's start record is out):
+  // kept for the loop; ticks still count to -c
+  install_stop_handlers();
+  raise(SIGUSR1);
+  int ticks = 0, finals = 0;
+  RunHooks h;
+  h.report = [&](bool final) { ++(final ? finals : ticks); };
+  const uint64_t start = monotonic_ns();
+  CHECK(run_loop(sched(40, 3, std::nullopt), h) == 0);
+  CHECK(ticks == 3);  // the boundary + 2 interval ticks
+  CHECK(finals == 1);
+  check_at(monotonic_ns() - start, 120 * kMs, "count 3 still ends after 3 intervals");
+}
+
 TEST_CASE("run_loop: interval alone reports until something stops it") {
   install_stop_handlers();
   int ticks = 0, finals = 0;

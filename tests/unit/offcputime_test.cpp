@@ -29,6 +29,22 @@ TEST_CASE("offcputime: defaults") {
   CHECK(!c->schedule.duration_ns);
   CHECK(!c->schedule.interval_ns);
   CHECK(!c->state);
+  CHECK(!c->unwind_dwarf);  // system-wide: frame pointers
+}
+
+TEST_CASE("offcputime: --unwind (dwarf is the default with -p/-t)") {
+  std::string self = std::to_string(getpid());
+  CHECK(parse({"-p", self})->unwind_dwarf);
+  CHECK(parse({"-t", self})->unwind_dwarf);
+  CHECK(!parse({"--unwind=fp", "-p", self})->unwind_dwarf);
+  CHECK(parse({"--unwind=dwarf", "-p", self})->unwind_dwarf);
+  CHECK(!parse({"-K", "-p", self})->unwind_dwarf);  // no user stacks: nothing to unwind
+  auto r = parse({"--unwind=dwarf"});
+  REQUIRE_FALSE(r);
+  CHECK(r.error().find("needs -p or -t") != std::string::npos);
+  r = parse({"--unwind=lbr", "-p", self});
+  REQUIRE_FALSE(r);
+  CHECK(r.error().find("fp or dwarf") != std::string::npos);
 }
 
 TEST_CASE("offcputime: stack tables sized from the threads traced") {

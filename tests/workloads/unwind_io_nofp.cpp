@@ -5,7 +5,7 @@
 //   uw_cond  cond_loop -> cond_stage -> block_in_cond_wait -> pthread_cond_wait (~400 ms)
 // A driver thread writes one byte every pipe_ms and signals every cond_ms.
 // Usage: unwind_io_nofp [pipe_reads=9] [pipe_ms=100] [cond_waits=4] [cond_ms=100]
-//                       [start_delay_ms=0]
+//                       [start_delay_ms=0; -1: start on stdin]
 // Prints the JSON report described in unwind_truth.h.
 #include <cstdlib>
 #include <thread>
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (pipe(g_pipe) != 0) return 1;
-  if (a.start_delay > 0) uw::sleep_ms(a.start_delay);
+  uw::start_gate(a.start_delay);
   std::vector<uw::Result> res = {{"uw_pipe", "block_in_pipe_read", {"pipe_loop", "pipe_stage"}},
                                  {"uw_cond", "block_in_cond_wait", {"cond_loop", "cond_stage"}}};
   std::thread tp([&] { uw::name_self(res[0]); pipe_loop(&res[0], a.pipe_reads); });

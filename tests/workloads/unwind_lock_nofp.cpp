@@ -5,7 +5,7 @@
 // A holder thread (uw_holder) takes the mutex and holds it hold_ms each round; the
 // waiter only asks for it once the holder has it, so every wait is contended.
 // Usage: unwind_lock_nofp [rounds=8] [hold_ms=50] [sleeps=8] [sleep_ms=50]
-//                         [start_delay_ms=0]
+//                         [start_delay_ms=0; -1: start on stdin]
 // Prints the JSON report described in unwind_truth.h.
 #include <atomic>
 #include <cstdlib>
@@ -64,11 +64,11 @@ int main(int argc, char** argv) {
   int sleeps = argc > 3 ? std::atoi(argv[3]) : 8;
   g_sleep_ms = argc > 4 ? std::atol(argv[4]) : 50;
   long start_delay = argc > 5 ? std::atol(argv[5]) : 0;
-  if (rounds < 1 || hold_ms < 1 || sleeps < 1 || g_sleep_ms < 1 || start_delay < 0) {
+  if (rounds < 1 || hold_ms < 1 || sleeps < 1 || g_sleep_ms < 1 || start_delay < -1) {
     std::fprintf(stderr, "usage: unwind_lock_nofp [rounds] [hold_ms] [sleeps] [sleep_ms] [start_delay_ms]\n");
     return 2;
   }
-  if (start_delay > 0) uw::sleep_ms(start_delay);
+  uw::start_gate(start_delay);
   std::vector<uw::Result> res = {{"uw_mutex", "block_in_mutex_lock", {"mutex_loop", "mutex_stage"}},
                                  {"uw_sleep", "block_in_nanosleep", {"sleep_loop", "sleep_stage"}}};
   std::thread tm([&] { uw::name_self(res[0]); mutex_loop(&res[0], rounds); });

@@ -4,7 +4,7 @@
 //   uw_so_pipe  so_pipe_loop -> ublk_read_stage -> ublk_block_in_read -> read()
 //   uw_so_cond  so_cond_loop -> ublk_cond_stage -> ublk_block_in_cond_wait -> pthread_cond_wait
 // Usage: unwind_solib_nofp [pipe_reads=9] [pipe_ms=100] [cond_waits=4] [cond_ms=100]
-//                          [start_delay_ms=0]
+//                          [start_delay_ms=0; -1: start on stdin]
 // Prints the JSON report described in unwind_truth.h.
 #include <cstdlib>
 #include <thread>
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (pipe(g_pipe) != 0) return 1;
-  if (a.start_delay > 0) uw::sleep_ms(a.start_delay);
+  uw::start_gate(a.start_delay);
   std::vector<uw::Result> res = {{"uw_so_pipe", "ublk_block_in_read", {"so_pipe_loop", "ublk_read_stage"}},
                                  {"uw_so_cond", "ublk_block_in_cond_wait", {"so_cond_loop", "ublk_cond_stage"}}};
   std::thread tp([&] { uw::name_self(res[0]); so_pipe_loop(&res[0], a.pipe_reads); });

@@ -37,6 +37,17 @@ inline void sleep_ms(long ms) {
   }
 }
 
+// The timed part starts after start_delay ms; with -1, once a byte (or EOF) arrives
+// on stdin, so a test can start it right after its tracer has attached.
+inline void start_gate(long start_delay) {
+  if (start_delay > 0) sleep_ms(start_delay);
+  if (start_delay < 0) {
+    char c;
+    while (read(0, &c, 1) < 0) {
+    }
+  }
+}
+
 struct Result {
   const char* name;
   const char* function;
@@ -66,7 +77,7 @@ inline void print_report(const std::vector<Result>& res) {
 }
 
 // Arguments shared by the pipe + condvar workloads:
-//   [pipe_reads=9] [pipe_ms=100] [cond_waits=4] [cond_ms=100] [start_delay_ms=0]
+//   [pipe_reads=9] [pipe_ms=100] [cond_waits=4] [cond_ms=100] [start_delay_ms=0, -1: stdin]
 struct PipeCondArgs {
   int pipe_reads = 9, cond_waits = 4;
   long pipe_ms = 100, cond_ms = 100, start_delay = 0;
@@ -77,7 +88,7 @@ inline bool parse_pipe_cond(int argc, char** argv, PipeCondArgs& a) {
   if (argc > 3) a.cond_waits = std::atoi(argv[3]);
   if (argc > 4) a.cond_ms = std::atol(argv[4]);
   if (argc > 5) a.start_delay = std::atol(argv[5]);
-  return a.pipe_reads >= 1 && a.pipe_ms >= 1 && a.cond_waits >= 1 && a.cond_ms >= 1 && a.start_delay >= 0;
+  return a.pipe_reads >= 1 && a.pipe_ms >= 1 && a.cond_waits >= 1 && a.cond_ms >= 1 && a.start_delay >= -1;
 }
 // Two driver threads: one writes a byte to pipe_wr every pipe_ms, one bumps *gen and
 // signals cv every cond_ms. Returns them to be joined.

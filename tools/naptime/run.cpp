@@ -116,7 +116,7 @@ Status run(const Config& c) {
   // resolvers of parked (interrupted) sleeps first, then exits before enters: a sleep
   // that starts before its exit probe exists cannot be matched
   if (auto st = session.attach_raw_tracepoint("sched_process_exit", "raw_tracepoint__sched_process_exit"))
-    return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
+    return st;  // one line: a verifier rejection, or the attach failure with its hint
   for (auto it = probes.rbegin(); it != probes.rend(); ++it)
     if (auto st = session.attach_tracepoint(it->first, it->second))
       return Error{st->message + "; are syscall tracepoints enabled (CONFIG_FTRACE_SYSCALLS)?"};

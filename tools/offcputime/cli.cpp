@@ -109,11 +109,6 @@ Result<Config> parse_args(int argc, char** argv) {
   auto uw = parse_unwind_mode(raw, !c.pids.empty() || !c.tids.empty());
   if (!uw) return Error{uw.error()};
   c.unwind_dwarf = *uw == UnwindMode::Dwarf && !c.kernel_stacks_only;
-  // Issue 11: the in-BPF unwinder is built and its tables are tested, but inside
-  // offcputime's program the verifier still rejects it (1M-instruction limit at depth
-  // 32). Until it loads, dwarf is refused up front instead of failing after the build.
-  if (*uw == UnwindMode::Dwarf && !getenv("BPFDIAG_EXPERIMENTAL_UNWIND"))
-    return Error{"--unwind=dwarf is not available yet: its unwinder does not pass the kernel verifier (issue 11)"};
   if (*uw == UnwindMode::Dwarf && c.pids.empty() && c.tids.empty())
     return Error{"--unwind=dwarf needs -p or -t (tables are built per target process)"};
   if (c.user_threads_only && c.kernel_threads_only)

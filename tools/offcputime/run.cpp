@@ -93,13 +93,14 @@ Status run(const Config& user_config) {
   Live live;
   if (c.unwind_dwarf) {
     if (auto st = uw.fill(session.bpf())) return st;
+    if (auto st = uw.install(session, "uw_offcpu_tail", BPF_PROG_TYPE_RAW_TRACEPOINT)) return st;
     live.uw = &uw;
   }
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
   for (auto p : c.pids) live.sym.remember(p);
   for (auto& [tp, fn] : kProbes)
     if (auto st = session.attach_raw_tracepoint(tp, fn))
-      return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
+      return st;  // one line: a verifier rejection, or the attach failure with its hint
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
   nlohmann::json fields = start_fields(c, kProbes.size());
   if (c.unwind_dwarf) {  // what the tables cost at startup
@@ -107,7 +108,8 @@ Status run(const Config& user_config) {
     fields["unwind_tables"] = {{"processes", us.processes}, {"mappings", us.mappings},
                                {"binaries", us.binaries},   {"binaries_without_cfi", us.binaries_without_cfi},
                                {"rows", us.rows},           {"bytes", us.table_bytes},
-                               {"build_ms", us.build_ms},   {"fill_ms", us.fill_ms}};
+                               {"build_ms", us.build_ms},   {"fill_ms", us.fill_ms},
+                               {"verified_insns", us.verified_insns}, {"verify_ms", us.verify_ms}};
   }
   announce_attached(std::cout, "offcputime", c.json, banner(c), fields, dq0);
 

@@ -1,6 +1,7 @@
 // Runs the runbook's tools: one child process each (own process group, stdout a
 // pipe, stderr a file), a window that starts once every tool's "<tool>.start" record
-// has arrived, then SIGINT to each (every tool prints its final report on SIGINT).
+// has arrived (SIGUSR1 to each: a report boundary, so the final report covers the
+// window), then SIGINT to each (every tool prints its final report on SIGINT).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -252,7 +253,12 @@ Status execute(Run& run) {
     }
     pump(run, out, 100);
   }
-  // 2. the window
+  // 2. the window. Each tool has traced since its own attach, the first ones through
+  // the others' startup (BPF compiles: CPU load a run-queue tool would report);
+  // SIGUSR1 makes each print a report boundary now, so its final report covers the
+  // window only (common/runloop.h).
+  for (auto& t : run.tools)
+    if (t.pid > 0 && t.started && !t.exited) kill(t.pid, SIGUSR1);
   run.window_start_ns = realtime_ns();
   uint64_t duration = run.cfg.duration_ns ? run.cfg.duration_ns : run.book.duration_ns;
   if (!g_stop)

@@ -82,7 +82,7 @@ Status run(const Config& c) {
                                           c.freq_hz))
     return st;
   if (auto st = session.attach_raw_tracepoint("sched_switch", "raw_tracepoint__sched_switch"))
-    return Error{st->message + "; is CONFIG_TRACEPOINTS enabled?"};
+    return st;  // one line: a verifier rejection, or the attach failure with its hint
   visit_every_cpu();
 
   Reader reader(session.bpf());
