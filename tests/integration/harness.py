@@ -208,6 +208,25 @@ def steal_ns():
         return int(f.readline().split()[8]) * 10**9 // os.sysconf("SC_CLK_TCK")
 
 
+def perf_script_stacks(perf, data):
+    """The samples of `perf record -g` file `data` as [{"tid", "frames"}], frames
+    innermost first, symbol names only (perf script -F tid,ip,sym)."""
+    out = subprocess.run([perf, "script", "-i", data, "-F", "tid,ip,sym"], capture_output=True,
+                         text=True, timeout=60).stdout
+    samples, cur = [], None
+    for line in out.splitlines():
+        if not line.strip():
+            cur = None
+        elif not line.startswith("\t"):  # a sample's header: the tid, right-aligned in 5
+            cur = {"tid": int(line.split()[0]), "frames": []}
+            samples.append(cur)
+        elif cur is not None:
+            parts = line.split(None, 1)
+            if len(parts) == 2:
+                cur["frames"].append(parts[1].split(" (")[0].strip())
+    return samples
+
+
 class Pid1Traffic:
     """Makes PID 1 busy: a thread connects to (and closes) PID 1's own listening TCP
     socket in a loop. On Firecracker guests PID 1 is the sandbox's agent

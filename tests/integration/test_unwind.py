@@ -164,19 +164,7 @@ if perf:
             perr = p.communicate(timeout=60)[1]
             if not check(p.returncode == 0, "%s: perf record ran (%r)" % (wl, perr[-200:])):
                 continue
-            script = subprocess.run([perf, "script", "-i", data, "-F", "tid,ip,sym"], capture_output=True,
-                                    text=True, timeout=60).stdout
-            samples, cur = [], None
-            for line in script.splitlines():
-                if not line.strip():
-                    cur = None
-                elif not line.startswith("\t"):  # a sample's header: the tid, right-aligned in 5
-                    cur = {"tid": int(line.split()[0]), "frames": []}
-                    samples.append(cur)
-                elif cur is not None:
-                    parts = line.split(None, 1)
-                    if len(parts) == 2:
-                        cur["frames"].append(parts[1].split(" (")[0].strip())
+            samples = perf_script_stacks(perf, data)
             for t in truth["threads"]:
                 chain = t["callers"] + [t["function"]]
                 mine = [s for s in samples if s["tid"] == t["tid"]]

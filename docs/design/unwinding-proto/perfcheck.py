@@ -2,21 +2,11 @@
 """perfcheck.py PERF_DATA TRUTH_JSON: for each thread in the workload's report, the
 share of its sched_switch samples in `perf script` whose user stack contains
 callers[0] ... function in order (outermost first)."""
-import json, subprocess, sys
+import json, os, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../tests/integration"))
+from harness import perf_script_stacks  # noqa: E402
 data, truth = sys.argv[1], json.load(open(sys.argv[2]))
-out = subprocess.run(["perf", "script", "-i", data, "-F", "tid,ip,sym"], capture_output=True, text=True).stdout
-samples, cur = [], None
-for line in out.splitlines():
-    if not line.strip():
-        cur = None
-        continue
-    if not line.startswith("\t"):
-        cur = {"tid": int(line.split()[0]), "frames": []}
-        samples.append(cur)
-    elif cur is not None:
-        parts = line.split(None, 1)
-        if len(parts) == 2:
-            cur["frames"].append(parts[1].split(" (")[0].strip())
+samples = perf_script_stacks("perf", data)
 for t in truth["threads"]:
     want = t["callers"] + [t["function"]]
     mine = [s for s in samples if s["tid"] == t["tid"]]
