@@ -111,9 +111,10 @@ def cpu_seconds(pid):
     return total / 1e9
 
 
-def measure(cmd, markers, env=None):
+def measure(cmd, markers, env=None, stop_sig=signal.SIGINT):
     """Seconds from exec to the first output line holding a marker, VmHWM (MB) and
-    CPU seconds used by then."""
+    CPU seconds used by then. Then `stop_sig` ends it (bpftrace is killed: on SIGINT it
+    prints its maps, symbolizing every stack, which took it tens of seconds here)."""
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     attached, hwm, cpu, lines, buf = None, 0, 0.0, [], b""
@@ -143,7 +144,7 @@ def measure(cmd, markers, env=None):
                     pass
                 break
             lines.append(line.rstrip())
-    p.send_signal(signal.SIGINT)
+    p.send_signal(stop_sig)
     try:
         p.communicate(timeout=20)
     except subprocess.TimeoutExpired:
@@ -190,11 +191,12 @@ def main():
                for t, _, _ in todo}
         for run in range(RUNS):
             for tool, cmd, bt in todo:
-                order = [("ours", cmd, ['"%s.start"' % tool]), ("peer", peer_cmd(bt), ["Attaching"])]
+                order = [("ours", cmd, ['"%s.start"' % tool], signal.SIGINT),
+                         ("peer", peer_cmd(bt), ["Attaching"], signal.SIGKILL)]
                 if run % 2:
                     order.reverse()  # neither side always runs right after the other
-                for side, c, markers in order:
-                    t, mb, cpu, _ = measure(c, markers, env)
+                for side, c, markers, sig in order:
+                    t, mb, cpu, _ = measure(c, markers, env, sig)
                     print("  run %d %-10s %-4s %s" % (run + 1, tool, side, "%.3f s" % t if t is not None else "failed"),
                           file=sys.stderr, flush=True)
                     if t is not None:

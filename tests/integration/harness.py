@@ -208,11 +208,25 @@ def steal_ns():
         return int(f.readline().split()[8]) * 10**9 // os.sysconf("SC_CLK_TCK")
 
 
+def with_private_tracefs(argv):
+    """`argv` run in a private mount namespace with tracefs mounted there: perf mounts
+    tracefs on the host by itself when it is missing (and leaves it), which every
+    bpfdiag test must not do."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            "mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; "
+            "exec \"$0\" \"$@\""] + list(argv)
+
+
+def host_tracefs_mounted():
+    with open("/proc/self/mountinfo") as f:
+        return any(" - tracefs " in line for line in f)
+
+
 def perf_script_stacks(perf, data):
     """The samples of `perf record -g` file `data` as [{"tid", "frames"}], frames
     innermost first, symbol names only (perf script -F tid,ip,sym)."""
-    out = subprocess.run([perf, "script", "-i", data, "-F", "tid,ip,sym"], capture_output=True,
-                         text=True, timeout=60).stdout
+    out = subprocess.run(with_private_tracefs([perf, "script", "-i", data, "-F", "tid,ip,sym"]),
+                         capture_output=True, text=True, timeout=60).stdout
     samples, cur = [], None
     for line in out.splitlines():
         if not line.strip():

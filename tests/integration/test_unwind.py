@@ -140,7 +140,8 @@ check(all(k in dq for k in ("ustack_truncated", "ustack_no_cfi", "ustack_no_mapp
                             "binaries_without_cfi")), "data_quality has the ustack_* keys: %s" % dq)
 check(dq.get("ustack_truncated", 1) == 0, "no stack truncated at depth 64")
 
-# perf agrees on the chain
+# perf agrees on the chain (perf run where its tracefs mount stays private)
+tracefs_before = host_tracefs_mounted()
 if perf:
     for wl, args in WORKLOADS_NOFP.items():
         with tempfile.TemporaryDirectory() as d:
@@ -152,9 +153,10 @@ if perf:
                                  text=True)
             # started disabled (-D -1) and enabled through its control fifo, whose ack says
             # the events are on: perf prints nothing when it has attached
-            p = subprocess.Popen([perf, "record", "-o", data, "--call-graph", "dwarf,8192", "-D", "-1",
+            p = subprocess.Popen(with_private_tracefs(
+                                 [perf, "record", "-o", data, "--call-graph", "dwarf,8192", "-D", "-1",
                                   "--control", "fifo:%s,%s" % (ctl, ack), "-e", "sched:sched_switch",
-                                  "-p", str(w.pid)],
+                                  "-p", str(w.pid)]),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             with open(ctl, "w") as c, open(ack) as a:
                 c.write("enable\n")
@@ -175,6 +177,8 @@ if perf:
                           wl, t["name"], ok, len(mine)))
 else:
     print("perf not installed: cross-check not run (scripts/install-deps installs linux-perf)")
+check(host_tracefs_mounted() == tracefs_before,
+      "perf left the host's tracefs as it was (mounted before: %s, after: %s)" % (tracefs_before, host_tracefs_mounted()))
 
 elapsed = time.monotonic() - T0
 check(elapsed < 60, "the whole test ran in %.1f s (< 60 s)" % elapsed)
