@@ -122,8 +122,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 #ifdef ARRIVAL_KNOWN
       struct arrival a = task_arrival((void *)ctx->args[1], now);
       if ((t->state == TP_ST_RUNNABLE || t->state == TP_ST_BLOCKED) && t->arrivals) {
-        if (a.ns && a.count == t->arrivals + 1 && a.ns >= t->ts) {
-          switched_in(tid, t, a.ns);
+        /* A wake-up seen after the unseen arrival (the thread, already running, was
+         * woken between setting its sleep state and calling schedule()) moved ts
+         * past the arrival: it has run since then. */
+        if (a.ns && a.count == t->arrivals + 1) {
+          switched_in(tid, t, a.ns > t->ts ? a.ns : t->ts);
           dq_count(TP_C_RECOVERED);
         } else {
           dq_count(TP_C_DROPPED);
