@@ -290,8 +290,11 @@ if PERF:
     load = start_load()
     time.sleep(1)
     res = {}
+    steal_max = 0  # hypervisor steal in a lockstat window (all CPUs)
     for n in ("1", "2"):
+        steal0 = steal_ns()
         spins, dq = lockstat_window(LOCKSTAT, 4)
+        steal_max = max(steal_max, steal_ns() - steal0)
         res["ls" + n] = (sum(x["wait_count"] for x in spins), sum(x["wait_total_ns"] for x in spins),
                          max([x["wait_max_ns"] for x in spins] or [0]), spins, dq)
         res["perf" + n] = perf_window(4, TMP)
@@ -353,9 +356,12 @@ if PERF:
     check(compared >= 1, "kernel pairing: %d spinlocks with >= 1000 waits on both sides of a turn "
           "compared (not compared, load differed between the windows: %s)" % (compared, skipped))
     # a spinlock is waited for with preemption off: tens of ms would already be a
-    # stalled vCPU; hundreds of ms are a mispaired begin and end
-    check(ls_max < 20e6, "kernel pairing: no spinlock wait over 20 ms (max %.3f ms; perf's %.3f ms)"
-          % (ls_max / 1e6, pf_max / 1e6))
+    # stalled vCPU (the hypervisor's steal: a clean-clone CI run measured one wait of
+    # 58.8 ms, perf's max 7.7 ms); hundreds of ms with no such steal are a mispaired
+    # begin and end
+    check(ls_max < 20e6 + steal_max,
+          "kernel pairing: no spinlock wait over 20 ms + the window's hypervisor steal "
+          "(max %.3f ms; steal %.0f ms; perf's max %.3f ms)" % (ls_max / 1e6, steal_max / 1e6, pf_max / 1e6))
     rq = [x for x in res["ls1"][3] + res["ls2"][3] if x.get("symbol") == "rq_lock"]
     ncpu = os.cpu_count()
     check(rq and len({x["addr"] for x in rq}) <= ncpu,
