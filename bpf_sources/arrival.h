@@ -17,12 +17,37 @@
  * -D flags from common/btf (arrival_cflags): OFF_TASK_SCHED_INFO, OFF_SI_LAST_ARRIVAL,
  * OFF_SI_PCOUNT, OFF_TASK_SE, OFF_SE_CFS_RQ, OFF_CFS_RQ_RQ, OFF_RQ_CLOCK. Without them
  * (a kernel without CONFIG_SCHED_INFO or CONFIG_FAIR_GROUP_SCHED) ARRIVAL_KNOWN is not
- * defined and the callers count such periods as dropped.
+ * defined and the callers count such periods as dropped. task_rq() and rq_stamp_ns()
+ * (RQ_CLOCK_KNOWN) need only the last four: runqlen dates an idle period with them.
  */
 #ifndef BPFDIAG_ARRIVAL_H
 #define BPFDIAG_ARRIVAL_H
 
-#ifdef OFF_SI_LAST_ARRIVAL
+#if defined(OFF_TASK_SE) && defined(OFF_SE_CFS_RQ) && defined(OFF_CFS_RQ_RQ) && defined(OFF_RQ_CLOCK)
+#define RQ_CLOCK_KNOWN 1
+
+/* The run queue of the CPU `task` is on (through its sched_entity's cfs_rq); 0 if
+ * unreadable. */
+static inline void *task_rq(void *task) {
+  void *cfs_rq = 0, *rq = 0;
+  bpf_probe_read_kernel(&cfs_rq, sizeof(cfs_rq), task + OFF_TASK_SE + OFF_SE_CFS_RQ);
+  if (cfs_rq)
+    bpf_probe_read_kernel(&rq, sizeof(rq), cfs_rq + OFF_CFS_RQ_RQ);
+  return rq;
+}
+
+/* `stamp`, a time on `rq`'s clock, on bpf_ktime_get_ns()'s clock (`now`); 0: unknown.
+ * Valid in sched_switch on rq's CPU, where __schedule() has just updated rq->clock. */
+static inline u64 rq_stamp_ns(void *rq, u64 stamp, u64 now) {
+  u64 clock = 0;
+  bpf_probe_read_kernel(&clock, sizeof(clock), rq + OFF_RQ_CLOCK);
+  if (stamp && clock >= stamp && clock - stamp <= now)
+    return now - (clock - stamp);
+  return 0;
+}
+#endif
+
+#if defined(RQ_CLOCK_KNOWN) && defined(OFF_SI_LAST_ARRIVAL)
 #define ARRIVAL_KNOWN 1
 
 struct arrival {
@@ -33,19 +58,13 @@ struct arrival {
 /* `task` is prev at sched_switch (the task on this CPU until now). */
 static inline struct arrival task_arrival(void *task, u64 now) {
   struct arrival a = {};
-  void *cfs_rq = 0, *rq = 0;
-  u64 clock = 0, at = 0;
+  u64 at = 0;
   unsigned long count = 0;
   bpf_probe_read_kernel(&count, sizeof(count), task + OFF_TASK_SCHED_INFO + OFF_SI_PCOUNT);
   bpf_probe_read_kernel(&at, sizeof(at), task + OFF_TASK_SCHED_INFO + OFF_SI_LAST_ARRIVAL);
-  bpf_probe_read_kernel(&cfs_rq, sizeof(cfs_rq), task + OFF_TASK_SE + OFF_SE_CFS_RQ);
-  if (cfs_rq)
-    bpf_probe_read_kernel(&rq, sizeof(rq), cfs_rq + OFF_CFS_RQ_RQ);
-  if (rq)
-    bpf_probe_read_kernel(&clock, sizeof(clock), rq + OFF_RQ_CLOCK);
+  void *rq = task_rq(task);
   a.count = count;
-  if (at && clock >= at && clock - at <= now)
-    a.ns = now - (clock - at);
+  a.ns = rq ? rq_stamp_ns(rq, at, now) : 0;
   return a;
 }
 #endif

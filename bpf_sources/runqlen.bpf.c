@@ -23,6 +23,7 @@
 #include "runqlen_shared.h"
 #define DQ_NCOUNTERS RUNQLEN_NCOUNTERS
 #include "common.h"
+#include "arrival.h" /* task_rq, rq_stamp_ns */
 
 /* Per-CPU cumulative counts indexed by queue length: no atomics, cannot fill up;
  * user space reports per-interval deltas, so nothing is lost between reports. */
@@ -67,20 +68,16 @@ fail:
  * queue's own record: the fair class stamps rq->clock_idle with rq->clock as it leaves
  * the CPU to the idle task, and rq->clock was updated by this __schedule(). */
 static inline u64 idle_start(void *task, u64 now) {
-#ifdef OFF_RQ_CLOCK_IDLE
-  void *cfs_rq = 0, *rq = 0;
-  u64 clock = 0, at = 0;
-  bpf_probe_read_kernel(&cfs_rq, sizeof(cfs_rq), task + OFF_TASK_SE + OFF_SE_CFS_RQ);
-  if (cfs_rq)
-    bpf_probe_read_kernel(&rq, sizeof(rq), cfs_rq + OFF_CFS_RQ_RQ);
+#if defined(RQ_CLOCK_KNOWN) && defined(OFF_RQ_CLOCK_IDLE)
+  void *rq = task_rq(task);
+  u64 at = 0;
   if (!rq)
     return 0;
-  bpf_probe_read_kernel(&clock, sizeof(clock), rq + OFF_RQ_CLOCK);
   bpf_probe_read_kernel(&at, sizeof(at), rq + OFF_RQ_CLOCK_IDLE);
-  if (at && clock >= at && clock - at <= now)
-    return now - (clock - at);
-#endif
+  return rq_stamp_ns(rq, at, now);
+#else
   return 0;
+#endif
 }
 
 /* args: [0] bool preempt, [1] task_struct *prev, [2] task_struct *next. The idle

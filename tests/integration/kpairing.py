@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 
-from harness import ndjson, run, start, workload
+from harness import ndjson, run, start, with_private_tracefs, workload
 
 LCB = {"SPIN": 1, "READ": 2, "WRITE": 4, "RT": 8, "PERCPU": 16, "MUTEX": 32}
 PERF_LINE = re.compile(r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):\s+lock:contention_(begin|end):"
@@ -52,8 +52,8 @@ def quantile(xs, q):
 def perf_window(secs, tmp):
     """perf records `secs` s alone (no lockstat attached), then its events are paired."""
     def in_tracefs(cmd):  # perf needs tracefs (event formats); mounted privately
-        return subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tracefs nodev /sys/kernel/tracing "
-                               "2>/dev/null; " + cmd], capture_output=True, text=True, timeout=secs + 120)
+        return subprocess.run(with_private_tracefs(["sh", "-c", cmd]), capture_output=True, text=True,
+                              timeout=secs + 120)
 
     in_tracefs("perf record -q -a -e lock:contention_begin,lock:contention_end -o %s/k.data -- sleep %d "
                ">/dev/null 2>&1" % (tmp, secs))
