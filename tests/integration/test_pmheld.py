@@ -32,17 +32,17 @@ from harness import (check, finish, schema_verdict, leftover_probe_events, ndjso
 PMHELD = tool("pmheld")
 
 # pmheld times a hold from its lock_return uretprobe to its unlock_entry (or
-# cond_entry) uprobe; the workload times it from after the lock returned to after its
-# busy hold. The tool's window therefore also contains, per hold, the return from the
-# uretprobe trap, the unlock call and the unlock trap, plus whatever the workload runs
-# between its own end stamp and the unlock (condvar_hold: sem_post, a futex wake that
-# may get the waiter preempted on this 2-CPU machine). Measured here (kernel 6.18,
-# load average 8 from other engineers' BPF tests): condvar_hold --hold-us 0 gives
-# 3.4 us excess per hold (p50 4.3 us, max 24 us); with 200 us holds the p50 exceeds
-# the known hold by 1.4 us (mutex_contention) / 4.5 us (condvar_hold) and the total
-# exceeds the measured one by 8.1 / 10.7 us per hold; the CI failure was 16.5 us per
-# hold (823 us over 50 holds). Allow 10% + 25 us per hold above; the tool's window
-# contains the workload's, so below it is 10% only.
+# cond_entry) uprobe; the workloads time it from after the lock returned to just before
+# the unlock or wait call (condvar_hold's stamp comes after its sem_post: a clean-clone
+# CI run had the woken signaler preempt the waiter inside that sem_post for ~1.9 ms,
+# 53 us excess per hold, while the stamp was still taken before it). The tool's window
+# therefore also contains, per hold, the return from the uretprobe trap, the unlock call
+# and the unlock trap. Measured here (kernel 6.18, load average 8 from other engineers'
+# BPF tests): condvar_hold --hold-us 0 gives 3.4 us excess per hold (p50 4.3 us, max
+# 24 us); with 200 us holds the p50 exceeds the known hold by 1.4 us (mutex_contention)
+# / 4.5 us (condvar_hold) and the total exceeds the measured one by 8.1 / 10.7 us per
+# hold; a CI failure was 16.5 us per hold (823 us over 50 holds). Allow 10% + 25 us per
+# hold above; the tool's window contains the workload's, so below it is 10% only.
 PROBE_LATENCY_NS = 25000
 
 
@@ -138,9 +138,13 @@ def test_condvar():
     expected_holds = truth["waiter_holds"] + truth["signaler_holds"]
     check(r["hold_count"] == expected_holds,
           "holds %d == %d (4 per round around the waits + 1 per signal)" % (r["hold_count"], expected_holds))
-    check(r["hold_max_ns"] < wait_ns / 10,
-          "max hold %d ns is far below the %d ns cond wait: waits are not holding"
-          % (r["hold_max_ns"], wait_ns))
+    # a preempted holder still holds (the workload measured 5.3 ms once on a busy
+    # machine), so the bound is the workload's own longest hold, not the hold target
+    measured_max = max(truth["waiter_max_hold_ns"], truth["signaler_max_hold_ns"])
+    check(measured_max < wait_ns / 2 and r["hold_max_ns"] <= measured_max * 1.10 + PROBE_LATENCY_NS,
+          "max hold %d ns within 10%% + %d ns of the workload's longest hold %d ns, far below"
+          " the %d ns cond wait: waits are not holding"
+          % (r["hold_max_ns"], PROBE_LATENCY_NS, measured_max, wait_ns))
     expected_total = truth["waiter_hold_ns"] + truth["signaler_hold_ns"]
     excess = (r["hold_total_ns"] - expected_total) / max(r["hold_count"], 1)
     print("note: condvar: p50 excess over the known hold %d ns, total excess per hold %d ns"

@@ -19,9 +19,11 @@
 // Output: one JSON line on stdout (durations in ns):
 //   {"type":"condvar_hold","pid":P,"mutex_addr":"0x...","symbol":"cv_lock","cycles":C,
 //    "hold_ns_target":H,"wait_ns_target":W,"waiter_holds":4C,"signaler_holds":C,
-//    "waiter_hold_ns":sum of the waiter's measured holds,"waiter_max_hold_ns":M,
-//    "signaler_hold_ns":sum,"cond_waits":calls to pthread_cond_*wait (2C unless
-//    spuriously woken),"cond_wait_ns":time spent inside the waits}
+//    "waiter_hold_ns":sum of the waiter's measured holds (each from the lock's return to
+//    just before the unlock or wait call: everything done holding, sem_post included),
+//    "waiter_max_hold_ns":M,"signaler_hold_ns":sum,"signaler_max_hold_ns":M,
+//    "cond_waits":calls to pthread_cond_*wait (2C unless spuriously woken),
+//    "cond_wait_ns":time spent inside the waits}
 #include <pthread.h>
 #include <semaphore.h>
 #include <sys/stat.h>
@@ -40,7 +42,7 @@ static long g_cond_calls = 0;
 static sem_t go_signal;  // posted by the waiter when it is about to wait
 
 static long g_cycles = 10, g_hold_us = 200, g_wait_ms = 50;
-static unsigned long long g_waiter_hold = 0, g_waiter_max = 0, g_signaler_hold = 0, g_wait_ns = 0;
+static unsigned long long g_waiter_hold = 0, g_waiter_max = 0, g_signaler_hold = 0, g_signaler_max = 0, g_wait_ns = 0;
 
 static unsigned long long now_ns() {
   struct timespec ts;
@@ -66,12 +68,12 @@ __attribute__((noinline)) static void timed_round() {
   pthread_mutex_lock(&cv_lock);
   unsigned long long t = now_ns();
   hold();
-  account(t);
   struct timespec abs;
   clock_gettime(CLOCK_REALTIME, &abs);
   abs.tv_nsec += (g_wait_ms % 1000) * 1000000L;
   abs.tv_sec += g_wait_ms / 1000 + abs.tv_nsec / 1000000000L;
   abs.tv_nsec %= 1000000000L;
+  account(t);
   unsigned long long w = now_ns();
   int rc;
   do {  // no one signals in this round: it times out
@@ -89,9 +91,9 @@ __attribute__((noinline)) static void signalled_round() {
   pthread_mutex_lock(&cv_lock);
   unsigned long long t = now_ns();
   hold();
-  account(t);
   ready = false;
-  sem_post(&go_signal);
+  sem_post(&go_signal);  // wakes the signaler, which may preempt us: still holding
+  account(t);
   unsigned long long w = now_ns();
   while (!ready) {
     pthread_cond_wait(&cv, &cv_lock);
@@ -112,7 +114,9 @@ static void* signaler(void*) {
     unsigned long long t = now_ns();
     ready = true;
     pthread_cond_signal(&cv);
-    g_signaler_hold += now_ns() - t;
+    unsigned long long h = now_ns() - t;
+    g_signaler_hold += h;
+    if (h > g_signaler_max) g_signaler_max = h;
     pthread_mutex_unlock(&cv_lock);
   }
   return nullptr;
@@ -157,8 +161,8 @@ int main(int argc, char** argv) {
   printf("{\"type\":\"condvar_hold\",\"pid\":%d,\"mutex_addr\":\"%p\",\"symbol\":\"cv_lock\","
          "\"cycles\":%ld,\"hold_ns_target\":%llu,\"wait_ns_target\":%llu,\"waiter_holds\":%ld,"
          "\"signaler_holds\":%ld,\"waiter_hold_ns\":%llu,\"waiter_max_hold_ns\":%llu,"
-         "\"signaler_hold_ns\":%llu,\"cond_waits\":%ld,\"cond_wait_ns\":%llu}\n",
+         "\"signaler_hold_ns\":%llu,\"signaler_max_hold_ns\":%llu,\"cond_waits\":%ld,\"cond_wait_ns\":%llu}\n",
          getpid(), (void*)&cv_lock, g_cycles, g_hold_us * 1000ULL, g_wait_ms * 1000000ULL,
-         4 * g_cycles, g_cycles, g_waiter_hold, g_waiter_max, g_signaler_hold, g_cond_calls, g_wait_ns);
+         4 * g_cycles, g_cycles, g_waiter_hold, g_waiter_max, g_signaler_hold, g_signaler_max, g_cond_calls, g_wait_ns);
   return 0;
 }
