@@ -15,7 +15,11 @@
  *                    (BTF offsets,
  *                    optional) name mmap_lock and siglock for kernel locks
  *   OFF_TASK_STACK, THREAD_SIZE  where the user registers are (top of the task's kernel
- *                    stack), to scan the user stack at futex waits (optional)
+ *                    stack), to scan the user stack at futex waits (optional; fp mode)
+ *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: waiters' user stacks unwound from .eh_frame
+ *                    tables by uw_lockstat_futex_tail / uw_lockstat_pthread_tail,
+ *                    programs of their own that the user-space handlers tail-call;
+ *                    keyed by their hash (lockstat_key.user_hash), no scan needed
  *   STATS_ENTRIES, HIST_ENTRIES, STACK_ENTRIES, START_ENTRIES, KSTART_ENTRIES  map sizes
  *   WAKERS           futex mode: sched_waking notes who woke each futex waiter
  *
@@ -30,6 +34,9 @@
 #include "lockstat_shared.h"
 #define DQ_NCOUNTERS LS_CNT_MAX
 #include "common.h"
+#ifdef UW_DWARF
+#include "unwind.h"
+#endif
 
 struct futex_start {
   u64 ts;
@@ -38,6 +45,7 @@ struct futex_start {
   u32 flags;
   u32 waker; /* set by sched_waking: 0 none yet, else tid or 0x80000000|cpu */
   u32 pad;
+  u64 user_hash; /* UW_DWARF: set by uw_lockstat_futex_tail */
 };
 
 /* One kernel wait in flight. `flags` are OR-ed over the begins of the wait, `last`
@@ -144,9 +152,16 @@ BPF_HASH(futex_start, u32, struct futex_start, START_ENTRIES);
 #endif
 #ifdef USER_PTHREAD
 BPF_HASH(plock_start, u32, struct plock_start, START_ENTRIES);
+#ifdef UW_DWARF
+struct plock_wait {
+  struct lockstat_key k;
+  u64 delta;
+};
+BPF_PERCPU_ARRAY(plock_wait, struct plock_wait, 1); /* on_lock_ret -> its unwinder */
+#endif
 #endif
 
-#if defined(USER_FUTEX) && defined(OFF_TASK_STACK) && defined(THREAD_SIZE)
+#if defined(USER_FUTEX) && defined(OFF_TASK_STACK) && defined(THREAD_SIZE) && !defined(UW_DWARF)
 BPF_HASH(scans, s32, struct lockstat_scan, STACK_ENTRIES);
 BPF_PERCPU_ARRAY(scan_scratch, struct lockstat_scan, 1); /* too big for the BPF stack */
 
@@ -198,16 +213,48 @@ static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
   struct futex_start s = {};
   s.uaddr = uaddr;
   s.flags = flags;
+#ifdef UW_DWARF
+  s.stack_id = -1;
+  s.user_hash = UW_HASH_LOST; /* until uw_lockstat_futex_tail has run */
+#else
   s.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
   if (s.stack_id < 0 && s.stack_id != -14 /* -EFAULT: no stack to take */)
     dq_count(LS_CNT_LOST_USTACK);
   SCAN_USER_STACK(s.stack_id, nr);
+#endif
   s.ts = bpf_ktime_get_ns(); /* after the stack walk and scan: overhead, not waiting */
-  if (futex_start.update(&tid, &s))
+  if (futex_start.update(&tid, &s)) {
     dq_count(LS_CNT_MAP_FULL);
+    return PASS;
+  }
+#ifdef UW_DWARF
+  uw_progs.call(ctx, UW_PROG_UNWIND); /* does not return when it runs */
+  dq_count(LS_CNT_LOST_USTACK);
+#endif
   return PASS;
 #endif
 }
+
+#if defined(UW_DWARF) && defined(USER_FUTEX)
+/* The DWARF unwinder for futex waits, reached by a tail call from futex_begin (a
+ * program of its own: see unwind.h). Current is the waiter in its futex syscall; its
+ * futex_start entry was just written. */
+int uw_lockstat_futex_tail(void *ctx) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 tid = (u32)id;
+  u64 h = uw_unwind_user(id >> 32);
+  struct futex_start *s = futex_start.lookup(&tid);
+  if (!s) { /* cannot happen (written just before the tail call): counted if it does */
+    dq_count(LS_CNT_LOST_USTACK);
+    return 0;
+  }
+  s->user_hash = h;
+  if (h == 0) /* no user registers (a syscall always has them): lost */
+    dq_count(LS_CNT_LOST_USTACK);
+  s->ts = bpf_ktime_get_ns(); /* after the unwinding: overhead, not waiting */
+  return 0;
+}
+#endif
 
 static inline int futex_end(long ret) {
 #ifdef USER_FUTEX
@@ -222,6 +269,7 @@ static inline int futex_end(long ret) {
   k.pid = id >> 32;
   k.tid = tid;
   k.stack_id = s->stack_id;
+  k.user_hash = s->user_hash;
   k.kind = LS_KIND_FUTEX;
   k.flags = s->flags;
   u32 waker = s->waker;
@@ -396,13 +444,44 @@ int on_lock_ret(struct pt_regs *ctx) {
    * the frame-pointer walk starts at the exact call site. */
   k.stack_id = -1;
   if (blocked) {
+#ifdef UW_DWARF
+    /* the unwinder records the wait with its stack (uw_lockstat_pthread_tail) */
+    struct plock_wait *w = plock_wait.lookup(&zero);
+    if (w) {
+      w->k = k;
+      w->delta = delta;
+      uw_progs.call(ctx, UW_PROG_UNWIND); /* does not return when it runs */
+    }
+    dq_count(LS_CNT_LOST_USTACK);
+    k.user_hash = UW_HASH_LOST;
+#else
     k.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
     if (k.stack_id < 0 && k.stack_id != -14)
       dq_count(LS_CNT_LOST_USTACK);
+#endif
   }
   record(&k, delta, blocked, 0);
   return PASS;
 }
+
+#ifdef UW_DWARF
+/* The DWARF unwinder for blocked pthread lock calls, reached by a tail call from
+ * on_lock_ret (a program of its own: see unwind.h). On return the user registers are
+ * the caller's, at the call site. The wait, timed before the unwinding, comes
+ * through plock_wait (per CPU: written just before the tail call). */
+int uw_lockstat_pthread_tail(struct pt_regs *ctx) {
+  u32 zero = 0;
+  struct plock_wait *w = plock_wait.lookup(&zero);
+  if (!w)
+    return 0;
+  struct lockstat_key k = w->k;
+  k.user_hash = uw_unwind_user(k.pid);
+  if (k.user_hash == 0) /* no user registers (a uretprobe always has them): lost */
+    dq_count(LS_CNT_LOST_USTACK);
+  record(&k, w->delta, 1, 0);
+  return 0;
+}
+#endif
 #endif
 
 /* ---- kernel locks ------------------------------------------------------------------ */

@@ -65,6 +65,8 @@ struct lockstat_key {
   __u32 kind;     /* LS_KIND_* */
   __u32 flags;    /* LS_FUTEX_* or LS_LCB_* | LS_KID_* */
   __u32 pad;
+  __u64 user_hash; /* --unwind=dwarf: the waiter's user stack in uw_stacks (unwind.h);
+                    * stack_id is then -1. 0: none taken */
 };
 
 struct lockstat_val {

@@ -10,12 +10,19 @@
  *   STACK_ENTRIES=N    stack table size
  *   MAX_LOCKS=N        held/stat map size
  *   HIST_ENTRIES=N     histogram map size
+ *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: acquiring stacks unwound from .eh_frame
+ *                      tables by uw_pmheld_tail, a program of its own that the lock and
+ *                      cond-wait return probes tail-call; keyed by their hash
  */
 #include <uapi/linux/ptrace.h>
 #include "hist.h"
 #include "pmheld_shared.h"
 #define DQ_NCOUNTERS PMHELD_NCOUNTERS
 #include "common.h"
+#ifdef UW_DWARF
+#include "unwind.h"
+BPF_PERCPU_ARRAY(acquiring, struct pmheld_held_key, 1); /* return probe -> uw_pmheld_tail */
+#endif
 
 #ifndef MAX_LOCKS
 #define MAX_LOCKS 10240
@@ -32,7 +39,8 @@ BPF_HASH(hist, struct pmheld_hist_key, u64, HIST_ENTRIES);
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
 #endif
 
-static inline void acquired(struct pt_regs *ctx, u64 lock) {
+/* A hold starts. Returns 1 when a new hold was stored (not a recursive re-lock). */
+static inline int acquired(struct pt_regs *ctx, u64 lock) {
   u64 id = bpf_get_current_pid_tgid();
   struct pmheld_held_key key = {};
   key.tgid = id >> 32;
@@ -41,7 +49,7 @@ static inline void acquired(struct pt_regs *ctx, u64 lock) {
   if (h) {
     if (h->tid == (u32)id && h->depth > 0) {
       h->depth++; /* recursive mutex taken again by its owner */
-      return;
+      return 0;
     }
     dq_count(PMHELD_C_REACQUIRED);
   }
@@ -49,16 +57,60 @@ static inline void acquired(struct pt_regs *ctx, u64 lock) {
   val.acquire_ns = bpf_ktime_get_ns();
   val.tid = (u32)id;
   val.depth = 1;
-#ifdef NO_STACKS
+#if defined(NO_STACKS)
   val.stack_id = -1;
+#elif defined(UW_DWARF)
+  val.stack_id = -1;
+  val.user_hash = UW_HASH_LOST; /* until uw_pmheld_tail has run */
 #else
   val.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
   if (val.stack_id < 0)
     dq_count(PMHELD_C_LOST_STACKS);
 #endif
-  if (held.update(&key, &val))
+  if (held.update(&key, &val)) {
     dq_count(PMHELD_C_MAP_FULL);
+    return 0;
+  }
+  return 1;
 }
+
+/* After a new hold was stored: its acquiring stack (--unwind=dwarf). */
+static inline void unwind_acquiring(struct pt_regs *ctx, u64 lock) {
+#ifdef UW_DWARF
+  u32 zero = 0;
+  struct pmheld_held_key *k = acquiring.lookup(&zero);
+  if (k) {
+    k->tgid = bpf_get_current_pid_tgid() >> 32;
+    k->lock = lock;
+    uw_progs.call(ctx, UW_PROG_UNWIND); /* does not return when it runs */
+  }
+  dq_count(PMHELD_C_LOST_STACKS);
+#endif
+}
+
+#ifdef UW_DWARF
+/* The DWARF unwinder, reached by a tail call from a lock or cond-wait return probe (a
+ * program of its own: see unwind.h). On return the user registers are the caller's,
+ * at the call site. The hold starts after the unwinding: its cost is not holding. */
+int uw_pmheld_tail(struct pt_regs *ctx) {
+  u32 zero = 0;
+  struct pmheld_held_key *k = acquiring.lookup(&zero);
+  if (!k)
+    return 0;
+  struct pmheld_held_key key = *k;
+  u64 hash = uw_unwind_user(key.tgid);
+  struct pmheld_held *h = held.lookup(&key);
+  if (!h) { /* cannot happen (stored just before the tail call): counted if it does */
+    dq_count(PMHELD_C_LOST_STACKS);
+    return 0;
+  }
+  h->user_hash = hash;
+  if (hash == 0) /* no user registers (a uretprobe always has them): lost */
+    dq_count(PMHELD_C_LOST_STACKS);
+  h->acquire_ns = bpf_ktime_get_ns();
+  return 0;
+}
+#endif
 
 static inline void released(u64 lock) {
   u64 now = bpf_ktime_get_ns();
@@ -80,6 +132,7 @@ static inline void released(u64 lock) {
   sk.tgid = key.tgid;
   sk.stack_id = h->stack_id;
   sk.lock = lock;
+  sk.user_hash = h->user_hash;
   held.delete(&key);
 
   struct pmheld_stat zero = {};
@@ -133,9 +186,10 @@ int lock_return(struct pt_regs *ctx) {
   if (!take_pending(&lock))
     return PASS; /* entered before tracing started */
   int rc = (int)PT_REGS_RC(ctx);
-  if (rc == 0 || rc == PMHELD_EOWNERDEAD)
-    acquired(ctx, lock);
-  else
+  if (rc == 0 || rc == PMHELD_EOWNERDEAD) {
+    if (acquired(ctx, lock))
+      unwind_acquiring(ctx, lock);
+  } else
     dq_count(PMHELD_C_FAILED_LOCKS);
   return PASS;
 }
@@ -160,6 +214,7 @@ int cond_return(struct pt_regs *ctx) {
   u64 lock;
   if (!take_pending(&lock))
     return PASS;
-  acquired(ctx, lock);
+  if (acquired(ctx, lock))
+    unwind_acquiring(ctx, lock);
   return PASS;
 }

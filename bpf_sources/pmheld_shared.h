@@ -17,6 +17,7 @@ struct pmheld_held {
   __s32 stack_id;   /* acquiring user stack, or < 0 */
   __u32 depth;      /* recursive mutexes: nested acquisitions by the owner */
   __u32 pad;
+  __u64 user_hash;  /* --unwind=dwarf: acquiring user stack in uw_stacks (unwind.h) */
 };
 
 /* Hold statistics per process, mutex and acquiring stack. */
@@ -24,6 +25,7 @@ struct pmheld_stat_key {
   __u32 tgid;
   __s32 stack_id;
   __u64 lock;
+  __u64 user_hash; /* --unwind=dwarf (stack_id is then -1); 0 otherwise */
 };
 
 struct pmheld_stat {

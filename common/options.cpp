@@ -42,13 +42,7 @@ OptionSpec svg(std::string help) { return make("svg", "FILE", std::move(help), "
 OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "Output"); }
 OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
-OptionSpec unwind() {
-  return make("unwind", "MODE",
-              "user stacks: dwarf (.eh_frame tables; the default\n"
-              "with -p/-t) or fp (frame pointers; the default\n"
-              "system-wide)",
-              "Stacks");
-}
+OptionSpec unwind(std::string help) { return make("unwind", "MODE", std::move(help), "Stacks"); }
 }  // namespace opt
 
 namespace {

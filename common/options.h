@@ -80,7 +80,9 @@ OptionSpec ebpf();
 OptionSpec verbose(std::string help = "say where probes were placed and what was skipped");
 OptionSpec help();
 // --unwind=fp|dwarf (parsed by common/unwind_maps parse_unwind_mode)
-OptionSpec unwind();
+OptionSpec unwind(std::string help = "user stacks: dwarf (.eh_frame tables; the default\n"
+                                     "with -p/-t) or fp (frame pointers; the default\n"
+                                     "system-wide)");
 }  // namespace opt
 
 // The shared options as parsed; fields of options a tool does not declare stay empty.

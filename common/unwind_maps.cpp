@@ -36,6 +36,14 @@ Result<UnwindMode> parse_unwind_mode(const cxxopts::ParseResult& raw, bool have_
 
 const char* unwind_mode_name(UnwindMode m) { return m == UnwindMode::Dwarf ? "dwarf" : "fp"; }
 
+Result<bool> unwind_dwarf_option(const cxxopts::ParseResult& raw, bool have_targets) {
+  auto m = parse_unwind_mode(raw, have_targets);
+  if (!m) return Error{m.error()};
+  if (*m == UnwindMode::Dwarf && !have_targets)
+    return Error{"--unwind=dwarf needs -p or -t (tables are built per target process)"};
+  return *m == UnwindMode::Dwarf;
+}
+
 std::string with_unwind_header(const std::string& text) {
   static const char kInclude[] = "#include \"unwind.h\"\n";
   auto at = text.find(kInclude);
@@ -174,6 +182,32 @@ Status UnwindMaps::fill(ebpf::BPF& bpf) {
   }
   stats_.fill_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return std::nullopt;
+}
+
+Result<std::vector<std::string>> UnwindMaps::prepare(const std::set<uint32_t>& tgids, bool ebpf) {
+  if (!ebpf)
+    for (auto t : tgids)
+      if (t) add_process(t);
+  return cflags();
+}
+
+Status UnwindMaps::start(BpfSession& session, const std::string& fn, int prog_type) {
+  if (auto st = fill(session.bpf())) return st;
+  return install(session, fn, prog_type);
+}
+
+nlohmann::json UnwindMaps::start_fields() const {
+  const UnwindStats& us = stats_;
+  return {{"processes", us.processes}, {"mappings", us.mappings},
+          {"binaries", us.binaries},   {"binaries_without_cfi", us.binaries_without_cfi},
+          {"rows", us.rows},           {"bytes", us.table_bytes},
+          {"build_ms", us.build_ms},   {"fill_ms", us.fill_ms},
+          {"verified_insns", us.verified_insns}, {"verify_ms", us.verify_ms}};
+}
+
+Status UnwindMaps::add_dq(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas) const {
+  dq.add("binaries_without_cfi", stats_.binaries_without_cfi);
+  return add_unwind_counters(bpf, dq, deltas);
 }
 
 Status UnwindMaps::install(BpfSession& session, const std::string& fn, int prog_type) {

@@ -5,20 +5,21 @@
 //
 // PUBLIC API:
 //   UnwindMaps uw;
-//   for (auto p : pids) uw.add_process(p);        // before load: sizes uw_rows
-//   auto flags = uw.cflags();                       // -DUW_DWARF -DUW_MAX_ROWS=...
+//   auto flags = uw.prepare(tgids, ebpf);           // before load: tables, -DUW_DWARF ...
 //   text = with_unwind_header(text);                // pastes unwind.h (libbcc rule)
-//   ... load ..., uw.fill(bpf);                     // rows + mappings into the maps
-//   uw.install(session, "uw_<tool>_tail", type);    // the unwinder program -> uw_progs
+//   ... load ..., uw.start(session, "uw_<tool>_tail", type);  // maps + unwinder program
+//   fields["unwind_tables"] = uw.start_fields();    // what the tables cost
 //   uw.refresh(bpf, tgid);                          // after exec / dlopen
 //   UnwoundStacks st = read_unwound_stacks(bpf);    // hash -> pcs + status
-//   add_unwind_counters(bpf, dq, &deltas);          // ustack_* data_quality keys
+//   uw.add_dq(bpf, dq, &deltas);                    // ustack_* data_quality keys
+// (prepare = add_process per target + cflags; start = fill + install.)
 #pragma once
 #include <linux/types.h>
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ enum class UnwindMode { FramePointer, Dwarf };
 // --unwind=fp|dwarf: the given mode, else dwarf with targets (-p/-t), fp without.
 Result<UnwindMode> parse_unwind_mode(const cxxopts::ParseResult& raw, bool have_targets);
 const char* unwind_mode_name(UnwindMode m);
+// --unwind for a tool that builds tables per target process: true for dwarf; an
+// explicit dwarf without targets is an error.
+Result<bool> unwind_dwarf_option(const cxxopts::ParseResult& raw, bool have_targets);
 
 // `text` with its `#include "unwind.h"` line replaced by bpf_sources/unwind.h.
 std::string with_unwind_header(const std::string& text);
@@ -62,6 +66,14 @@ struct UnwindStats {
 class UnwindMaps {
  public:
   explicit UnwindMaps(uint32_t max_depth = 64) : max_depth_(max_depth) {}
+  // Before load: the tables of the target processes (none with --ebpf), then cflags().
+  Result<std::vector<std::string>> prepare(const std::set<uint32_t>& tgids, bool ebpf);
+  // After load, before attaching the handlers: fill(), then install().
+  Status start(BpfSession& session, const std::string& fn, int prog_type);
+  // The start record's "unwind_tables": what the tables cost at startup.
+  nlohmann::json start_fields() const;
+  // The ustack_* counters (uw_stacks full as lost_stacks) and binaries_without_cfi.
+  Status add_dq(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas) const;
   // Reads /proc/TGID/maps and builds the tables of its executable file mappings.
   // False when the process is gone.
   bool add_process(uint32_t tgid);

@@ -314,6 +314,24 @@ TEST_CASE("lockstat: BPF text and mode flags") {
   CHECK(!has(*bpf_cflags(*parse({"-L", "mmap_lock"}), false), "-DFILTER_ADDRS"));
 }
 
+TEST_CASE("lockstat: --unwind (dwarf by default with -p/-t, fp system-wide)") {
+  const std::string self = std::to_string(getpid());
+  CHECK(parse({"-p", self})->unwind_dwarf);
+  CHECK(parse({"-t", self})->unwind_dwarf);
+  CHECK_FALSE(parse({})->unwind_dwarf);
+  CHECK_FALSE(parse({"-p", self, "--unwind", "fp"})->unwind_dwarf);
+  CHECK_FALSE(parse({"-K", "-p", self})->unwind_dwarf);  // kernel locks: no user stacks
+  CHECK(parse({"--unwind", "dwarf"}).error().find("needs -p or -t") != std::string::npos);
+  CHECK(parse({"-p", self, "--unwind", "lbr"}).error().find("fp or dwarf") != std::string::npos);
+  // the fp-mode stack scan reads the user registers through task_struct.stack (BTF);
+  // dwarf mode has the whole stack and must not define it (the unwinder's flags do)
+  auto has_scan = [](const std::vector<std::string>& v) {
+    return std::any_of(v.begin(), v.end(), [](const std::string& f) { return f.rfind("-DOFF_TASK_STACK=", 0) == 0; });
+  };
+  CHECK(has_scan(*bpf_cflags(*parse({"-p", self, "--unwind", "fp"}), true)));
+  CHECK_FALSE(has_scan(*bpf_cflags(*parse({"-p", self}), true)));
+}
+
 // --- what a wait is ---------------------------------------------------------------------
 
 namespace {

@@ -69,6 +69,16 @@ TEST_CASE("parse_args: defaults and options") {
   CHECK(parse({"--probe-at-symbol", "-v", "--no-hist", "-T"})->at_symbol);
 }
 
+TEST_CASE("parse_args: --unwind (dwarf by default with -p, fp system-wide)") {
+  const std::string self = std::to_string(getpid());
+  CHECK(parse({"-p", self})->unwind_dwarf);
+  CHECK_FALSE(parse({})->unwind_dwarf);
+  CHECK_FALSE(parse({"-p", self, "--unwind", "fp"})->unwind_dwarf);
+  CHECK_FALSE(parse({"-p", self, "-s", "0"})->unwind_dwarf);  // no stacks to unwind
+  CHECK(parse({"--unwind", "dwarf"}).error().find("needs -p") != std::string::npos);
+  CHECK(parse({"-p", self, "--unwind", "lbr"}).error().find("fp or dwarf") != std::string::npos);
+}
+
 TEST_CASE("parse_args: bad input is an error value naming the problem") {
   CHECK(parse({"-p", "abc"}).error().find("PID") != std::string::npos);
   CHECK_FALSE(parse({"-p", "0"}));

@@ -18,8 +18,9 @@
 #include "common/embedded.h"
 #include "common/filters.h"
 #include "common/table.h"
+#include "common/unwind_maps.h"
 
-static_assert(sizeof(lockstat_key) == 40, "lockstat_key layout shared with BPF");
+static_assert(sizeof(lockstat_key) == 48, "lockstat_key layout shared with BPF");
 static_assert(sizeof(lockstat_val) == 40, "lockstat_val layout shared with BPF");
 static_assert(sizeof(lockstat_hkey) == 32, "lockstat_hkey layout shared with BPF");
 static_assert(sizeof(lockstat_comm) == 16, "lockstat_comm layout shared with BPF");
@@ -90,6 +91,7 @@ ToolSpec make_spec() {
                      "Sources"},
           opt::pid(),
           opt::tid(),
+          opt::unwind(),
           OptionSpec{"L,lock", "LOCK[,LOCK]",
                      "only these locks: an address (0x...) or a data\n"
                      "symbol (cache_lock; user symbols need -p), or\n"
@@ -156,6 +158,9 @@ Result<Config> parse_args(int argc, char** argv) {
   if (c.uprobes && c.kernel_only) return Error{"--uprobes traces user-space locks; it cannot be combined with -K"};
   if (auto p = opt_str(r, "lock"))
     if (auto st = parse_locks(*p, c)) return *st;
+  auto uw = unwind_dwarf_option(r, !c.pids.empty() || !c.tids.empty());
+  if (!uw) return Error{uw.error()};
+  c.unwind_dwarf = *uw && !c.kernel_only;  // -K: no user stacks
   if (o.min_ns) c.min_wait_ns = *o.min_ns;
   if (auto p = opt_str(r, "map-entries")) {
     auto v = parse_uint(*p, "--map-entries", 1024, 1u << 22);
@@ -183,7 +188,7 @@ std::vector<std::pair<std::string, uint64_t>> map_sizes(const Config& c) {
           {"KSTART_ENTRIES", std::max<uint64_t>(base / 2, 8192)}};
 }
 
-std::string bpf_text() { return with_common_header(kBpf_lockstat[0].text); }
+std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_lockstat[0].text)); }
 
 Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
   std::vector<std::string> f;
@@ -205,8 +210,9 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
   f.push_back("-DSELF_PID=" + std::to_string(getpid()));  // never trace ourselves
   for (const auto& m : map_sizes(c)) f.push_back("-D" + m.first + "=" + std::to_string(m.second));
   if (!c.kernel_only && !c.uprobes) f.push_back("-DWAKERS");
-  if (btf && !c.kernel_only && !c.uprobes) {
-    // futex mode's user-stack scan: the user registers at the top of the kernel stack
+  if (btf && !c.kernel_only && !c.uprobes && !c.unwind_dwarf) {
+    // futex mode's user-stack scan (fp mode): the user registers at the top of the
+    // kernel stack
     auto k = kernel_btf();
     if (k) {
       auto st = (*k)->field_offset("task_struct", {"stack"});

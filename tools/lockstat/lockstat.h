@@ -35,6 +35,7 @@ struct Config {
   bool kernel_only = false;   // -K
   bool user_only = false;     // -U
   bool verbose = false;       // -v
+  bool unwind_dwarf = false;  // --unwind=dwarf (default with -p/-t): user stacks from .eh_frame
   std::vector<uint32_t> pids;            // -p
   std::vector<uint32_t> tids;            // -t
   std::vector<uint64_t> lock_addrs;      // -L 0x...

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "tools/lockstat/internal.h"
+#include "common/unwind_maps.h"
 
 namespace lockstat {
 using namespace bpfdiag;
@@ -397,7 +398,9 @@ Report build_report(const Snapshot& s, const Names& n, const Config& c) {
 }
 
 DataQuality empty_dq() {
-  return DataQuality::with_keys({"below_min", "stack_scans_failed", "stale_begins", "nest_overflow"});
+  std::vector<std::string> keys = {"below_min", "stack_scans_failed", "stale_begins", "nest_overflow"};
+  for (auto& u : unwind_dq_keys()) keys.push_back(u);  // --unwind=dwarf (zero with fp)
+  return DataQuality::with_keys(keys);
 }
 
 }  // namespace lockstat

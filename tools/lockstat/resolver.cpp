@@ -31,6 +31,7 @@ Names Resolver::names() {
         out.push_back(format_symbol(s, false));
       }
       if (!inserted) out.push_back(format_symbol(caller, false));
+      if (auto m = marker(k); !m.empty()) out.push_back(m);  // a stack cut short says so
       return out;
     };
     n.site = [this](const lockstat_key& k, const std::vector<std::string>& frames) -> std::string {

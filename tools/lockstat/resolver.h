@@ -9,6 +9,7 @@
 
 #include "common/stacks.h"
 #include "common/symbolize.h"
+#include "common/unwind_maps.h"
 #include "tools/lockstat/lockstat.h"
 
 namespace lockstat {
@@ -24,6 +25,9 @@ class Resolver {
 
   // Futex mode's user-stack scans (stack id -> words at the user sp), per report.
   void set_scans(std::map<int32_t, std::vector<uint64_t>> scans) { scans_ = std::move(scans); }
+
+  // --unwind=dwarf: the unwound user stacks (uw_stacks), per report.
+  void set_unwound(bpfdiag::UnwoundStacks u) { unwound_ = std::move(u); }
 
   // Each CPU's run-queue lock address (BPF rq_locks map), named rq_lock as perf does.
   void set_rq_locks(std::set<uint64_t> a) { rq_locks_ = std::move(a); }
@@ -60,15 +64,28 @@ class Resolver {
     }
     return wrapper;  // only wrappers within reach: better than nothing
   }
+  // The stack's addresses, innermost first: from the stack table, or unwound
+  // (--unwind=dwarf: callers' return addresses minus 1, so that a call at the end of a
+  // function is looked up in it, as common/unwind_maps symbolize_unwound does).
   const std::vector<uint64_t>& addrs(const lockstat_key& k) {
-    auto key = std::make_tuple(k.kind == LS_KIND_KERNEL ? 0u : k.pid, k.stack_id);
+    auto key = std::make_tuple(k.kind == LS_KIND_KERNEL ? 0u : k.pid, k.stack_id, k.user_hash);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    return cache_[key] = bpfdiag::stack_addrs(table_, k.stack_id);
+    if (!k.user_hash) return cache_[key] = bpfdiag::stack_addrs(table_, k.stack_id);
+    std::vector<uint64_t> pcs;
+    if (auto u = unwound_.find(k.user_hash); u != unwound_.end())
+      for (size_t i = 0; i < u->second.pcs.size(); ++i) pcs.push_back(i ? u->second.pcs[i] - 1 : u->second.pcs[i]);
+    return cache_[key] = pcs;
+  }
+  // The marker frame of an unwound stack that stopped early ("" otherwise).
+  std::string marker(const lockstat_key& k) const {
+    auto u = k.user_hash ? unwound_.find(k.user_hash) : unwound_.end();
+    return u == unwound_.end() ? "" : bpfdiag::unwind_marker(u->second.status);
   }
   Symbolizer sym_;
   ebpf::BPFStackTable table_;
-  std::map<std::tuple<uint32_t, int32_t>, std::vector<uint64_t>> cache_;
+  std::map<std::tuple<uint32_t, int32_t, uint64_t>, std::vector<uint64_t>> cache_;
+  bpfdiag::UnwoundStacks unwound_;
   std::map<int32_t, std::vector<uint64_t>> scans_;
   std::set<uint64_t> rq_locks_;
 };

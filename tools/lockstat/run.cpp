@@ -22,6 +22,7 @@
 #include "common/symbolize.h"
 #include "common/target.h"
 #include "common/tool.h"
+#include "common/unwind_maps.h"
 #include "tools/lockstat/internal.h"
 #include "tools/lockstat/resolver.h"
 
@@ -151,6 +152,7 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
                         {"entries", c.entries},
                         {"stacks", c.stacks},
                         {"hist", c.hist},
+                        {"unwind", c.unwind_dwarf ? "dwarf" : "fp"},
                         {"map_entries", c.map_entries}}}};
   if (!c.pids.empty()) j["pid"] = c.pids;
   if (!c.tids.empty()) j["tid"] = c.tids;
@@ -190,11 +192,23 @@ Status run(const Config& c0) {
   auto flags = bpf_cflags(c);
   if (!flags) return Error{flags.error()};
   if (calib) flags.value().push_back("-DCALIB_PID=" + std::to_string(calib->pid));
+  UnwindMaps uw;
+  if (c.unwind_dwarf) {  // tables of every target process, before load (sizes)
+    std::set<uint32_t> tgids(c.pids.begin(), c.pids.end());
+    for (auto t : c.tids) tgids.insert(proc_tgid(t));
+    auto uf = uw.prepare(tgids, c.ebpf);
+    if (!uf) return Error{uf.error()};
+    flags.value().insert(flags.value().end(), uf->begin(), uf->end());
+  }
   auto loaded = load_tool(ToolPlan{"lockstat", bpf_text(), *flags, c.ebpf, tps});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   auto& session = **loaded;
   auto& bpf = session.bpf();
+  if (c.unwind_dwarf)  // the unwinder, tail-called by the user-space handlers
+    if (auto st = c.uprobes ? uw.start(session, "uw_lockstat_pthread_tail", BPF_PROG_TYPE_KPROBE)
+                            : uw.start(session, "uw_lockstat_futex_tail", BPF_PROG_TYPE_TRACEPOINT))
+      return st;
   if (!c.lock_addrs.empty() && c.lock_names.empty())
     if (auto st = fill_addr_filter(bpf, c.lock_addrs)) return st;
 
@@ -255,9 +269,14 @@ Status run(const Config& c0) {
   // read before the start record: an exec after it is then always seen as one
   Resolver res(bpf.get_stack_table("stacks"));
   for (uint32_t pid : c.pids) res.sym().remember(pid);
-  TargetWatch watch(c.pids, [&](uint32_t pid) { res.sym().refresh(pid); });  // common/target.h
-  announce_attached(std::cout, "lockstat", c.json, "Tracing " + what + banner_until(c.schedule),
-                    start_fields(c, probes), empty_dq());
+  TargetWatch watch(c.pids, [&](uint32_t pid) {  // common/target.h: exec, new image
+    res.sym().refresh(pid);
+    if (c.unwind_dwarf) (void)uw.refresh(bpf, pid);
+  });
+  nlohmann::json fields = start_fields(c, probes);
+  if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
+  announce_attached(std::cout, "lockstat", c.json, "Tracing " + what + banner_until(c.schedule), fields,
+                    empty_dq());
   Names names = res.names();
 
   auto stats = bpf.get_hash_table<lockstat_key, lockstat_val>("stats");
@@ -268,7 +287,7 @@ Status run(const Config& c0) {
   if (!c.user_only) start_maps.push_back("klock_start");
   std::set<std::string> hinted;
 
-  const bool has_scans = has_flag(*flags, "-DOFF_TASK_STACK=");
+  const bool has_scans = !c.unwind_dwarf && has_flag(*flags, "-DOFF_TASK_STACK=");  // fp mode only
   const bool has_rq_locks = has_flag(*flags, "-DRQ_CPUS=");
   std::set<uint32_t> seen_pids;
   auto remember_new = [&]() {
@@ -276,7 +295,7 @@ Status run(const Config& c0) {
       if (k.kind != LS_KIND_KERNEL && seen_pids.insert(k.pid).second) res.sym().remember(k.pid);
   };
   uint64_t last = monotonic_ns(), last_scan = 0;
-  CounterDeltas counter_deltas;              // counters are cumulative in BPF
+  CounterDeltas counter_deltas, uw_deltas;   // counters are cumulative in BPF
   std::map<uint32_t, std::string> comm_of;   // tid -> comm, kept across intervals
   Status failed;
   RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph: lock waits",
@@ -309,6 +328,10 @@ Status run(const Config& c0) {
       comm_of[tid] = std::string(cm.comm, strnlen(cm.comm, sizeof cm.comm));
     s.comms = comm_of;
     if (auto st = add_bpf_counters(bpf, kCounters, s.dq, &counter_deltas)) failed = st;
+    if (c.unwind_dwarf) {
+      if (auto st = uw.add_dq(bpf, s.dq, &uw_deltas)) failed = st;
+      res.set_unwound(read_unwound_stacks(bpf));
+    }
     // waits still in progress (or whose end was never seen)
     for (const auto& m : start_maps) s.dq.unmatched_begin += count_entries(bpf.get_table(m).get_fd());
     if (has_rq_locks) {

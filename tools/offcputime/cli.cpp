@@ -106,11 +106,9 @@ Result<Config> parse_args(int argc, char** argv) {
   const auto& raw = r->raw;
   c.user_threads_only = raw.count("user-threads-only");
   c.kernel_threads_only = raw.count("kernel-threads-only");
-  auto uw = parse_unwind_mode(raw, !c.pids.empty() || !c.tids.empty());
+  auto uw = unwind_dwarf_option(raw, !c.pids.empty() || !c.tids.empty());
   if (!uw) return Error{uw.error()};
-  c.unwind_dwarf = *uw == UnwindMode::Dwarf && !c.kernel_stacks_only;
-  if (*uw == UnwindMode::Dwarf && c.pids.empty() && c.tids.empty())
-    return Error{"--unwind=dwarf needs -p or -t (tables are built per target process)"};
+  c.unwind_dwarf = *uw && !c.kernel_stacks_only;
   if (c.user_threads_only && c.kernel_threads_only)
     return Error{"-u and -k are mutually exclusive (user or kernel threads)"};
   if (c.kernel_threads_only && c.user_stacks_only)

@@ -75,14 +75,10 @@ Status run(const Config& user_config) {
   if (!base_flags) return Error{base_flags.error()};
   std::vector<std::string> flags = *base_flags;
   UnwindMaps uw;
-  if (c.unwind_dwarf && !c.ebpf) {  // tables of every target process, before load (sizes)
+  if (c.unwind_dwarf) {  // tables of every target process, before load (sizes)
     std::set<uint32_t> tgids(c.pids.begin(), c.pids.end());
     for (auto t : c.tids) tgids.insert(proc_tgid(t));
-    for (auto t : tgids)
-      if (t) uw.add_process(t);
-  }
-  if (c.unwind_dwarf) {
-    auto uf = uw.cflags();
+    auto uf = uw.prepare(tgids, c.ebpf);
     if (!uf) return Error{uf.error()};
     flags.insert(flags.end(), uf->begin(), uf->end());
   }
@@ -92,8 +88,7 @@ Status run(const Config& user_config) {
   BpfSession& session = **loaded;
   Live live;
   if (c.unwind_dwarf) {
-    if (auto st = uw.fill(session.bpf())) return st;
-    if (auto st = uw.install(session, "uw_offcpu_tail", BPF_PROG_TYPE_RAW_TRACEPOINT)) return st;
+    if (auto st = uw.start(session, "uw_offcpu_tail", BPF_PROG_TYPE_RAW_TRACEPOINT)) return st;
     live.uw = &uw;
   }
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
@@ -103,14 +98,7 @@ Status run(const Config& user_config) {
       return st;  // one line: a verifier rejection, or the attach failure with its hint
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
   nlohmann::json fields = start_fields(c, kProbes.size());
-  if (c.unwind_dwarf) {  // what the tables cost at startup
-    const UnwindStats& us = uw.stats();
-    fields["unwind_tables"] = {{"processes", us.processes}, {"mappings", us.mappings},
-                               {"binaries", us.binaries},   {"binaries_without_cfi", us.binaries_without_cfi},
-                               {"rows", us.rows},           {"bytes", us.table_bytes},
-                               {"build_ms", us.build_ms},   {"fill_ms", us.fill_ms},
-                               {"verified_insns", us.verified_insns}, {"verify_ms", us.verify_ms}};
-  }
+  if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
   announce_attached(std::cout, "offcputime", c.json, banner(c), fields, dq0);
 
   uint64_t window_start = monotonic_ns();
@@ -147,9 +135,8 @@ Status run(const Config& user_config) {
     if (auto st = add_bpf_counters(session.bpf(), kCounters, rep.dq, &deltas))
       std::cerr << "offcputime: " << st->message << "\n";
     if (c.unwind_dwarf) {
-      if (auto st = add_unwind_counters(session.bpf(), rep.dq, &uw_deltas))
+      if (auto st = uw.add_dq(session.bpf(), rep.dq, &uw_deltas))
         std::cerr << "offcputime: " << st->message << "\n";
-      rep.dq.add("binaries_without_cfi", uw.stats().binaries_without_cfi);
     }
     rep.dq.lost_events = live.lost_events - lost_reported;
     lost_reported = live.lost_events;

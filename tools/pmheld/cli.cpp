@@ -5,6 +5,7 @@
 #include "common/cli.h"
 #include "common/embedded.h"
 #include "common/tool_config.h"
+#include "common/unwind_maps.h"
 #include "tools/pmheld/pmheld.h"
 
 namespace bpfdiag {
@@ -43,6 +44,9 @@ ToolSpec make_spec() {
       with_standard_options({
           opt::pid("trace only these processes (default: every process\nusing this machine's libc)"),
           opt::stacks("acquiring stacks shown per lock (default 3; 0: do\nnot record stacks, which is cheaper)"),
+          opt::unwind("acquiring stacks: dwarf (.eh_frame tables; the\n"
+                      "default with -p) or fp (frame pointers; the\n"
+                      "default system-wide)"),
           OptionSpec{"stack-storage-size", "N",
                      "distinct acquiring stacks kept for the whole run\n(default 16384, 1-262144)", "Output"},
           opt::entries("locks shown (default 10; 0: all)"),
@@ -80,12 +84,15 @@ Result<Config> parse_args(int argc, char** argv) {
     if (!v) return Error{v.error()};
     c.stack_storage_size = *v;
   }
+  auto uw = unwind_dwarf_option(r, !c.pids.empty());
+  if (!uw) return Error{uw.error()};
+  c.unwind_dwarf = *uw && c.stacks > 0;  // -s 0: no stacks to unwind
   auto t = lock_table();  // --sort/--fields typos are usage errors
   if (auto st = configure(t, c)) return *st;
   return c;
 }
 
-std::string bpf_text() { return with_common_header(kBpf_pmheld[0].text); }
+std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_pmheld[0].text)); }
 
 std::vector<std::string> bpf_cflags(const Config& c) {
   std::vector<std::string> f;

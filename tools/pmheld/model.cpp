@@ -2,12 +2,18 @@
 // JSON, --sort and --fields) and the names shown for a lock.
 #include "tools/pmheld/pmheld.h"
 
+#include "common/unwind_maps.h"
+
 namespace pmheld {
 using namespace bpfdiag;
 
 std::string lock_name(const LockHold& l) { return l.symbol.empty() ? hex_addr(l.addr) : l.symbol; }
 
-DataQuality empty_dq() { return DataQuality::with_keys({"reacquired_without_unlock", "cond_waits", "failed_locks"}); }
+DataQuality empty_dq() {
+  std::vector<std::string> keys = {"reacquired_without_unlock", "cond_waits", "failed_locks"};
+  for (auto& u : unwind_dq_keys()) keys.push_back(u);  // --unwind=dwarf (zero with fp)
+  return DataQuality::with_keys(keys);
+}
 
 Table<LockHold> lock_table() {
   using L = LockHold;

@@ -29,6 +29,7 @@ struct Config {
   bool verbose = false;        // -v: print probe placement
   bool at_symbol = false;      // --probe-at-symbol: no prologue optimisation
   bool no_hist = false;        // --no-hist
+  bool unwind_dwarf = false;   // --unwind=dwarf (default with -p and stacks): .eh_frame
   uint64_t stacks = 3;         // -s: stacks shown per lock; 0: not collected
   uint64_t entries = 10;       // -n: locks shown
   uint64_t stack_storage_size = 16384;  // --stack-storage-size: stack table entries

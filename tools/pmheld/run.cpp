@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "common/bpf_counters.h"
 #include "common/bpf_maps.h"
@@ -21,13 +22,14 @@
 #include "common/symbolize.h"
 #include "common/target.h"
 #include "common/tool.h"
+#include "common/unwind_maps.h"
 #include "tools/pmheld/pmheld.h"
 
 extern "C" {
 #include "pmheld_shared.h"
 }
-// the layouts pmheld.bpf.c writes: held_key 16, held 24, stat_key 16, stat 24, hist_key 16
-static_assert(sizeof(pmheld_held_key) == 16 && sizeof(pmheld_held) == 24 && sizeof(pmheld_stat_key) == 16 &&
+// the layouts pmheld.bpf.c writes: held_key 16, held 32, stat_key 24, stat 24, hist_key 16
+static_assert(sizeof(pmheld_held_key) == 16 && sizeof(pmheld_held) == 32 && sizeof(pmheld_stat_key) == 24 &&
                   sizeof(pmheld_stat) == 24 && sizeof(pmheld_hist_key) == 16,
               "pmheld map layouts shared with BPF");
 
@@ -54,7 +56,7 @@ const std::vector<CounterSlot> kCounters = {{PMHELD_C_UNMATCHED_END, "unmatched_
 
 class Collector {
  public:
-  Collector(BpfSession& s, const Config& c) : s_(s), c_(c) {}
+  Collector(BpfSession& s, const Config& c, UnwindMaps* uw) : s_(s), c_(c), uw_(uw) {}
 
   void remember(uint32_t pid) {
     if (comms_.count(pid)) return;
@@ -67,6 +69,7 @@ class Collector {
     comms_[pid] = proc_comm(pid);
     if (sym_.remembered(pid)) sym_.refresh(pid);
     else sym_.remember(pid);
+    if (uw_) (void)uw_->refresh(s_.bpf(), pid);  // the new image's unwind tables
   }
 
   // System-wide mode: snapshot the names and symbols of processes as soon as they hold
@@ -94,6 +97,11 @@ class Collector {
     // Acquisitions whose stack id failed in BPF count as lost stacks; stacks found
     // missing from the table while resolving are added below by resolve_stack.
     if (auto e = add_bpf_counters(bpf, kCounters, dq, &deltas_)) failed_ = e;
+    UnwoundStacks unwound;
+    if (uw_) {
+      if (auto e = uw_->add_dq(bpf, dq, &uw_deltas_)) failed_ = e;
+      unwound = read_unwound_stacks(bpf);
+    }
     dq.unmatched_begin = held.get_table_offline().size();  // holds still in progress
 
     std::map<std::pair<uint32_t, uint64_t>, LockHold> locks;
@@ -113,6 +121,13 @@ class Collector {
       StackHold sh;
       sh.count = v.count, sh.total_ns = v.total_ns, sh.max_ns = v.max_ns;
       const uint64_t lost_before = dq.lost_stacks;
+      if (uw_) {  // --unwind=dwarf: a lost hash (uw_stacks full) was counted by BPF
+        bool found = false;
+        sh.frames = symbolize_unwound(unwound, k.user_hash, sym_, k.tgid, &found);
+        sh.missing = !found;
+        l.stacks.push_back(std::move(sh));
+        continue;
+      }
       Stack stk = resolve_stack(*stacks, sym_, k.tgid, k.stack_id, -1, StackParts{true, false}, &dq);
       // A failed id was already counted by BPF, once per acquisition: count only
       // ids that were valid but whose frames are gone from the table.
@@ -144,7 +159,8 @@ class Collector {
   const Config& c_;
   Symbolizer sym_;
   std::map<uint32_t, std::string> comms_;
-  CounterDeltas deltas_;
+  UnwindMaps* uw_;  // --unwind=dwarf, else null
+  CounterDeltas deltas_, uw_deltas_;
   Status failed_;
 };
 
@@ -183,11 +199,20 @@ Status run(const Config& c) {
       {PthreadFn::CondClockwait, "cond_entry", "cond_return"},
   };
 
-  auto loaded = load_tool(ToolPlan{"pmheld", bpf_text(), bpf_cflags(c), c.ebpf, {}});
+  std::vector<std::string> flags = bpf_cflags(c);
+  UnwindMaps uw;
+  if (c.unwind_dwarf) {  // tables of every target process, before load (sizes)
+    auto uf = uw.prepare(std::set<uint32_t>(c.pids.begin(), c.pids.end()), c.ebpf);
+    if (!uf) return Error{uf.error()};
+    flags.insert(flags.end(), uf->begin(), uf->end());
+  }
+  auto loaded = load_tool(ToolPlan{"pmheld", bpf_text(), flags, c.ebpf, {}});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   auto& session = **loaded;
-  Collector col(session, c);
+  if (c.unwind_dwarf)  // the unwinder, tail-called by the lock and cond-wait return probes
+    if (auto st = uw.start(session, "uw_pmheld_tail", BPF_PROG_TYPE_KPROBE)) return st;
+  Collector col(session, c, c.unwind_dwarf ? &uw : nullptr);
   uint64_t probes = 0;
   for (const auto& t : targets) {
     if (auto st = attach_pthread_probes(session, t.lib, t.points, handlers)) return st;
@@ -208,8 +233,10 @@ Status run(const Config& c) {
                             {"stack_storage_size", c.stack_storage_size},
                             {"entries", c.entries},
                             {"sort", c.sort},
-                            {"probe_at_symbol", c.at_symbol}}}};
+                            {"probe_at_symbol", c.at_symbol},
+                            {"unwind", c.unwind_dwarf ? "dwarf" : "fp"}}}};
   if (!c.pids.empty()) start["pid"] = c.pids;
+  if (c.unwind_dwarf) start["unwind_tables"] = uw.start_fields();  // what the tables cost
   announce_attached(std::cout, "pmheld", c.json,
                     "Tracing pthread mutex hold times in " +
                         (c.pids.empty() ? std::string("every process") : "PID " + pid_list_text(c.pids)) +
