@@ -1,5 +1,7 @@
 #include "common/flamegraph.h"
 
+#include "common/runloop.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cerrno>
@@ -294,6 +296,14 @@ Status write_flamegraph_svg(const std::string& path, const std::vector<FoldedLin
   if (out) out.flush();
   if (!out) return Error{"cannot write flame graph " + path + ": " + (errno ? std::strerror(errno) : "write failed")};
   return std::nullopt;
+}
+
+FoldedSet& RunFlameGraph::stacks() {
+  if (report_boundaries() != boundaries_) {  // the reports before it are not the window's
+    stacks_ = FoldedSet{};
+    boundaries_ = report_boundaries();
+  }
+  return stacks_;
 }
 
 Status RunFlameGraph::write() const {

@@ -59,7 +59,9 @@ class RunFlameGraph {
   RunFlameGraph(std::string path, FlameOptions opts, uint64_t divisor = 1)
       : path_(std::move(path)), opts_(std::move(opts)), divisor_(divisor) {}
   bool enabled() const { return !path_.empty(); }
-  FoldedSet& stacks() { return stacks_; }
+  // Where each report adds its stacks: the run's, since the last report boundary
+  // (SIGUSR1, common/runloop), so the graph covers what the final report covers.
+  FoldedSet& stacks();
   // Writes the file (nothing without one); an error names the file and the reason.
   Status write() const;
 
@@ -68,6 +70,7 @@ class RunFlameGraph {
   FlameOptions opts_;
   uint64_t divisor_;
   FoldedSet stacks_;
+  uint64_t boundaries_ = 0;  // report_boundaries() when stacks_ was started
 };
 
 // Reads folded text (one stack per line; blank lines skipped). A malformed line is an

@@ -22,6 +22,7 @@ const int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_running{false};       // the run loop has started
 std::atomic<bool> g_boundary{false};      // SIGUSR1: a report boundary was asked for
+std::atomic<uint64_t> g_boundaries{0};     // boundaries reported so far
 std::atomic<char**> g_temp_paths{nullptr};  // null-terminated, removed before _exit
 
 sigset_t stop_set() {
@@ -152,6 +153,8 @@ std::string banner_until(const Schedule& s) {
   return "... Hit Ctrl-C to end.";
 }
 
+uint64_t report_boundaries() { return g_boundaries.load(); }
+
 int run_loop(const Schedule& s, const RunHooks& hooks) {
   // A stop signal from now on asks for the final report instead of ending the process.
   // One that came before (the handler ended the process then) cannot be pending here.
@@ -178,6 +181,7 @@ int run_loop(const Schedule& s, const RunHooks& hooks) {
     if (now >= end) break;
     if (g_boundary.exchange(false) && hooks.report) {
       hooks.report(false);  // SIGUSR1: what came before goes into this report
+      g_boundaries.fetch_add(1);
       continue;
     }
     if (now >= next_tick) {

@@ -66,6 +66,10 @@ struct RunHooks {
 // number that stopped it, or 0.
 int run_loop(const Schedule& s, const RunHooks& hooks);
 
+// SIGUSR1 report boundaries run_loop has reported so far (runbook sends one when its
+// window starts: what came before is the tools' startup, not the window).
+uint64_t report_boundaries();
+
 // " for 5 s." with a duration, "... Hit Ctrl-C to end." otherwise: the end of every
 // tool's "Tracing ..." banner.
 std::string banner_until(const Schedule& s);

@@ -127,13 +127,16 @@ if r:
     check(0 < r["wait_p50_ns"] <= r["wait_p90_ns"] <= r["wait_p99_ns"],
           "futex mode: 0 < p50 <= p90 <= p99 (%d %d %d)" % (r["wait_p50_ns"], r["wait_p90_ns"], r["wait_p99_ns"]))
     check(r["wait_avg_ns"] == r["wait_total_ns"] // max(r["calls"], 1), "futex mode: avg = total / waits")
-    # libc has no frame pointers: the site comes from the user-stack scan at the wait
+    # libc has no frame pointers: with -p the stack is unwound from .eh_frame (dwarf),
+    # system-wide the site comes from the user-stack scan at the wait
     check(r["sites"] and "update_cache" in r["sites"][0]["site"],
           "futex mode: call site is update_cache, the function that called pthread_mutex_lock (%s)"
           % [c["site"] for c in r["sites"]])
-    check(r["sites"] and r["sites"][0]["user_stack"][1:3] and "update_cache" in r["sites"][0]["user_stack"][1]
-          and "worker" in r["sites"][0]["user_stack"][2] and not r["sites"][0]["user_stack_missing"],
-          "futex mode: stack lock wait <- update_cache <- worker (%s)" % (r["sites"] and r["sites"][0]["user_stack"]))
+    st = r["sites"][0]["user_stack"] if r["sites"] else []
+    at = next((i for i, f in enumerate(st) if "update_cache" in f), None)
+    check(at is not None and at >= 1 and all("lock" in f for f in st[:at]) and at + 1 < len(st)
+          and "worker" in st[at + 1] and not r["sites"][0]["user_stack_missing"],
+          "futex mode: stack lock wait (glibc) <- update_cache <- worker (%s)" % st)
     check("data_quality" in r and r["data_quality"]["map_full"] == 0 and r["data_quality"]["lost_stacks"] == 0,
           "futex mode: data quality present and clean (%s)" % r.get("data_quality"))
     check(r["reading"].startswith("convoy"), "futex mode: 4 waiters read as a convoy (%s)" % r["reading"])

@@ -50,13 +50,18 @@ Names Resolver::names() {
           if (!is_kernel_lock_frame(f)) return f;
         return frames.empty() ? "" : frames.front();
       }
-      // futex: the caller of the lock function, else the first frame outside libc
+      // futex: the caller of the lock function (fp mode: the stack scan's), else the
+      // first named frame outside libc and wrappers (dwarf mode: the whole stack is
+      // there; a stripped binary's unnamed helpers, e.g. mariadbd's inlined
+      // mysql_mutex_lock, are skipped for the site as the scan skips them), else the
+      // first frame outside libc
       SymbolInfo caller = scanned_caller(k);
       if (caller.found) return format_symbol(caller, true);
-      for (uint64_t a : addrs(k)) {
-        SymbolInfo s = sym_.lookup_user(k.pid, a);
-        if (!in_libc(s) && !is_wrapper_frame(s.name)) return format_symbol(s, false);
-      }
+      for (bool named : {true, false})
+        for (uint64_t a : addrs(k)) {
+          SymbolInfo s = sym_.lookup_user(k.pid, a);
+          if ((s.found || !named) && !in_libc(s) && !is_wrapper_frame(s.name)) return format_symbol(s, false);
+        }
       return frames.empty() ? "" : frames.front();
     };
     return n;
