@@ -3,7 +3,8 @@
 (bpftrace's ustack, perf record --call-graph dwarf) on the same load, in one run (issue 11).
 
 Load: `perf bench sched pipe -T` (two threads of one process ping-pong over a pipe;
-Debian's perf is built without frame pointers), a new one per measurement. Each mode
+Debian's perf is built without frame pointers), a new one per measurement, pinned to
+CPU LOAD_CPU (default 1). Each mode
 traces its switch-outs for SECONDS:
   none            no tracer: the load's own switch rate
   fp, dwarf       offcputime -p PID --unwind=MODE -j (+ OFFCPUTIME OPTIONS)
@@ -40,6 +41,7 @@ BIN = os.environ.get("BIN", os.path.join(os.path.dirname(os.path.abspath(__file_
 OC = os.path.join(BIN, "offcputime")
 SECS = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
+LOAD_CPU = os.environ.get("LOAD_CPU", "1")
 PRIVATE_TRACEFS = "mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; exec "
 EXTRA = sys.argv[2:]
 
@@ -136,7 +138,9 @@ def children(pid):
 
 
 def one(mode, tmp):
-    bench = subprocess.Popen(["perf", "bench", "sched", "pipe", "-T", "-l", "1000000000"],
+    # both threads on one CPU: every switch is a direct hand-off there, so the CPU time
+    # per switch is steady (across CPUs it moved 2x between runs of the same mode)
+    bench = subprocess.Popen(["taskset", "-c", LOAD_CPU, "perf", "bench", "sched", "pipe", "-T", "-l", "1000000000"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.3)
     t0 = time.monotonic()

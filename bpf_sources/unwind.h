@@ -11,7 +11,7 @@
  *
  * Call uw_unwind_user only from a program of its own, reached from the tool's handler
  * by a tail call (`uw_progs.call(ctx, UW_PROG_UNWIND)`; the front-end puts that
- * program's fd in uw_progs, common/unwind_maps install_unwinder). Inlined into a
+ * program's fd in uw_progs, common/unwind_maps UnwindMaps::start). Inlined into a
  * tool's handler, the verifier explores the unwinder once per path of the handler
  * and gives up at its 1M-instruction limit; alone it is verified once (numbers in
  * docs/design/unwinding.md). The tail-called program sees the same ctx and current
@@ -36,7 +36,7 @@ struct uw_state {
   u64 ip, sp, bp;
 };
 
-BPF_PROG_ARRAY(uw_progs, 1);
+BPF_PROG_ARRAY(uw_progs, 2);
 BPF_ARRAY(uw_rows, struct uw_row, UW_MAX_ROWS);
 BPF_HASH(uw_procs, u32, struct uw_proc, UW_PROCS_SIZE);
 BPF_ARRAY(uw_maps, struct uw_map, UW_PROCS_SIZE * UW_MAX_MAPS);
@@ -67,9 +67,9 @@ static inline __attribute__((always_inline)) int uw_user_regs(struct uw_user_reg
   return 0;
 }
 
-/* One frame: from (ip, sp, bp) to the caller's. Returns -1 to go on, else a status. */
-static inline __attribute__((always_inline)) int uw_step(struct uw_state *s, u32 base, u32 n, u32 depth) {
-  u64 look = depth ? s->ip - 1 : s->ip; /* a return address may be past its call's function */
+/* The table row for `look` (a pc), copied to *row: 0, else UW_ST_NO_MAPPING (no
+ * executable file mapping: JIT code) or UW_ST_NO_CFI (no row for it). */
+static inline __attribute__((always_inline)) int uw_find_row(struct uw_row *row, u64 look, u32 base, u32 n) {
   u32 lo = 0, hi = n;
   if (hi == 0)
     return UW_ST_NO_MAPPING;
@@ -109,25 +109,49 @@ static inline __attribute__((always_inline)) int uw_step(struct uw_state *s, u32
   struct uw_row *r = uw_rows.lookup(&rlo);
   if (!r || r->pc > rel)
     return UW_ST_NO_CFI;
-  u8 ct = r->types & 15, bt = r->types >> 4;
+  *row = *r;
+  return 0;
+}
+
+/* One frame: from (ip, sp, bp) to the caller's. Returns -1 to go on, else a status.
+ * Code the tables do not cover (JIT code: no file mapping; a file without CFI) is
+ * walked by its frame pointer, as perf and fp mode walk it, while that points into the
+ * stack a little above sp (HotSpot's interpreter and C1 frames keep one): the
+ * frame-pointer rule is the table row CFA = RBP + 16, RBP saved at CFA - 16, so both
+ * take one path (the fallback as separate code, once per exit or once per frame, grew
+ * the verifier's work 74-86% and put lockstat's pthread unwinder over 1M). */
+#define UW_FP_MAX_FRAME (1ULL << 20)
+static inline __attribute__((always_inline)) int uw_step(struct uw_state *s, u32 base, u32 n, u32 depth) {
+  u64 look = depth ? s->ip - 1 : s->ip; /* a return address may be past its call's function */
+  struct uw_row row = {};
+  int miss = uw_find_row(&row, look, base, n);
+  if (miss) {
+    if (s->bp < s->sp || s->bp - s->sp > UW_FP_MAX_FRAME || (s->bp & 7)) /* bp == sp: no locals */
+      return miss;
+    row.types = UW_CFA_RBP | (UW_RBP_AT_CFA << 4);
+    row.cfa_off = 16;
+    row.rbp_off8 = -2;
+  }
+  u8 ct = row.types & 15, bt = row.types >> 4;
   u64 cfa;
   if (ct == UW_CFA_RSP)
-    cfa = s->sp + r->cfa_off;
+    cfa = s->sp + row.cfa_off;
   else if (ct == UW_CFA_RBP)
-    cfa = s->bp + r->cfa_off;
+    cfa = s->bp + row.cfa_off;
   else if (ct == UW_CFA_PLT)
     cfa = s->sp + 8 + (((s->ip & 15) >= 11) ? 8 : 0);
   else if (ct == UW_CFA_END)
     return UW_ST_END;
   else
     return UW_ST_NO_CFI;
+  /* a frame-pointer guess that reads nowhere says why it was needed, not "unreadable" */
   u64 ra = 0;
   if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
-    return UW_ST_UNREADABLE;
+    return miss ? miss : UW_ST_UNREADABLE;
   if (bt == UW_RBP_AT_CFA) {
     u64 bp = 0;
-    if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (s64)r->rbp_off8 * 8)))
-      return UW_ST_UNREADABLE;
+    if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (s64)row.rbp_off8 * 8)))
+      return miss ? miss : UW_ST_UNREADABLE;
     s->bp = bp;
   } else if (bt == UW_RBP_UNDEF) {
     s->bp = 0;
@@ -136,6 +160,8 @@ static inline __attribute__((always_inline)) int uw_step(struct uw_state *s, u32
   s->ip = ra;
   if (ra == 0)
     return UW_ST_END;
+  if (miss)
+    uw_count(UW_CNT_FP_FRAMES);
   return -1;
 }
 

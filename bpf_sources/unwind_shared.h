@@ -3,8 +3,11 @@
 #ifndef BPFDIAG_UNWIND_SHARED_H
 #define BPFDIAG_UNWIND_SHARED_H
 
-/* Slot of the unwinder program in the prog array uw_progs (tail call target). */
+/* Slots of the prog array uw_progs (tail call targets): the unwinder, and a tool's
+ * own program the unwinder may tail-call in turn (verified apart from the unwinder:
+ * lockstat --uprobes records its wait there). */
 #define UW_PROG_UNWIND 0
+#define UW_PROG_AFTER 1
 
 /* Row of a compact unwind table (8 bytes): from `pc` (an ELF virtual address:
  * runtime pc - load bias) up to the next row's pc, CFA = reg + cfa_off and the
@@ -67,6 +70,8 @@ enum uw_counter {
   UW_CNT_NO_MAPPING,   /* data_quality.ustack_no_mapping */
   UW_CNT_UNREADABLE,   /* data_quality.ustack_unreadable */
   UW_CNT_STACKS_FULL,  /* map_full: uw_stacks full, the stack was lost */
+  UW_CNT_FP_FRAMES,    /* data_quality.ustack_fp_frames: frames of code without CFI (JIT)
+                        * walked by their frame pointer */
   UW_CNT_MAX
 };
 

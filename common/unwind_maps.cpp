@@ -55,8 +55,8 @@ std::string with_unwind_header(const std::string& text) {
 }
 
 const std::vector<std::string>& unwind_dq_keys() {
-  static const std::vector<std::string> keys = {"ustack_truncated", "ustack_no_cfi", "ustack_no_mapping",
-                                                "ustack_unreadable", "binaries_without_cfi"};
+  static const std::vector<std::string> keys = {"ustack_truncated",  "ustack_no_cfi",        "ustack_no_mapping",
+                                                "ustack_unreadable", "binaries_without_cfi", "ustack_fp_frames"};
   return keys;
 }
 
@@ -191,8 +191,10 @@ Result<std::vector<std::string>> UnwindMaps::prepare(const std::set<uint32_t>& t
   return cflags();
 }
 
-Status UnwindMaps::start(BpfSession& session, const std::string& fn, int prog_type) {
+Status UnwindMaps::start(BpfSession& session, const std::string& fn, int prog_type, const std::string& after) {
   if (auto st = fill(session.bpf())) return st;
+  if (!after.empty())
+    if (auto st = install(session, after, prog_type, UW_PROG_AFTER)) return st;
   return install(session, fn, prog_type);
 }
 
@@ -210,13 +212,15 @@ Status UnwindMaps::add_dq(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas
   return add_unwind_counters(bpf, dq, deltas);
 }
 
-Status UnwindMaps::install(BpfSession& session, const std::string& fn, int prog_type) {
+Status UnwindMaps::install(BpfSession& session, const std::string& fn, int prog_type, int slot) {
   auto t0 = std::chrono::steady_clock::now();
   auto fd = session.load_program(fn, prog_type);
   if (!fd) return Error{fd.error()};
-  stats_.verify_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  stats_.verified_insns = BpfSession::verified_insns(*fd);
-  auto st = session.bpf().get_prog_table("uw_progs").update_value(UW_PROG_UNWIND, *fd);
+  if (slot == UW_PROG_UNWIND) {
+    stats_.verify_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    stats_.verified_insns = BpfSession::verified_insns(*fd);
+  }
+  auto st = session.bpf().get_prog_table("uw_progs").update_value(slot, *fd);
   if (!st.ok()) return Error{"cannot install the unwinder program " + fn + ": " + st.msg()};
   return std::nullopt;
 }
@@ -265,7 +269,8 @@ Status add_unwind_counters(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* delta
                                                             {UW_CNT_NO_CFI, "ustack_no_cfi"},
                                                             {UW_CNT_NO_MAPPING, "ustack_no_mapping"},
                                                             {UW_CNT_UNREADABLE, "ustack_unreadable"},
-                                                            {UW_CNT_STACKS_FULL, "lost_stacks"}};
+                                                            {UW_CNT_STACKS_FULL, "lost_stacks"},
+                                                            {UW_CNT_FP_FRAMES, "ustack_fp_frames"}};
   auto arr = bpf.get_percpu_array_table<uint64_t>("uw_counters");
   for (auto& [slot, key] : kSlots) {
     std::vector<uint64_t> per_cpu;

@@ -68,8 +68,9 @@ class UnwindMaps {
   explicit UnwindMaps(uint32_t max_depth = 64) : max_depth_(max_depth) {}
   // Before load: the tables of the target processes (none with --ebpf), then cflags().
   Result<std::vector<std::string>> prepare(const std::set<uint32_t>& tgids, bool ebpf);
-  // After load, before attaching the handlers: fill(), then install().
-  Status start(BpfSession& session, const std::string& fn, int prog_type);
+  // After load, before attaching the handlers: fill(), then install(); `after`, when
+  // given, is the program the unwinder tail-calls in turn (slot UW_PROG_AFTER).
+  Status start(BpfSession& session, const std::string& fn, int prog_type, const std::string& after = "");
   // The start record's "unwind_tables": what the tables cost at startup.
   nlohmann::json start_fields() const;
   // The ustack_* counters (uw_stacks full as lost_stacks) and binaries_without_cfi.
@@ -84,7 +85,7 @@ class UnwindMaps {
   // Loads the tool's unwinder program `fn` (a program that calls uw_unwind_user,
   // of the handler's type) and puts it in uw_progs, where the handler's tail call
   // (uw_progs.call(ctx, UW_PROG_UNWIND)) finds it. Before attaching the handler.
-  Status install(BpfSession& session, const std::string& fn, int prog_type);
+  Status install(BpfSession& session, const std::string& fn, int prog_type, int slot = UW_PROG_UNWIND);
   // Re-reads tgid's mappings (exec, dlopen) and writes what changed.
   Status refresh(ebpf::BPF& bpf, uint32_t tgid);
   const UnwindStats& stats() const { return stats_; }

@@ -16,6 +16,9 @@ Checks (numbers, not exit codes):
   * -j: NDJSON validates against the schema, the start record says unwind=dwarf and
     carries the unwinder's verification (verified_insns under the 1M limit), the
     ustack_* data_quality keys are there and nothing was truncated;
+  * unwind_jit_nofp blocks through a generated stub (anonymous executable mapping, no
+    CFI, a frame pointer, like a JVM's JIT frames): its chain and thread start are there
+    (as above) and ustack_fp_frames counts the frame-pointer steps;
   * lockstat (futex and --uprobes) and pmheld -p -j on unwind_lock_nofp: g_mu's waiter
     stacks / acquiring stacks hold the waiter's chain up to the thread start, the wait
     total is the workload's within 5%, nothing lost or truncated;
@@ -40,7 +43,9 @@ WORKLOADS_NOFP = {  # name: args (counts/ms as in unwind_truth.h); start on stdi
     "unwind_io_nofp": ["6", "100", "4", "100"],
     "unwind_lock_nofp": ["6", "100", "6", "50"],
     "unwind_solib_nofp": ["6", "100", "4", "100"],
+    "unwind_jit_nofp": ["6", "100"],  # through a generated stub: no file, no CFI, a frame pointer
 }
+PERF_CHECKED = ["unwind_io_nofp", "unwind_lock_nofp", "unwind_solib_nofp"]  # perf is no judge of JIT frames
 require_built(OC, *[workload(w) for w in WORKLOADS_NOFP])
 perf = shutil.which("perf")
 if not perf and CI:
@@ -143,6 +148,16 @@ check(all(k in dq for k in ("ustack_truncated", "ustack_no_cfi", "ustack_no_mapp
                             "binaries_without_cfi")), "data_quality has the ustack_* keys: %s" % dq)
 check(dq.get("ustack_truncated", 1) == 0, "no stack truncated at depth 64")
 
+# JIT code (an anonymous executable mapping, no CFI) is walked by its frame pointer:
+# the frames above it are there (checked with the others above) and counted
+truth, out, err, _ = run_offcputime("unwind_jit_nofp", ["2", "50"], ["-j"])
+recs = validated("offcputime", ndjson(out, "offcputime"))
+summ = [r for r in recs if is_type(r, "offcputime", "summary")]
+dq = summ[-1]["data_quality"] if summ else {}
+check(dq.get("ustack_fp_frames", 0) >= 2 and dq.get("ustack_no_mapping", 1) == 0,
+      "JIT stub: its frames walked by frame pointer (ustack_fp_frames %s, ustack_no_mapping %s)"
+      % (dq.get("ustack_fp_frames"), dq.get("ustack_no_mapping")))
+
 # lockstat's waiter stacks and pmheld's acquiring stacks (dwarf: the default with -p)
 # name the mutex waiter's chain, past the C library, up to the thread start
 LS, PM = tool("lockstat"), tool("pmheld")
@@ -226,7 +241,8 @@ check(dq.get("lost_stacks", 1) == 0 and dq.get("ustack_truncated", 1) == 0, "pmh
 # perf agrees on the chain (perf run where its tracefs mount stays private)
 tracefs_before = host_tracefs_mounted()
 if perf:
-    for wl, args in WORKLOADS_NOFP.items():
+    for wl in PERF_CHECKED:
+        args = WORKLOADS_NOFP[wl]
         with tempfile.TemporaryDirectory() as d:
             data = os.path.join(d, "perf.data")
             ctl, ack = os.path.join(d, "ctl"), os.path.join(d, "ack")

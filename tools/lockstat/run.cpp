@@ -206,7 +206,7 @@ Status run(const Config& c0) {
   auto& session = **loaded;
   auto& bpf = session.bpf();
   if (c.unwind_dwarf)  // the unwinder, tail-called by the user-space handlers
-    if (auto st = c.uprobes ? uw.start(session, "uw_lockstat_pthread_tail", BPF_PROG_TYPE_KPROBE)
+    if (auto st = c.uprobes ? uw.start(session, "uw_lockstat_pthread_tail", BPF_PROG_TYPE_KPROBE, "ls_pthread_record")
                             : uw.start(session, "uw_lockstat_futex_tail", BPF_PROG_TYPE_TRACEPOINT))
       return st;
   if (!c.lock_addrs.empty() && c.lock_names.empty())
