@@ -15,6 +15,7 @@
 #include "common/btf.h"
 #include "common/cli.h"
 #include "common/embedded.h"
+#include "common/proc.h"
 #include "common/symbolize.h"
 
 namespace bpfdiag {
@@ -184,7 +185,10 @@ Status UnwindMaps::fill(ebpf::BPF& bpf) {
   return std::nullopt;
 }
 
-Result<std::vector<std::string>> UnwindMaps::prepare(const std::set<uint32_t>& tgids, bool ebpf) {
+Result<std::vector<std::string>> UnwindMaps::prepare(const std::vector<uint32_t>& pids,
+                                                     const std::vector<uint32_t>& tids, bool ebpf) {
+  std::set<uint32_t> tgids(pids.begin(), pids.end());
+  for (auto t : tids) tgids.insert(proc_tgid(t));
   if (!ebpf)
     for (auto t : tgids)
       if (t) add_process(t);

@@ -66,8 +66,10 @@ struct UnwindStats {
 class UnwindMaps {
  public:
   explicit UnwindMaps(uint32_t max_depth = 64) : max_depth_(max_depth) {}
-  // Before load: the tables of the target processes (none with --ebpf), then cflags().
-  Result<std::vector<std::string>> prepare(const std::set<uint32_t>& tgids, bool ebpf);
+  // Before load: the tables of the target processes (-p PIDs and the processes of the
+  // -t TIDs; none with --ebpf), then cflags().
+  Result<std::vector<std::string>> prepare(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids,
+                                           bool ebpf);
   // After load, before attaching the handlers: fill(), then install(); `after`, when
   // given, is the program the unwinder tail-calls in turn (slot UW_PROG_AFTER).
   Status start(BpfSession& session, const std::string& fn, int prog_type, const std::string& after = "");

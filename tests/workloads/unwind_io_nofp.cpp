@@ -18,12 +18,9 @@ static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static int g_gen = 0;
 
 UW_FN uint64_t block_in_pipe_read() {
-  char c;
-  uint64_t t0 = uw::now_ns();
-  if (read(g_pipe[0], &c, 1) != 1) std::abort();
-  uint64_t t1 = uw::now_ns();
+  uint64_t ns = uw::timed_read(g_pipe[0]);
   UW_KEEP;
-  return t1 - t0;
+  return ns;
 }
 UW_FN uint64_t pipe_stage() {
   uint64_t ns = block_in_pipe_read();

@@ -31,6 +31,14 @@ inline uint64_t now_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// One byte read from fd, timed (ns): inlined into the named blocking function.
+__attribute__((always_inline)) inline uint64_t timed_read(int fd) {
+  char c;
+  uint64_t t0 = now_ns();
+  if (read(fd, &c, 1) != 1) std::abort();
+  return now_ns() - t0;
+}
+
 inline void sleep_ms(long ms) {
   timespec ts{ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0) {

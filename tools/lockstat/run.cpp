@@ -194,9 +194,7 @@ Status run(const Config& c0) {
   if (calib) flags.value().push_back("-DCALIB_PID=" + std::to_string(calib->pid));
   UnwindMaps uw;
   if (c.unwind_dwarf) {  // tables of every target process, before load (sizes)
-    std::set<uint32_t> tgids(c.pids.begin(), c.pids.end());
-    for (auto t : c.tids) tgids.insert(proc_tgid(t));
-    auto uf = uw.prepare(tgids, c.ebpf);
+    auto uf = uw.prepare(c.pids, c.tids, c.ebpf);
     if (!uf) return Error{uf.error()};
     flags.value().insert(flags.value().end(), uf->begin(), uf->end());
   }

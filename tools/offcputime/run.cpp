@@ -76,9 +76,7 @@ Status run(const Config& user_config) {
   std::vector<std::string> flags = *base_flags;
   UnwindMaps uw;
   if (c.unwind_dwarf) {  // tables of every target process, before load (sizes)
-    std::set<uint32_t> tgids(c.pids.begin(), c.pids.end());
-    for (auto t : c.tids) tgids.insert(proc_tgid(t));
-    auto uf = uw.prepare(tgids, c.ebpf);
+    auto uf = uw.prepare(c.pids, c.tids, c.ebpf);
     if (!uf) return Error{uf.error()};
     flags.insert(flags.end(), uf->begin(), uf->end());
   }

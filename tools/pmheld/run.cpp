@@ -202,7 +202,7 @@ Status run(const Config& c) {
   std::vector<std::string> flags = bpf_cflags(c);
   UnwindMaps uw;
   if (c.unwind_dwarf) {  // tables of every target process, before load (sizes)
-    auto uf = uw.prepare(std::set<uint32_t>(c.pids.begin(), c.pids.end()), c.ebpf);
+    auto uf = uw.prepare(c.pids, {}, c.ebpf);
     if (!uf) return Error{uf.error()};
     flags.insert(flags.end(), uf->begin(), uf->end());
   }
