@@ -29,7 +29,6 @@
  */
 #include "filters.h"
 #include <uapi/linux/ptrace.h>
-#include <linux/sched.h>
 #include "hist.h"
 #include "lockstat_shared.h"
 #define DQ_NCOUNTERS LS_CNT_MAX
