@@ -7,6 +7,9 @@
  *   INCLUDE_IDLE              count the idle task (pid 0) too (-I)
  *   CAPTURE_USER, CAPTURE_KERNEL
  *   STACK_STORAGE_SIZE, COUNTS_SIZE
+ *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound from .eh_frame tables
+ *                             by uw_profile_tail, a program of its own that
+ *                             do_perf_event tail-calls; keyed by their hash
  *
  * Stack ids: -EFAULT means "no such part" (a kernel thread has no user stack, a
  * sample taken in user mode no kernel stack) and is not a loss; any other error is a
@@ -18,9 +21,25 @@
 #include "profile_shared.h"
 #define DQ_NCOUNTERS PROFILE_CNT_MAX
 #include "common.h"
+#ifdef UW_DWARF
+#include "unwind.h"
+#endif
 
 BPF_HASH(counts, struct profile_key, u64, COUNTS_SIZE);
 BPF_STACK_TRACE(stack_traces, STACK_STORAGE_SIZE);
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+BPF_PERCPU_ARRAY(sample_key, struct profile_key, 1); /* do_perf_event -> uw_profile_tail */
+#endif
+
+static inline __attribute__((always_inline)) void add_sample(struct profile_key *key) {
+  u64 zero = 0;
+  u64 *v = counts.lookup_or_try_init(key, &zero);
+  if (!v) {
+    dq_count(PROFILE_CNT_COUNTS_FULL);
+    return;
+  }
+  __sync_fetch_and_add(v, 1);
+}
 
 static inline __attribute__((always_inline)) void count_stack_error(int id, u32 missing_slot) {
   if (id >= 0 || id == -14 /* EFAULT: no such part */)
@@ -45,7 +64,9 @@ int do_perf_event(struct bpf_perf_event_data *ctx) {
   key.tgid = tgid;
   key.tid = tid;
   bpf_get_current_comm(&key.comm, sizeof(key.comm));
-#ifdef CAPTURE_USER
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+  key.user_stack_id = -14; /* "no such part" here: the user part is key.user_hash (uw_profile_tail) */
+#elif defined(CAPTURE_USER)
   key.user_stack_id = stack_traces.get_stackid(&ctx->regs, BPF_F_USER_STACK);
   count_stack_error(key.user_stack_id, PROFILE_CNT_USER_MISSING);
 #else
@@ -57,12 +78,35 @@ int do_perf_event(struct bpf_perf_event_data *ctx) {
 #else
   key.kernel_stack_id = -1;
 #endif
-  u64 zero = 0;
-  u64 *v = counts.lookup_or_try_init(&key, &zero);
-  if (!v) {
-    dq_count(PROFILE_CNT_COUNTS_FULL);
-    return 0;
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+  u32 k0 = 0;
+  struct profile_key *sk = sample_key.lookup(&k0);
+  if (sk) {
+    *sk = key;
+    uw_progs.call(ctx, UW_PROG_UNWIND); /* does not return when it runs */
   }
-  __sync_fetch_and_add(v, 1);
+  dq_count(PROFILE_CNT_USER_MISSING); /* counted without its user stack */
+  key.user_hash = UW_HASH_LOST;
+#endif
+  add_sample(&key);
   return 0;
 }
+
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+/* The DWARF unwinder, reached by a tail call from do_perf_event (a program of its own:
+ * see unwind.h). The user registers at the top of the kernel stack are the sampled
+ * thread's user state (where the sample interrupted user mode, or its last kernel
+ * entry). The sample's key comes through sample_key (per CPU, written just before). */
+int uw_profile_tail(struct bpf_perf_event_data *ctx) {
+  u32 k0 = 0;
+  struct profile_key *sk = sample_key.lookup(&k0);
+  if (!sk)
+    return 0;
+  struct profile_key key = *sk;
+  /* 0: no user context (kernel thread); UW_HASH_LOST (uw_stacks full) is counted by
+   * the unwinder, as lost_stacks */
+  key.user_hash = uw_unwind_user(key.tgid);
+  add_sample(&key);
+  return 0;
+}
+#endif

@@ -12,6 +12,8 @@ struct profile_key {
   __s32 user_stack_id;   /* < 0: not captured (-EFAULT: no user stack) or lost */
   __s32 kernel_stack_id; /* -EFAULT: the sample hit user mode (no kernel stack) */
   char comm[PROFILE_COMM_LEN];
+  __u64 user_hash; /* --unwind=dwarf: the user stack in uw_stacks (unwind.h); user_stack_id
+                    * is then -1. 0: no user context (a kernel thread) */
 };
 
 /* Slots of the data-quality counters (bpf_sources/common.h `dq_counters`), mapped

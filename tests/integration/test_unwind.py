@@ -65,12 +65,12 @@ def folded_lines(out):
     return lines
 
 
-def run_offcputime(wl, args, extra):
-    """Starts the workload (it waits on stdin), attaches offcputime -p, then lets the
-    timed part run; returns (truth, stdout, stderr, attach_s)."""
+def run_offcputime(wl, args, extra, tool_path=None):
+    """Starts the workload (it waits on stdin), attaches offcputime (or tool_path) -p,
+    then lets the timed part run; returns (truth, stdout, stderr, attach_s)."""
     w = subprocess.Popen([workload(wl), *args, "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     t0 = time.monotonic()
-    o = start([OC, *extra, "-p", str(w.pid)])
+    o = start([tool_path or OC, *extra, "-p", str(w.pid)])
     attached = wait_attached(o, timeout=30)
     attach_s = time.monotonic() - t0
     steal0 = steal_ns()
@@ -157,6 +157,26 @@ dq = summ[-1]["data_quality"] if summ else {}
 check(dq.get("ustack_fp_frames", 0) >= 2 and dq.get("ustack_no_mapping", 1) == 0,
       "JIT stub: its frames walked by frame pointer (ustack_fp_frames %s, ustack_no_mapping %s)"
       % (dq.get("ustack_fp_frames"), dq.get("ustack_no_mapping")))
+
+# profile: on-CPU samples in a chain without frame pointers (dwarf: the default with -p)
+PROFILE, HZ = tool("profile"), 99
+for mode in ("dwarf", "fp"):
+    truth, out, err, _ = run_offcputime("unwind_cpu_nofp", ["20", "50"], ["-f", "-F", str(HZ), "--unwind=" + mode],
+                                        tool_path=PROFILE)
+    t = truth["threads"][0]
+    chain = t["callers"] + [t["function"]]
+    leaf = [(fr, v) for fr, v in folded_lines(out) if fr[0] == t["name"] and t["function"] in fr]
+    n = sum(v for _, v in leaf)
+    full = sum(v for fr, v in leaf if chain_in_order(fr, chain) and len(fr) > 1 and fr[1] in THREAD_START)
+    want = t["blocked_ns"] / 1e9 * HZ
+    if mode == "dwarf":
+        check(0.7 * want <= n <= 1.3 * want, "profile: %d samples in %s for %.2f s of its CPU time at %d Hz (%.0f +-30%%)"
+              % (n, t["function"], t["blocked_ns"] / 1e9, HZ, want))
+        check(n and full >= 0.95 * n, "profile --unwind=dwarf: %d of %d samples show %s down to the thread start"
+              % (full, n, ";".join(chain)))
+    else:
+        check(full <= 0.05 * max(n, 1), "profile --unwind=fp: %d of %d samples show the chain (frame pointers cannot)"
+              % (full, n))
 
 # lockstat's waiter stacks and pmheld's acquiring stacks (dwarf: the default with -p)
 # name the mutex waiter's chain, past the C library, up to the thread start

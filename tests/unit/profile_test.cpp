@@ -1,5 +1,6 @@
 // profile's parsing (strict values, one-line errors) and its BPF flags.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <string>
@@ -46,6 +47,16 @@ TEST_CASE("profile: -F, -U/-K, -I, duration forms, --svg") {
   REQUIRE(d);
   CHECK(d->schedule.duration_ns == 1500000000ULL);
   CHECK_FALSE(has(bpf_cflags(*d), "-DCAPTURE_USER"));
+}
+
+TEST_CASE("profile: --unwind (dwarf by default with -p/-t, fp system-wide)") {
+  const std::string self = std::to_string(getpid());
+  CHECK(parse({"-p", self})->unwind_dwarf);
+  CHECK(parse({"-t", self})->unwind_dwarf);
+  CHECK_FALSE(parse({})->unwind_dwarf);
+  CHECK_FALSE(parse({"-p", self, "--unwind", "fp"})->unwind_dwarf);
+  CHECK_FALSE(parse({"-p", self, "-K"})->unwind_dwarf);  // kernel stacks only: nothing to unwind
+  CHECK(parse({"--unwind", "dwarf"}).error().find("needs -p or -t") != std::string::npos);
 }
 
 TEST_CASE("profile: bad input is one error") {

@@ -6,6 +6,7 @@
 #include "common/embedded.h"
 #include "common/filters.h"
 #include "common/tool_config.h"
+#include "common/unwind_maps.h"
 #include "tools/profile/profile.h"
 
 namespace bpfdiag {
@@ -31,6 +32,7 @@ ToolSpec make_spec() {
       OptionSpec{"I,include-idle", "", "include the idle task (pid 0) in the samples", "Filters"},
       opt::user_stacks_only("show user space stacks only (no kernel)"),
       opt::kernel_stacks_only("show kernel space stacks only (no user)"),
+      opt::unwind(),
       OptionSpec{"delimited", "", "insert \"--\" between kernel and user stacks", "Output"},
       opt::folded("folded output for flame graphs (as offcputime -f)"),
       opt::per_thread("folded: name threads \"comm-PID/TID\" so they never merge"),
@@ -88,10 +90,13 @@ Result<Config> parse_args(int argc, char** argv) {
     c.map_entries = *v;
   }
   if (auto st = check_targets(c.pids, c.tids)) return *st;
+  auto uw = unwind_dwarf_option(raw, !c.pids.empty() || !c.tids.empty());
+  if (!uw) return Error{uw.error()};
+  c.unwind_dwarf = *uw && !c.kernel_stacks_only;
   return c;
 }
 
-std::string bpf_text() { return with_common_header(kBpf_profile[0].text); }
+std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_profile[0].text)); }
 
 std::vector<std::string> bpf_cflags(const Config& c) {
   std::vector<std::string> flags;

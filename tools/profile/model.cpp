@@ -5,6 +5,8 @@
 
 #include "tools/profile/profile.h"
 
+#include "common/unwind_maps.h"
+
 namespace profile {
 using namespace bpfdiag;
 
@@ -15,10 +17,13 @@ const std::vector<std::string>& dq_keys() {
   // stack table (--stack-storage-size); idle_samples: idle-task samples left out
   // (without -I); unknown_frames: frames no symbol names; processes_gone_before_seen:
   // exited before their mappings could be read.
-  static const std::vector<std::string> keys = {"lost_samples",       "user_stack_missing",
-                                                "kernel_stack_missing", "stack_storage_full",
-                                                "idle_samples",       "unknown_frames",
-                                                "processes_gone_before_seen"};
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k = {"lost_samples",         "user_stack_missing", "kernel_stack_missing",
+                                  "stack_storage_full",   "idle_samples",       "unknown_frames",
+                                  "processes_gone_before_seen"};
+    for (auto& u : unwind_dq_keys()) k.push_back(u);  // --unwind=dwarf (zero with fp)
+    return k;
+  }();
   return keys;
 }
 
@@ -75,6 +80,7 @@ nlohmann::json start_fields(const Config& c, uint64_t cpus) {
                               {"kernel_stacks_only", c.kernel_stacks_only},
                               {"stack_storage_size", c.stack_storage_size},
                               {"map_entries", c.map_entries},
+                              {"unwind", c.unwind_dwarf ? "dwarf" : "fp"},
                               {"interval_ns", opt_ns(c.schedule.interval_ns)},
                               {"duration_ns", opt_ns(c.schedule.duration_ns)}});
 }
@@ -83,7 +89,7 @@ std::string banner(const Config& c) {
   std::string who = stack_targets_text(c);
   if (c.include_idle && c.pids.empty() && c.tids.empty()) who += " (idle included)";
   return "Sampling at " + std::to_string(c.freq_hz) + " Hertz of " + who + " by " + stack_parts_text(c) + " stack" +
-         banner_until(c.schedule);
+         (c.unwind_dwarf ? " (user stacks: DWARF unwinding)" : "") + banner_until(c.schedule);
 }
 
 }  // namespace profile

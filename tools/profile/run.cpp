@@ -19,12 +19,13 @@
 #include "common/symbolize.h"
 #include "common/target.h"
 #include "common/tool.h"
+#include "common/unwind_maps.h"
 #include "tools/profile/profile.h"
 
 extern "C" {
 #include "profile_shared.h"
 }
-static_assert(sizeof(profile_key) == 32, "profile_key layout shared with BPF");
+static_assert(sizeof(profile_key) == 40, "profile_key layout shared with BPF");
 
 namespace profile {
 using namespace bpfdiag;
@@ -53,20 +54,30 @@ void remember_sampled(ebpf::BPF& bpf, Symbolizer& sym) {
 }  // namespace
 
 Status run(const Config& c) {
-  auto loaded = load_tool(ToolPlan{"profile", bpf_text(), bpf_cflags(c), c.ebpf, {}});
+  std::vector<std::string> flags = bpf_cflags(c);
+  UnwindMaps uw;
+  if (c.unwind_dwarf) {  // tables of every target process, before load (sizes)
+    auto uf = uw.prepare(c.pids, c.tids, c.ebpf);
+    if (!uf) return Error{uf.error()};
+    flags.insert(flags.end(), uf->begin(), uf->end());
+  }
+  auto loaded = load_tool(ToolPlan{"profile", bpf_text(), flags, c.ebpf, {}});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
+  if (c.unwind_dwarf)  // the unwinder, tail-called by the sample handler
+    if (auto st = uw.start(session, "uw_profile_tail", BPF_PROG_TYPE_PERF_EVENT)) return st;
   Symbolizer sym;
   for (auto p : c.pids) sym.remember(p);
   if (auto st = session.attach_perf_event(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, "do_perf_event", c.freq_hz))
     return Error{st->message + "; is perf_event_paranoid too strict, or are perf events disabled?"};
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
-  announce_attached(std::cout, "profile", c.json, banner(c), start_fields(c, static_cast<uint64_t>(online_cpus())),
-                    dq0);
+  nlohmann::json fields = start_fields(c, static_cast<uint64_t>(online_cpus()));
+  if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
+  announce_attached(std::cout, "profile", c.json, banner(c), fields, dq0);
 
   uint64_t window_start = monotonic_ns(), last_remember = 0;
-  CounterDeltas deltas;
+  CounterDeltas deltas, uw_deltas;
   RunFlameGraph flame(c.svg, {"On-CPU Flame Graph", banner(c), "samples", FlamePalette::OnCpu});  // --svg
   Status failure;
   RunHooks hooks;
@@ -91,6 +102,11 @@ Status run(const Config& c) {
     rep.dq = DataQuality::with_keys(dq_keys());
     if (auto st = add_bpf_counters(session.bpf(), kCounters, rep.dq, &deltas))
       std::cerr << "profile: " << st->message << "\n";
+    UnwoundStacks unwound;
+    if (c.unwind_dwarf) {
+      if (auto st = uw.add_dq(session.bpf(), rep.dq, &uw_deltas)) std::cerr << "profile: " << st->message << "\n";
+      unwound = read_unwound_stacks(session.bpf());
+    }
     auto stacks = session.bpf().get_stack_table("stack_traces");
     auto counts = session.bpf().get_hash_table<profile_key, uint64_t>("counts");
     StackParts parts = c.parts();
@@ -102,6 +118,11 @@ Status run(const Config& c) {
       e.comm = std::string(k.comm, strnlen(k.comm, sizeof k.comm));
       e.samples = v;
       e.stack = resolve_stack(stacks, sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, nullptr);
+      if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
+        bool found = false;
+        e.stack.user = symbolize_unwound(unwound, k.user_hash, sym, k.tgid, &found);
+        e.stack.user_missing = !found;  // UW_HASH_LOST (uw_stacks full, counted in lost_stacks)
+      }
       rep.entries.push_back(std::move(e));
     }
     merge_identical(rep.entries);
