@@ -185,14 +185,17 @@ Status UnwindMaps::fill(ebpf::BPF& bpf) {
   return std::nullopt;
 }
 
-Result<std::vector<std::string>> UnwindMaps::prepare(const std::vector<uint32_t>& pids,
-                                                     const std::vector<uint32_t>& tids, bool ebpf) {
+Status UnwindMaps::prepare(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids, bool ebpf,
+                           std::vector<std::string>& flags) {
   std::set<uint32_t> tgids(pids.begin(), pids.end());
   for (auto t : tids) tgids.insert(proc_tgid(t));
   if (!ebpf)
     for (auto t : tgids)
       if (t) add_process(t);
-  return cflags();
+  auto f = cflags();
+  if (!f) return Error{f.error()};
+  flags.insert(flags.end(), f->begin(), f->end());
+  return std::nullopt;
 }
 
 Status UnwindMaps::start(BpfSession& session, const std::string& fn, int prog_type, const std::string& after) {

@@ -5,7 +5,7 @@
 //
 // PUBLIC API:
 //   UnwindMaps uw;
-//   auto flags = uw.prepare(tgids, ebpf);           // before load: tables, -DUW_DWARF ...
+//   uw.prepare(pids, tids, ebpf, flags);            // before load: tables, -DUW_DWARF ...
 //   text = with_unwind_header(text);                // pastes unwind.h (libbcc rule)
 //   ... load ..., uw.start(session, "uw_<tool>_tail", type);  // maps + unwinder program
 //   fields["unwind_tables"] = uw.start_fields();    // what the tables cost
@@ -67,9 +67,9 @@ class UnwindMaps {
  public:
   explicit UnwindMaps(uint32_t max_depth = 64) : max_depth_(max_depth) {}
   // Before load: the tables of the target processes (-p PIDs and the processes of the
-  // -t TIDs; none with --ebpf), then cflags().
-  Result<std::vector<std::string>> prepare(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids,
-                                           bool ebpf);
+  // -t TIDs; none with --ebpf), then cflags() appended to `flags`.
+  Status prepare(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids, bool ebpf,
+                 std::vector<std::string>& flags);
   // After load, before attaching the handlers: fill(), then install(); `after`, when
   // given, is the program the unwinder tail-calls in turn (slot UW_PROG_AFTER).
   Status start(BpfSession& session, const std::string& fn, int prog_type, const std::string& after = "");

@@ -193,11 +193,8 @@ Status run(const Config& c0) {
   if (!flags) return Error{flags.error()};
   if (calib) flags.value().push_back("-DCALIB_PID=" + std::to_string(calib->pid));
   UnwindMaps uw;
-  if (c.unwind_dwarf) {  // tables of every target process, before load (sizes)
-    auto uf = uw.prepare(c.pids, c.tids, c.ebpf);
-    if (!uf) return Error{uf.error()};
-    flags.value().insert(flags.value().end(), uf->begin(), uf->end());
-  }
+  if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
+    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, flags.value())) return st;
   auto loaded = load_tool(ToolPlan{"lockstat", bpf_text(), *flags, c.ebpf, tps});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf

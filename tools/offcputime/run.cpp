@@ -75,11 +75,8 @@ Status run(const Config& user_config) {
   if (!base_flags) return Error{base_flags.error()};
   std::vector<std::string> flags = *base_flags;
   UnwindMaps uw;
-  if (c.unwind_dwarf) {  // tables of every target process, before load (sizes)
-    auto uf = uw.prepare(c.pids, c.tids, c.ebpf);
-    if (!uf) return Error{uf.error()};
-    flags.insert(flags.end(), uf->begin(), uf->end());
-  }
+  if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
+    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, flags)) return st;
   auto loaded = load_tool(ToolPlan{"offcputime", bpf_text(), flags, c.ebpf, {}});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf

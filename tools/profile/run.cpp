@@ -56,11 +56,8 @@ void remember_sampled(ebpf::BPF& bpf, Symbolizer& sym) {
 Status run(const Config& c) {
   std::vector<std::string> flags = bpf_cflags(c);
   UnwindMaps uw;
-  if (c.unwind_dwarf) {  // tables of every target process, before load (sizes)
-    auto uf = uw.prepare(c.pids, c.tids, c.ebpf);
-    if (!uf) return Error{uf.error()};
-    flags.insert(flags.end(), uf->begin(), uf->end());
-  }
+  if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
+    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, flags)) return st;
   auto loaded = load_tool(ToolPlan{"profile", bpf_text(), flags, c.ebpf, {}});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
