@@ -79,7 +79,7 @@ OptionSpec svg(std::string help = "write a flame graph of the final report to FI
 OptionSpec ebpf();
 OptionSpec verbose(std::string help = "say where probes were placed and what was skipped");
 OptionSpec help();
-// --unwind=fp|dwarf (parsed by common/unwind_maps parse_unwind_mode)
+// --unwind=fp|dwarf (parsed by common/unwind_maps unwind_dwarf_option)
 OptionSpec unwind(std::string help = "user stacks: dwarf (.eh_frame tables; the default\n"
                                      "with -p/-t) or fp (frame pointers; the default\n"
                                      "system-wide)");

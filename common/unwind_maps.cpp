@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "common/bpf_session.h"
 #include "common/btf.h"
@@ -20,29 +21,24 @@
 
 namespace bpfdiag {
 
+namespace {
+Status add_unwind_counters(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas);
+}  // namespace
+
 static_assert(sizeof(uw_row) == 8, "uw_row layout shared with BPF");
 static_assert(sizeof(uw_map) == 32, "uw_map layout shared with BPF");
 static_assert(sizeof(uw_proc) == 8, "uw_proc layout shared with BPF");
 static_assert(sizeof(uw_pcs) == 8 * UW_STACK_SLOTS + 8, "uw_pcs layout shared with BPF");
 
-Result<UnwindMode> parse_unwind_mode(const cxxopts::ParseResult& raw, bool have_targets) {
+Result<bool> unwind_dwarf_option(const cxxopts::ParseResult& raw, bool have_targets) {
   const std::string* v = opt_str(raw, "unwind");
   // Default: dwarf when the targets are known (their tables are built at startup),
   // fp for system-wide runs (tables for every process are not built yet).
-  if (!v) return have_targets ? UnwindMode::Dwarf : UnwindMode::FramePointer;
-  if (*v == "fp") return UnwindMode::FramePointer;
-  if (*v == "dwarf") return UnwindMode::Dwarf;
-  return Error{"--unwind must be fp or dwarf, not '" + *v + "'"};
-}
-
-const char* unwind_mode_name(UnwindMode m) { return m == UnwindMode::Dwarf ? "dwarf" : "fp"; }
-
-Result<bool> unwind_dwarf_option(const cxxopts::ParseResult& raw, bool have_targets) {
-  auto m = parse_unwind_mode(raw, have_targets);
-  if (!m) return Error{m.error()};
-  if (*m == UnwindMode::Dwarf && !have_targets)
-    return Error{"--unwind=dwarf needs -p or -t (tables are built per target process)"};
-  return *m == UnwindMode::Dwarf;
+  if (!v) return have_targets;
+  if (*v == "fp") return false;
+  if (*v != "dwarf") return Error{"--unwind must be fp or dwarf, not '" + *v + "'"};
+  if (!have_targets) return Error{"--unwind=dwarf needs -p or -t (tables are built per target process)"};
+  return true;
 }
 
 std::string with_unwind_header(const std::string& text) {
@@ -202,7 +198,7 @@ Status UnwindMaps::start(BpfSession& session, const std::string& fn, int prog_ty
   if (auto st = fill(session.bpf())) return st;
   if (!after.empty())
     if (auto st = install(session, after, prog_type, UW_PROG_AFTER)) return st;
-  return install(session, fn, prog_type);
+  return install(session, fn, prog_type, UW_PROG_UNWIND);
 }
 
 nlohmann::json UnwindMaps::start_fields() const {
@@ -259,18 +255,29 @@ std::string unwind_marker(uint32_t status) {
   return "[truncated]";
 }
 
+std::vector<uint64_t> unwound_lookup_addrs(const UnwoundStacks& stacks, uint64_t hash) {
+  std::vector<uint64_t> addrs;
+  auto it = stacks.find(hash);
+  if (it == stacks.end()) return addrs;
+  const auto& pcs = it->second.pcs;
+  for (size_t i = 0; i < pcs.size(); ++i) addrs.push_back(i ? pcs[i] - 1 : pcs[i]);
+  return addrs;
+}
+
 std::vector<std::string> symbolize_unwound(const UnwoundStacks& stacks, uint64_t hash, Symbolizer& sym,
                                            uint32_t tgid, bool* found) {
   std::vector<std::string> frames;
   auto it = stacks.find(hash);
   if (found) *found = it != stacks.end();
   if (it == stacks.end()) return frames;
-  const auto& pcs = it->second.pcs;
-  for (size_t i = 0; i < pcs.size(); ++i) frames.push_back(sym.user(tgid, i ? pcs[i] - 1 : pcs[i]));
+  for (uint64_t a : unwound_lookup_addrs(stacks, hash)) frames.push_back(sym.user(tgid, a));
   if (auto m = unwind_marker(it->second.status); !m.empty()) frames.push_back(m);
   return frames;
 }
 
+namespace {
+
+// Adds the ustack_* counters (and uw_stacks being full, as lost_stacks) to dq.
 Status add_unwind_counters(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas) {
   static const std::pair<uint32_t, const char*> kSlots[] = {{UW_CNT_TRUNCATED, "ustack_truncated"},
                                                             {UW_CNT_NO_CFI, "ustack_no_cfi"},
@@ -289,5 +296,7 @@ Status add_unwind_counters(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* delta
   }
   return std::nullopt;
 }
+
+}  // namespace
 
 }  // namespace bpfdiag

@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -40,13 +39,8 @@ class BpfSession;
 
 namespace bpfdiag {
 
-enum class UnwindMode { FramePointer, Dwarf };
-
-// --unwind=fp|dwarf: the given mode, else dwarf with targets (-p/-t), fp without.
-Result<UnwindMode> parse_unwind_mode(const cxxopts::ParseResult& raw, bool have_targets);
-const char* unwind_mode_name(UnwindMode m);
-// --unwind for a tool that builds tables per target process: true for dwarf; an
-// explicit dwarf without targets is an error.
+// --unwind=fp|dwarf for a tool that builds tables per target process: true for dwarf,
+// the default with targets (-p/-t); an explicit dwarf without targets is an error.
 Result<bool> unwind_dwarf_option(const cxxopts::ParseResult& raw, bool have_targets);
 
 // `text` with its `#include "unwind.h"` line replaced by bpf_sources/unwind.h.
@@ -77,6 +71,10 @@ class UnwindMaps {
   nlohmann::json start_fields() const;
   // The ustack_* counters (uw_stacks full as lost_stacks) and binaries_without_cfi.
   Status add_dq(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas) const;
+  // Re-reads tgid's mappings (exec, dlopen) and writes what changed.
+  Status refresh(ebpf::BPF& bpf, uint32_t tgid);
+
+ private:
   // Reads /proc/TGID/maps and builds the tables of its executable file mappings.
   // False when the process is gone.
   bool add_process(uint32_t tgid);
@@ -84,15 +82,11 @@ class UnwindMaps {
   Result<std::vector<std::string>> cflags();
   // Writes every row and process not yet in the maps.
   Status fill(ebpf::BPF& bpf);
-  // Loads the tool's unwinder program `fn` (a program that calls uw_unwind_user,
-  // of the handler's type) and puts it in uw_progs, where the handler's tail call
-  // (uw_progs.call(ctx, UW_PROG_UNWIND)) finds it. Before attaching the handler.
-  Status install(BpfSession& session, const std::string& fn, int prog_type, int slot = UW_PROG_UNWIND);
-  // Re-reads tgid's mappings (exec, dlopen) and writes what changed.
-  Status refresh(ebpf::BPF& bpf, uint32_t tgid);
-  const UnwindStats& stats() const { return stats_; }
+  // Loads the tool's program `fn` (of the handler's type: the unwinder, which calls
+  // uw_unwind_user, or what it tail-calls in turn) and puts it in uw_progs[slot],
+  // where the tail calls find it. Before attaching the handler.
+  Status install(BpfSession& session, const std::string& fn, int prog_type, int slot);
 
- private:
   struct Placed {
     uint32_t lo = 0, n = 0;
   };
@@ -119,12 +113,13 @@ using UnwoundStacks = std::map<uint64_t, UnwoundStack>;
 UnwoundStacks read_unwound_stacks(ebpf::BPF& bpf);
 // The marker frame that ends a stack with this status ("" for UW_ST_END).
 std::string unwind_marker(uint32_t status);
-// Symbolized frames of one stack (callers' return addresses looked up at pc-1), with
+// The addresses of one stack to look up, innermost first: callers' return addresses
+// minus 1 (a call at the end of a function is looked up in it); empty when the hash is
+// not in the map.
+std::vector<uint64_t> unwound_lookup_addrs(const UnwoundStacks& stacks, uint64_t hash);
+// Symbolized frames of one stack (unwound_lookup_addrs), with
 // the marker frame last when it stopped early. `found` false: hash not in the map.
 std::vector<std::string> symbolize_unwound(const UnwoundStacks& stacks, uint64_t hash, Symbolizer& sym,
                                            uint32_t tgid, bool* found);
-
-// Adds the ustack_* counters (and uw_stacks being full, as lost_stacks) to dq.
-Status add_unwind_counters(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas);
 
 }  // namespace bpfdiag

@@ -65,17 +65,13 @@ class Resolver {
     return wrapper;  // only wrappers within reach: better than nothing
   }
   // The stack's addresses, innermost first: from the stack table, or unwound
-  // (--unwind=dwarf: callers' return addresses minus 1, so that a call at the end of a
-  // function is looked up in it, as common/unwind_maps symbolize_unwound does).
+  // (--unwind=dwarf).
   const std::vector<uint64_t>& addrs(const lockstat_key& k) {
     auto key = std::make_tuple(k.kind == LS_KIND_KERNEL ? 0u : k.pid, k.stack_id, k.user_hash);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    if (!k.user_hash) return cache_[key] = bpfdiag::stack_addrs(table_, k.stack_id);
-    std::vector<uint64_t> pcs;
-    if (auto u = unwound_.find(k.user_hash); u != unwound_.end())
-      for (size_t i = 0; i < u->second.pcs.size(); ++i) pcs.push_back(i ? u->second.pcs[i] - 1 : u->second.pcs[i]);
-    return cache_[key] = pcs;
+    return cache_[key] = k.user_hash ? bpfdiag::unwound_lookup_addrs(unwound_, k.user_hash)
+                                     : bpfdiag::stack_addrs(table_, k.stack_id);
   }
   // The marker frame of an unwound stack that stopped early ("" otherwise).
   std::string marker(const lockstat_key& k) const {
