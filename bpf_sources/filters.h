@@ -1,8 +1,9 @@
 /* -p / -t filters: TGID_OK(x) and TID_OK(x), set by common/filters.h's
- * id_filter_cflag(). Without a flag every id passes. A handful of ids become a
- * constant expression ((x)==1||(x)==2); beyond that (BPFDIAG_ID_MAP_<NAME> defined)
- * a hash map the loader fills before anything is attached, one lookup per event:
- * a long list would otherwise be a macro clang needs seconds to compile. The map and
+ * id_filter_cflag(). Without a flag every id passes. A list (BPFDIAG_ID_MAP_<NAME>
+ * defined) is a hash map the loader fills before anything is attached, one lookup per
+ * event: the program text is then the same for every list (a long list as a constant
+ * expression would take clang seconds, and each list would be a compile of its own,
+ * never served by the compiled-object cache). The map and
  * its lookup function (bpfdiag_<name>_ids) are put at the top of the program text by
  * common/filters.cpp's id_map_prelude(): libbcc only rewrites map calls written in
  * the main file, and never inside a macro. */

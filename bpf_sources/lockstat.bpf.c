@@ -5,11 +5,11 @@
  *   USER_FUTEX       futex waits: sys_enter/exit_futex (+ HAVE_FUTEX_WAIT, HAVE_FUTEX_WAITV)
  *   USER_PTHREAD     pthread_mutex_*lock uprobes (on_lock/on_lock_ret); futex entries
  *                    only mark the in-flight call as blocked
- *   CALIB_PID        USER_PTHREAD: lockstat's calibration child, timed into `calib`
+ *   CALIB            USER_PTHREAD: lockstat's calibration child (PID in calib_pid) is
+ *                    timed into `calib`
  *   KERNEL_LOCKS     lock:contention_begin/end
  *   TGID_OK(x), TID_OK(x)  -p / --tid filters as constant expressions (default: 1)
  *   FILTER_ADDRS     use the addr_filter map (ADDR_FILTER_ENTRIES: sized from -L)
- *   SELF_PID         lockstat's own PID, never traced
  *   MIN_WAIT_NS      waits shorter than this are counted in dq_counters[LS_CNT_BELOW_MIN] only
  *   OFF_TASK_MM, OFF_MM_MMAP_LOCK, MMAP_LOCK_SIZE, OFF_TASK_SIGHAND, OFF_SIGHAND_SIGLOCK
  *                    (BTF offsets,
@@ -84,8 +84,14 @@ BPF_HASH(wakers, struct lockstat_wkey, u64, STATS_ENTRIES);
 BPF_HASH(addr_filter, u64, u8, ADDR_FILTER_ENTRIES);
 #endif
 
+/* lockstat's own PID (never traced), set before attach: a map, not a constant, so the
+ * compiled program is the same for every run (common/bpf_object.h's cache) */
+BPF_ARRAY(self_pid, u32, 1);
+
 static inline int filtered_out(u32 pid, u32 tid, u64 addr) {
-  if (pid == SELF_PID)
+  u32 zero = 0;
+  u32 *self = self_pid.lookup(&zero);
+  if (self && pid == *self)
     return 1;
   if (!TGID_OK(pid) || !TID_OK(tid))
     return 1;
@@ -358,7 +364,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv) {
 #ifdef USER_PTHREAD
 /* Probe cost. Each timed call also contains part of its own probes' cost: from the
  * entry handler's clock read to the return handler's (leaving the entry trap, the
- * return-probe trap into the kernel). At startup a child of lockstat (CALIB_PID)
+ * return-probe trap into the kernel). At startup a child of lockstat (calib_pid)
  * makes uncontended lock calls under the same probes; calib is a histogram of their
  * times (10 ns buckets), and the front-end seeds every CPU's probe_cost with its
  * median. That cost is not one number: it moved between 935 and 1315 ns from one run
@@ -374,9 +380,17 @@ struct probe_cost_est {
   u64 calls; /* uncontended calls that moved it */
 };
 BPF_PERCPU_ARRAY(probe_cost, struct probe_cost_est, 1);
-#ifdef CALIB_PID
+#ifdef CALIB
 BPF_ARRAY(calib, u64, LS_CALIB_BUCKETS);
-#define IS_CALIB(pid) ((pid) == CALIB_PID)
+/* the calibration child's PID, set before the probes attach (a map, not a constant:
+ * the compiled program stays the same across runs) */
+BPF_ARRAY(calib_pid, u32, 1);
+static inline int is_calib(u32 pid) {
+  u32 zero = 0;
+  u32 *p = calib_pid.lookup(&zero);
+  return p && *p && pid == *p;
+}
+#define IS_CALIB(pid) is_calib(pid)
 #else
 #define IS_CALIB(pid) 0
 #endif
@@ -414,7 +428,7 @@ int on_lock_ret(struct pt_regs *ctx) {
   u32 blocked = s->blocked;
   u64 delta = now - s->ts;
   plock_start.delete(&tid);
-#ifdef CALIB_PID
+#ifdef CALIB
   if (IS_CALIB(k.pid)) {
     u32 b = delta / 10;
     if (b >= LS_CALIB_BUCKETS)

@@ -6,8 +6,8 @@
 //                                               {LS_CNT_NO_STACK, "lost_stacks"},
 //                                               {LS_CNT_BELOW_MIN, "below_min"}};
 //   DataQuality dq = DataQuality::with_keys(counter_keys(kCounters));
-//   add_bpf_counters(session.bpf(), kCounters, dq);            // whole run
-//   add_bpf_counters(session.bpf(), kCounters, dq, &deltas);   // per interval
+//   add_bpf_counters(session, kCounters, dq);            // whole run
+//   add_bpf_counters(session, kCounters, dq, &deltas);   // per interval
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,11 +17,10 @@
 #include "common/report.h"
 #include "common/result.h"
 
-namespace ebpf {
-class BPF;
-}
 
 namespace bpfdiag {
+
+class BpfSession;
 
 struct CounterSlot {
   uint32_t slot;
@@ -33,18 +32,10 @@ std::vector<std::string> counter_keys(const std::vector<CounterSlot>& table);
 
 // Sums every slot of `dq_counters` over the CPUs and adds it to `dq` under its key;
 // with `deltas`, only what was counted since the previous call. Also adds to
-// lost_events the events the kernel did not run `bpf`'s attached programs for
+// lost_events the events the kernel did not run the session's attached programs for
 // (bpf_prog_info.recursion_misses: an event that fired while a BPF program already ran
 // on that CPU, e.g. a lock contended in an interrupt during one of our handlers).
-Status add_bpf_counters(ebpf::BPF& bpf, const std::vector<CounterSlot>& table, DataQuality& dq,
+Status add_bpf_counters(BpfSession& s, const std::vector<CounterSlot>& table, DataQuality& dq,
                         CounterDeltas* deltas = nullptr);
-
-// Called by every attach (BpfSession, pthread probes): the program `prog_fd` of `bpf`
-// now runs on events, so its recursion misses count as lost events.
-void note_attached_program(const ebpf::BPF& bpf, int prog_fd);
-// Sum of recursion_misses over the programs noted for `bpf`.
-uint64_t recursion_misses(const ebpf::BPF& bpf);
-// Drops what was noted for `bpf` (BpfSession's destructor: the program fds close with it).
-void forget_attached_programs(const ebpf::BPF& bpf);
 
 }  // namespace bpfdiag

@@ -3,7 +3,8 @@
 #include "common/bpf_counters.h"
 #include "common/runloop.h"
 
-#include <bcc/BPF.h>
+#include <bcc/bcc_syms.h>
+#include <bcc/libbpf.h>
 #include <sched.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -24,6 +25,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/bpf_object.h"
 #include "common/filters.h"
 #include "common/kheaders.h"
 #include "common/timing.h"
@@ -291,21 +293,28 @@ std::string load_failure_line(const std::string& fn, const std::string& printed,
 }
 
 // Loads (verifies) `fn` ahead of its attach: a refusal is then reported as the
-// verifier's, not as an attach failure; libbcc keeps the fd and the attach call that
-// follows reuses it.
+// verifier's, not as an attach failure. The fd is kept for the session.
 Result<int> BpfSession::load_program(const std::string& fn, int type) {
+  auto done = prog_fds_.find(fn);
+  if (done != prog_fds_.end()) return done->second;
+  auto it = progs_.find(fn);
+  if (it == progs_.end()) return Error{"cannot load " + fn + ": no such function in the BPF program"};
+  const auto& insns = it->second;
   int fd = -1;
-  ebpf::StatusTuple st(0);
   std::string printed;
   {
     StderrNoiseFilter quiet;
-    st = bpf_->load_func(fn, static_cast<bpf_prog_type>(type), fd);
-    if (!st.ok()) {
+    // log_buf null: libbcc retries a refused load with the verifier log and prints it
+    fd = bcc_prog_load(static_cast<enum bpf_prog_type>(type), fn.c_str(),
+                       reinterpret_cast<const struct bpf_insn*>(insns.data()), static_cast<int>(insns.size()),
+                       license_.c_str(), kern_version_, 0, nullptr, 0);
+    if (fd < 0) {
       printed = quiet.captured();
       quiet.discard();  // the verifier log runs to thousands of lines: one line below
     }
   }
-  if (!st.ok()) return Error{load_failure_line(fn, printed, bcc_msg(st))};
+  if (fd < 0) return Error{load_failure_line(fn, printed, "Failed to load " + fn + ": " + std::strerror(-fd))};
+  prog_fds_[fn] = fd;
   if (timing_on()) timing_mark("verify " + fn + " (" + std::to_string(verified_insns(fd)) + " insns)");
   return fd;
 }
@@ -317,15 +326,38 @@ uint64_t BpfSession::verified_insns(int fd) {
   return info.verified_insns;
 }
 
-// The attached program's fd (libbcc caches it by name) for its recursion misses.
-void BpfSession::note_program(const std::string& fn, int type) {
-  int fd = -1;
-  if (bpf_->load_func(fn, static_cast<bpf_prog_type>(type), fd).ok()) note_attached_program(*bpf_, fd);
+void BpfSession::note_program(const std::string& fn) {
+  auto it = prog_fds_.find(fn);
+  if (it != prog_fds_.end()) noted_.insert(it->second);
 }
 
-// rw_engine off: we read maps as raw structs, so libbcc need not JIT key/value
-// (s)printf helpers for every table, which costs ~tens of ms per load.
-BpfSession::BpfSession() : bpf_(std::make_unique<ebpf::BPF>(0, nullptr, false)) {}
+uint64_t BpfSession::recursion_misses() const {
+  uint64_t sum = 0;
+  for (int fd : noted_) {
+    struct bpf_prog_info info = {};
+    __u32 len = sizeof info;
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) sum += info.recursion_misses;
+  }
+  return sum;
+}
+
+const ebpf::TableDesc& BpfSession::table(const std::string& name) const {
+  static const ebpf::TableDesc none;
+  auto it = tables_.find(name);
+  return it == tables_.end() ? none : it->second;
+}
+
+void BpfSession::close_probe(Probe& p) {
+  if (p.fd >= 0) {
+    if (p.raw)
+      close(p.fd);
+    else
+      bpf_close_perf_event_fd(p.fd);  // disables the perf event, then closes it
+  }
+  p.fd = -1;
+  if (!p.uprobe_event.empty()) bpf_detach_uprobe(p.uprobe_event.c_str());
+  p.uprobe_event.clear();
+}
 
 BpfSession::~BpfSession() {
   StderrNoiseFilter quiet;
@@ -333,8 +365,10 @@ BpfSession::~BpfSession() {
     ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
     close(fd);
   }
-  forget_attached_programs(*bpf_);  // its fds close with it; a later session may reuse them
-  bpf_.reset();  // ~BPF detaches the rest exactly once
+  for (auto& [name, p] : probes_) close_probe(p);
+  perf_buffers_.clear();
+  for (auto& [name, fd] : prog_fds_) close(fd);
+  // the maps' fds close with tables_
 }
 
 void BpfSession::disable_perf_events() {
@@ -348,49 +382,88 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
   for (const auto& f : cflags)
     if (f.find_first_of(" \t") != std::string::npos)
       return Error{"internal error: BPF cflag contains white space: " + f};
-  struct utsname u;
-  uname(&u);
   std::vector<std::string> flags = cflags;
   auto id_maps = take_id_maps(flags);
+  const std::string full_text = id_map_prelude(id_maps) + text;
   timing_mark("(load start)");
-  auto dir = HeaderDir::create(u.release);
-  if (!dir) return Error{dir.error()};
-  timing_mark("header shim written");
-  setenv("BCC_KERNEL_SOURCE", dir.value()->path().c_str(), 1);
-  flags.push_back("-I" + dir.value()->path() + "/include/bpfdiag");
   // libbcc always compiles with -g to emit BTF for the maps' key/value types, which
   // only its pretty-printers and spin-lock/kptr maps need; we use neither. -g0 (last
   // -g flag wins) saves clang's debug-info generation and libbcc's BTF processing and
-  // loading. BPFDIAG_BPF_BTF=1 keeps it (e.g. for bpftool map dump with types).
-  if (!std::getenv("BPFDIAG_BPF_BTF")) flags.push_back("-g0");
+  // loading. BPFDIAG_BPF_BTF=1 keeps it (e.g. for bpftool map dump with types), and
+  // skips the cache (a cached object has no BTF).
+  const bool keep_btf = std::getenv("BPFDIAG_BPF_BTF") != nullptr;
+  if (!keep_btf) flags.push_back("-g0");
+  // libbcc's clang runs its -O2 pipeline and libbcc then runs LLVM's -O3 pipeline on
+  // the result again: let only the second one run (-15% compile time, same code).
+  flags.push_back("-Xclang");
+  flags.push_back("-disable-llvm-passes");
   release_kernel_btf();  // offsets are in the cflags by now: keep the peak RSS down
+
+  std::optional<BpfObjectCache> cache;
+  if (!keep_btf) cache = BpfObjectCache::open();
+  const std::string key = cache ? BpfObjectCache::key(full_text, flags) : "";
+  std::optional<BpfObject> obj;
+  std::vector<int> fds;
   std::unique_ptr<BpfSession> s(new BpfSession());
-  ebpf::StatusTuple st(0);
-  std::string diagnostics;
-  {
-    CompileExitRescue rescue;  // LLVM's backend exit(1)s on some errors: one line even then
-    StderrNoiseFilter quiet;
-    rescue.watch(&quiet);
-    KallsymsStandIn fast_compile(dir.value()->path(), kernel_version_code(u.release));
-    st = s->bpf_->init(id_map_prelude(id_maps) + text, flags);
-    if (!st.ok()) {
-      diagnostics = quiet.captured() + "\n" + st.msg();
-      quiet.discard();
+  if (cache && (obj = cache->get(key))) {
+    timing_mark("compiled object from cache");
+    auto made = create_maps(*obj);
+    if (!made) return Error{made.error()};
+    fds = std::move(made.value());
+    s->from_cache_ = true;
+  } else {
+    struct utsname u;
+    uname(&u);
+    auto dir = HeaderDir::create(u.release);
+    if (!dir) return Error{dir.error()};
+    timing_mark("header shim written");
+    setenv("BCC_KERNEL_SOURCE", dir.value()->path().c_str(), 1);
+    flags.push_back("-I" + dir.value()->path() + "/include/bpfdiag");
+    Result<BpfObject> compiled = Error{""};
+    std::string diagnostics;
+    {
+      CompileExitRescue rescue;  // LLVM's backend exit(1)s on some errors: one line even then
+      StderrNoiseFilter quiet;
+      rescue.watch(&quiet);
+      KallsymsStandIn fast_compile(dir.value()->path(), kernel_version_code(u.release));
+      compiled = compile_bpf_object(full_text, flags, fds);
+      if (!compiled) {
+        diagnostics = quiet.captured() + "\n" + compiled.error();
+        quiet.discard();
+      }
     }
+    timing_mark("libbcc compile + maps");
+    dir.value().reset();  // the headers are not needed once compiled
+    timing_mark("header shim removed");
+    if (!compiled) {
+      // clang's diagnostics run to many lines; the first "error:" line says what broke
+      std::string first = first_compile_error(diagnostics);
+      if (first.empty()) first = first_line(compiled.error());
+      return Error{"cannot compile BPF program: " + first + " (BPFDIAG_DEBUG=1 shows all diagnostics)"};
+    }
+    if (cache) {
+      cache->put(key, compiled.value());
+      timing_mark("compiled object cached");
+    }
+    obj = std::move(compiled.value());
   }
-  timing_mark("libbcc compile + maps");
-  dir.value().reset();  // the headers are not needed once compiled
-  timing_mark("header shim removed");
-  if (!st.ok()) {
-    // clang's diagnostics run to many lines; the first "error:" line says what broke
-    std::string first = first_compile_error(diagnostics);
-    if (first.empty()) first = first_line(st.msg());
-    return Error{"cannot compile BPF program: " + first + " (BPFDIAG_DEBUG=1 shows all diagnostics)"};
+  // From here a fresh compile and a cached object are loaded the same way.
+  if (auto st = relocate_maps(*obj, fds)) {
+    for (int fd : fds) close(fd);
+    return Error{"cannot load the compiled BPF program: " + st->message};
   }
+  for (size_t i = 0; i < obj->maps.size(); ++i) {
+    const auto& m = obj->maps[i];
+    s->tables_.emplace(m.name, ebpf::TableDesc(m.name, ebpf::FileDesc(fds[i]), m.type, m.key_size, m.value_size,
+                                               m.max_entries, static_cast<int>(m.flags)));
+  }
+  s->license_ = obj->license;
+  s->kern_version_ = obj->kern_version;
+  for (auto& p : obj->progs) s->progs_[p.name] = std::move(p.insns);
   // -p/-t lists too long for a constant expression: their maps, filled before any
   // program is attached, so no event is filtered against an empty map
   for (const auto& m : id_maps) {
-    auto table = s->bpf_->get_hash_table<uint32_t, uint8_t>(m.map);
+    auto table = s->get_hash_table<uint32_t, uint8_t>(m.map);
     for (uint32_t id : m.ids) {
       auto ust = table.update_value(id, 1);
       if (!ust.ok()) return Error{"cannot fill the " + m.macro + " filter map: " + bcc_msg(ust)};
@@ -403,11 +476,19 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
 Status BpfSession::attach_tracepoint(const std::string& tp, const std::string& fn) {
   auto fd = load_program(fn, BPF_PROG_TYPE_TRACEPOINT);
   if (!fd) return Error{fd.error()};
-  StderrNoiseFilter quiet;
-  auto st = bpf_->attach_tracepoint(tp, fn);
+  auto colon = tp.find(':');
+  if (colon == std::string::npos) return Error{"internal error: tracepoint " + tp + " is not CATEGORY:NAME"};
+  if (probes_.count("tp:" + tp)) return Error{"tracepoint " + tp + " is attached already"};
+  int link;
+  {
+    StderrNoiseFilter quiet;
+    link = bpf_attach_tracepoint(*fd, tp.substr(0, colon).c_str(), tp.substr(colon + 1).c_str());
+  }
   if (timing_on()) timing_mark("attach tp " + tp);
-  if (!st.ok()) return Error{"cannot attach tracepoint " + tp + ": " + bcc_msg(st) + "; is CONFIG_TRACEPOINTS enabled?"};
-  note_program(fn, BPF_PROG_TYPE_TRACEPOINT);
+  if (link < 0)
+    return Error{"cannot attach tracepoint " + tp + ": " + std::strerror(errno) + "; is CONFIG_TRACEPOINTS enabled?"};
+  probes_["tp:" + tp].fd = link;
+  note_program(fn);
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
@@ -415,20 +496,35 @@ Status BpfSession::attach_tracepoint(const std::string& tp, const std::string& f
 Status BpfSession::attach_raw_tracepoint(const std::string& tp, const std::string& fn) {
   auto fd = load_program(fn, BPF_PROG_TYPE_RAW_TRACEPOINT);
   if (!fd) return Error{fd.error()};
-  StderrNoiseFilter quiet;
-  auto st = bpf_->attach_raw_tracepoint(tp, fn);
+  if (probes_.count("raw:" + tp)) return Error{"raw tracepoint " + tp + " is attached already"};
+  int link;
+  {
+    StderrNoiseFilter quiet;
+    link = bpf_attach_raw_tracepoint(*fd, tp.c_str());
+  }
   if (timing_on()) timing_mark("attach raw tp " + tp);
-  if (!st.ok())
-    return Error{"cannot attach raw tracepoint " + tp + ": " + bcc_msg(st) + "; is CONFIG_TRACEPOINTS enabled?"};
-  note_program(fn, BPF_PROG_TYPE_RAW_TRACEPOINT);
+  if (link < 0)
+    return Error{"cannot attach raw tracepoint " + tp + ": " + std::strerror(errno) +
+                 "; is CONFIG_TRACEPOINTS enabled?"};
+  Probe& p = probes_["raw:" + tp];
+  p.fd = link;
+  p.raw = true;
+  note_program(fn);
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
 
+void BpfSession::detach_raw_tracepoint(const std::string& tp) {
+  auto it = probes_.find("raw:" + tp);
+  if (it == probes_.end()) return;
+  close_probe(it->second);
+  probes_.erase(it);
+}
+
 Status BpfSession::attach_perf_event(uint32_t type, uint32_t config, const std::string& fn,
                                      uint64_t freq_hz) {
-  // Opened here rather than with BPF::attach_perf_event, whose libbcc 0.26 version
-  // crashes on detach; we own the fds and close them on destruction.
+  // Opened here rather than with libbcc's perf event attach (its 0.26 version crashes
+  // on detach); we own the fds and close them on destruction.
   auto loaded = load_program(fn, BPF_PROG_TYPE_PERF_EVENT);
   if (!loaded) return Error{loaded.error()};
   int prog_fd = *loaded;
@@ -451,37 +547,104 @@ Status BpfSession::attach_perf_event(uint32_t type, uint32_t config, const std::
                    std::strerror(errno)};
   }
   if (perf_fds_.empty()) return Error{"cannot open a perf event on any CPU"};
-  note_attached_program(*bpf_, prog_fd);
+  note_program(fn);
   if (timing_on()) timing_mark("attach perf events");
+  enter_reporting();  // attached: a stop signal now asks for the report
+  return std::nullopt;
+}
+
+namespace {
+// libbcc's name for a uprobe's tracefs event (used only where the kernel lacks the
+// uprobe PMU): "p_" or "r_", the path with every other character as '_', the offset.
+std::string uprobe_event_name(const std::string& module, uint64_t offset, bool ret, int pid) {
+  std::string e = ret ? "r_" : "p_";
+  for (char ch : module) e += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  char off[32];
+  std::snprintf(off, sizeof off, "_0x%llx", static_cast<unsigned long long>(offset));
+  e += off;
+  if (pid != -1) e += "_" + std::to_string(pid);
+  return e;
+}
+
+// The file offset of `symbol` (or of virtual address `addr`) in `binary`.
+Result<std::pair<std::string, uint64_t>> resolve_uprobe(const std::string& binary, const std::string& symbol,
+                                                        uint64_t addr) {
+  struct bcc_symbol sym = {};
+  if (bcc_resolve_symname(binary.c_str(), symbol.empty() ? nullptr : symbol.c_str(), addr, -1, nullptr, &sym) < 0)
+    return Error{symbol.empty() ? "address " + std::to_string(addr) + " is not in a loadable segment"
+                                : "symbol " + symbol + " not found"};
+  std::string module = sym.module ? sym.module : binary;
+  ::free(const_cast<char*>(sym.module));
+  return std::make_pair(module, static_cast<uint64_t>(sym.offset));
+}
+}  // namespace
+
+Status BpfSession::attach_uprobe_offset(const std::string& module, uint64_t offset, const std::string& fn,
+                                        bool ret, int pid, const std::string& what) {
+  auto fd = load_program(fn, BPF_PROG_TYPE_KPROBE);
+  if (!fd) return Error{fd.error()};
+  std::string event = uprobe_event_name(module, offset, ret, pid);
+  if (probes_.count("uprobe:" + event)) return Error{what + " is attached already"};
+  int link;
+  {
+    StderrNoiseFilter quiet;
+    link = bpf_attach_uprobe(*fd, ret ? BPF_PROBE_RETURN : BPF_PROBE_ENTRY, event.c_str(), module.c_str(), offset,
+                             pid, 0);
+  }
+  if (link < 0) return Error{"Unable to attach " + what + ": " + std::strerror(errno)};
+  Probe& p = probes_["uprobe:" + event];
+  p.fd = link;
+  // libbcc made a tracefs event only when the kernel has no uprobe PMU
+  std::string dir = tracefs_dir();
+  if (!dir.empty() && access((dir + "/events/uprobes/" + event + "_bcc_" + std::to_string(getpid())).c_str(), F_OK) == 0)
+    p.uprobe_event = event;
+  note_program(fn);
   enter_reporting();  // attached: a stop signal now asks for the report
   return std::nullopt;
 }
 
 Status BpfSession::attach_uprobe(const std::string& binary, const std::string& symbol,
                                  const std::string& fn, bool ret, int pid) {
-  auto fd = load_program(fn, BPF_PROG_TYPE_KPROBE);
-  if (!fd) return Error{fd.error()};
+  const std::string kind = ret ? "uretprobe" : "uprobe";
+  auto where = resolve_uprobe(binary, symbol, 0);
+  Status st = where ? attach_uprobe_offset(where->first, where->second, fn, ret, pid, kind + " " + binary + ":" + symbol)
+                    : Status(Error{where.error()});
+  if (st) return Error{"cannot attach " + kind + " to " + binary + ":" + symbol + ": " + st->message};
+  if (timing_on()) timing_mark("attach " + kind + " " + symbol);
+  return std::nullopt;
+}
+
+Status BpfSession::attach_uprobe_at(const std::string& binary, uint64_t addr, const std::string& fn, bool ret,
+                                    int pid) {
+  auto where = resolve_uprobe(binary, "", addr);
+  if (!where) return Error{where.error()};
+  return attach_uprobe_offset(where->first, where->second, fn, ret, pid,
+                              std::string(ret ? "uretprobe" : "uprobe") + " at " + binary);
+}
+
+void BpfSession::detach_uprobe_at(const std::string& binary, uint64_t addr, bool ret, int pid) {
+  auto where = resolve_uprobe(binary, "", addr);
+  if (!where) return;
+  auto it = probes_.find("uprobe:" + uprobe_event_name(where->first, where->second, ret, pid));
+  if (it == probes_.end()) return;
   StderrNoiseFilter quiet;
-  auto st = bpf_->attach_uprobe(binary, symbol, fn, 0,
-                                ret ? BPF_PROBE_RETURN : BPF_PROBE_ENTRY, pid);
-  if (!st.ok())
-    return Error{"cannot attach " + std::string(ret ? "uretprobe" : "uprobe") + " to " + binary +
-                 ":" + symbol + ": " + bcc_msg(st)};
-  note_program(fn, BPF_PROG_TYPE_KPROBE);
-  if (timing_on()) timing_mark(std::string(ret ? "attach uretprobe " : "attach uprobe ") + symbol);
-  enter_reporting();  // attached: a stop signal now asks for the report
-  return std::nullopt;
+  close_probe(it->second);
+  probes_.erase(it);
 }
 
-Status BpfSession::open_perf_buffer(const std::string& table, EventFn cb, LostFn lost,
+Status BpfSession::open_perf_buffer(const std::string& name, EventFn cb, LostFn lost,
                                     void* cookie, int pages) {
-  auto st = bpf_->open_perf_buffer(table, cb, lost, cookie, pages);
-  if (!st.ok()) return Error{"cannot open perf buffer " + table + ": " + bcc_msg(st)};
+  if (!tables_.count(name)) return Error{"cannot open perf buffer " + name + ": no such map"};
+  auto& buf = perf_buffers_[name];
+  if (!buf) buf = std::make_unique<ebpf::BPFPerfBuffer>(table(name));
+  auto st = buf->open_all_cpu(cb, lost, cookie, pages);
+  if (!st.ok()) return Error{"cannot open perf buffer " + name + ": " + bcc_msg(st)};
   return std::nullopt;
 }
 
-int BpfSession::poll_perf_buffer(const std::string& table, int timeout_ms) {
-  return bpf_->poll_perf_buffer(table, timeout_ms);
+int BpfSession::poll_perf_buffer(const std::string& name, int timeout_ms) {
+  auto it = perf_buffers_.find(name);
+  return it == perf_buffers_.end() ? -1 : it->second->poll(timeout_ms);
 }
 
 }  // namespace bpfdiag

@@ -2,16 +2,16 @@
 // preflight checks, tracefs, the header shim, BTF field offsets, libbcc noise
 // filtering, attach helpers with one-line errors, and detach on destruction.
 #pragma once
+#include <bcc/BPFTable.h>
+
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/btf.h"
 #include "common/result.h"
-
-namespace ebpf {
-class BPF;
-}
 
 namespace bpfdiag {
 
@@ -38,13 +38,18 @@ std::string ebpf_listing(const std::string& text, const std::vector<std::string>
 
 class BpfSession {
  public:
-  // Compiles `text` with libbcc against the header shim plus `cflags`.
+  // Compiles `text` with libbcc against the header shim plus `cflags`, or takes the
+  // compiled object from the cache (common/bpf_object.h) when the same text and cflags
+  // were compiled before on this kernel; creates its maps either way.
   static Result<std::unique_ptr<BpfSession>> load(const std::string& text,
                                                   const std::vector<std::string>& cflags);
-  ~BpfSession();  // detaches everything
+  ~BpfSession();  // detaches everything, then closes programs and maps
+  BpfSession(const BpfSession&) = delete;
+  BpfSession& operator=(const BpfSession&) = delete;
 
   Status attach_tracepoint(const std::string& tp, const std::string& fn);
   Status attach_raw_tracepoint(const std::string& tp, const std::string& fn);
+  void detach_raw_tracepoint(const std::string& tp);
   // Software/hardware perf event on every online CPU, sampling at `freq_hz`.
   Status attach_perf_event(uint32_t type, uint32_t config, const std::string& fn,
                            uint64_t freq_hz);
@@ -54,6 +59,10 @@ class BpfSession {
   // Uprobe (or uretprobe) on `symbol` in `binary`, for `pid` (-1: every process).
   Status attach_uprobe(const std::string& binary, const std::string& symbol,
                        const std::string& fn, bool ret, int pid);
+  // The same at virtual address `addr` of `binary` (symbol lookups done by the caller);
+  // the error is libbcc's reason, for the caller's own message.
+  Status attach_uprobe_at(const std::string& binary, uint64_t addr, const std::string& fn, bool ret, int pid);
+  void detach_uprobe_at(const std::string& binary, uint64_t addr, bool ret, int pid);
 
   using EventFn = void (*)(void* cookie, void* data, int size);
   using LostFn = void (*)(void* cookie, uint64_t lost);
@@ -62,21 +71,64 @@ class BpfSession {
   // Waits up to timeout_ms for events and dispatches them; returns events seen or -1.
   int poll_perf_buffer(const std::string& table, int timeout_ms);
 
-  // Loads (verifies) program `fn` as `type` (enum bpf_prog_type); its fd. Refusals
-  // are one line: "the kernel verifier rejected FN: REASON (processed N insns)".
+  // Loads (verifies) program `fn` as `type` (enum bpf_prog_type); its fd, kept for the
+  // session (a second call returns the same fd). Refusals are one line: "the kernel
+  // verifier rejected FN: REASON (processed N insns)".
   Result<int> load_program(const std::string& fn, int type);
   // Instructions the verifier processed to accept a loaded program (0: unknown).
   static uint64_t verified_insns(int fd);
 
-  ebpf::BPF& bpf() { return *bpf_; }
-  // Notes attached program `fn` (of bpf_prog_type `type`) for its recursion misses
-  // (common/bpf_counters.h); the attach_* calls do it, callers of bpf() directly too.
-  void note_program(const std::string& fn, int type);
+  // The maps, by the name the BPF text gives them (libbcc's table classes).
+  template <class K, class V>
+  ebpf::BPFHashTable<K, V> get_hash_table(const std::string& name) const {
+    return ebpf::BPFHashTable<K, V>(table(name));
+  }
+  template <class V>
+  ebpf::BPFArrayTable<V> get_array_table(const std::string& name) const {
+    return ebpf::BPFArrayTable<V>(table(name));
+  }
+  template <class V>
+  ebpf::BPFPercpuArrayTable<V> get_percpu_array_table(const std::string& name) const {
+    return ebpf::BPFPercpuArrayTable<V>(table(name));
+  }
+  ebpf::BPFTable get_table(const std::string& name) const { return ebpf::BPFTable(table(name)); }
+  ebpf::BPFStackTable get_stack_table(const std::string& name) const {
+    return ebpf::BPFStackTable(table(name), true, true);
+  }
+  ebpf::BPFProgTable get_prog_table(const std::string& name) const { return ebpf::BPFProgTable(table(name)); }
+  // The map's description (fd -1 and type 0 when the text has no such map).
+  const ebpf::TableDesc& table(const std::string& name) const;
+
+  // Notes attached program `fn` so its recursion misses count as lost events
+  // (common/bpf_counters.h); the attach_* calls do it, callers that attach a loaded
+  // program themselves too.
+  void note_program(const std::string& fn);
+  // Sum of bpf_prog_info.recursion_misses over the noted programs.
+  uint64_t recursion_misses() const;
+  // True when the program came from the compiled-object cache (no compile this run).
+  bool from_cache() const { return from_cache_; }
 
  private:
-  BpfSession();
-  std::unique_ptr<ebpf::BPF> bpf_;
+  BpfSession() = default;
+  struct Probe {
+    int fd = -1;               // perf event, or raw tracepoint link (raw)
+    bool raw = false;
+    std::string uprobe_event;  // tracefs event libbcc made, when it had to ("": none)
+  };
+  Status attach_uprobe_offset(const std::string& module, uint64_t offset, const std::string& fn, bool ret,
+                              int pid, const std::string& what);
+  void close_probe(Probe& p);
+
+  std::string license_;
+  uint32_t kern_version_ = 0;
+  std::map<std::string, ebpf::TableDesc> tables_;
+  std::map<std::string, std::vector<uint8_t>> progs_;  // instructions, maps relocated
+  std::map<std::string, int> prog_fds_;               // loaded programs
+  std::set<int> noted_;                               // attached program fds
+  std::map<std::string, Probe> probes_;               // "tp:NAME", "raw:NAME", "uprobe:EVENT"
+  std::map<std::string, std::unique_ptr<ebpf::BPFPerfBuffer>> perf_buffers_;
   std::vector<int> perf_fds_;
+  bool from_cache_ = false;
 };
 
 // Redirects stderr into a temp file while alive; on destruction replays every line

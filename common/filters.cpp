@@ -22,7 +22,7 @@ std::string map_name(const std::string& macro) {
 // No spaces: libbcc splits cflags on white space, so "(x) == 1" would silently
 // become a broken macro (BpfSession::load rejects such flags).
 std::string id_filter_cflag(const std::string& macro, const std::vector<uint32_t>& ids) {
-  if (ids.size() > kMaxInlineIds && has_map_variant(macro)) {
+  if (!ids.empty() && has_map_variant(macro)) {
     std::string list;
     for (auto id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
     return kMapPrefix + macro + "=" + list;
@@ -44,7 +44,7 @@ std::vector<IdMapFilter> take_id_maps(std::vector<std::string>& cflags) {
     auto ids = parse_id_list(f.substr(eq + 1), "ID");
     if (!ids) continue;  // not ours to judge; the compiler will see it unchanged
     m.ids = *ids;
-    f = f.substr(0, eq + 1) + std::to_string(m.ids.size());
+    f = f.substr(0, eq + 1) + "1";
     out.push_back(std::move(m));
   }
   return out;

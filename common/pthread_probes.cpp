@@ -283,16 +283,8 @@ Status attach_pthread_probes(BpfSession& s, const PthreadLib& lib,
     for (int ret = 0; ret < 2; ++ret) {
       const std::string& fn = ret ? h.return_fn : h.entry_fn;
       if (fn.empty()) continue;
-      ebpf::StatusTuple st(0);
-      {
-        StderrNoiseFilter quiet;
-        st = s.bpf().attach_uprobe(lib.probe_path(), "", fn, pt->sym_vaddr + pt->offset,
-                                   ret ? BPF_PROBE_RETURN : BPF_PROBE_ENTRY, lib.pid);
-      }
-      if (st.ok()) s.note_program(fn, BPF_PROG_TYPE_KPROBE);
-      if (!st.ok()) {
-        std::string msg = st.msg();
-        msg = msg.substr(0, msg.find('\n'));
+      if (auto st = s.attach_uprobe_at(lib.probe_path(), pt->sym_vaddr + pt->offset, fn, ret != 0, lib.pid)) {
+        std::string msg = st->message;
         std::string hint = lib.pid > 0 && !pid_exists(static_cast<uint32_t>(lib.pid))
                                ? "; is PID " + std::to_string(lib.pid) + " still running?"
                                : "";

@@ -22,7 +22,7 @@
 namespace bpfdiag {
 
 namespace {
-Status add_unwind_counters(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas);
+Status add_unwind_counters(BpfSession& bpf, DataQuality& dq, CounterDeltas* deltas);
 }  // namespace
 
 static_assert(sizeof(uw_row) == 8, "uw_row layout shared with BPF");
@@ -132,23 +132,34 @@ bool UnwindMaps::add_process(uint32_t tgid) {
   return true;
 }
 
+namespace {
+// Map sizes are cflags, so part of the compiled program: rounded up to 3 significant
+// bits (at most 12.5% more), targets of about the same size share one compile in the
+// compiled-object cache (common/bpf_object.h).
+uint64_t round_size(uint64_t n) {
+  uint64_t step = 1;
+  while (step * 16 <= n) step *= 2;  // n / 16 < step <= n / 8
+  return (n + step - 1) / step * step;
+}
+}  // namespace
+
 Result<std::vector<std::string>> UnwindMaps::cflags() {
   auto f = kernel_offset_cflags({{"OFF_TASK_STACK", "task_struct", {"stack"}}});
   if (!f) return Error{f.error()};
   std::vector<std::string> flags = *f;
   // room for tables of files mapped later (dlopen, exec) without reloading
-  capacity_ = rows_.size() + std::max<uint64_t>(rows_.size() / 2, 65536);
+  capacity_ = round_size(rows_.size() + std::max<uint64_t>(rows_.size() / 2, 65536));
   flags.push_back("-DUW_DWARF");
   flags.push_back("-DTHREAD_SIZE=16384");  // x86-64; the regs are checked (cs == user) in BPF
   flags.push_back("-DUW_MAX_ROWS=" + std::to_string(capacity_));
   flags.push_back("-DUW_MAX_DEPTH=" + std::to_string(std::min<uint32_t>(max_depth_, UW_STACK_SLOTS)));
-  proc_capacity_ = std::max<size_t>(64, procs_.size() * 2);  // uw_maps: 4 KB per process
+  proc_capacity_ = round_size(std::max<size_t>(64, procs_.size() * 2));  // uw_maps: 4 KB per process
   flags.push_back("-DUW_PROCS_SIZE=" + std::to_string(proc_capacity_));
   flags.push_back("-DUW_STACKS_SIZE=16384");
   return flags;
 }
 
-Status UnwindMaps::fill(ebpf::BPF& bpf) {
+Status UnwindMaps::fill(BpfSession& bpf) {
   auto t0 = std::chrono::steady_clock::now();
   int rfd = bpf.get_table("uw_rows").get_fd(), pfd = bpf.get_table("uw_procs").get_fd();
   int mfd = bpf.get_table("uw_maps").get_fd();
@@ -195,7 +206,7 @@ Status UnwindMaps::prepare(const std::vector<uint32_t>& pids, const std::vector<
 }
 
 Status UnwindMaps::start(BpfSession& session, const std::string& fn, int prog_type, const std::string& after) {
-  if (auto st = fill(session.bpf())) return st;
+  if (auto st = fill(session)) return st;
   if (!after.empty())
     if (auto st = install(session, after, prog_type, UW_PROG_AFTER)) return st;
   return install(session, fn, prog_type, UW_PROG_UNWIND);
@@ -210,7 +221,7 @@ nlohmann::json UnwindMaps::start_fields() const {
           {"verified_insns", us.verified_insns}, {"verify_ms", us.verify_ms}};
 }
 
-Status UnwindMaps::add_dq(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas) const {
+Status UnwindMaps::add_dq(BpfSession& bpf, DataQuality& dq, CounterDeltas* deltas) const {
   dq.add("binaries_without_cfi", stats_.binaries_without_cfi);
   return add_unwind_counters(bpf, dq, deltas);
 }
@@ -223,17 +234,17 @@ Status UnwindMaps::install(BpfSession& session, const std::string& fn, int prog_
     stats_.verify_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     stats_.verified_insns = BpfSession::verified_insns(*fd);
   }
-  auto st = session.bpf().get_prog_table("uw_progs").update_value(slot, *fd);
+  auto st = session.get_prog_table("uw_progs").update_value(slot, *fd);
   if (!st.ok()) return Error{"cannot install the unwinder program " + fn + ": " + st.msg()};
   return std::nullopt;
 }
 
-Status UnwindMaps::refresh(ebpf::BPF& bpf, uint32_t tgid) {
+Status UnwindMaps::refresh(BpfSession& bpf, uint32_t tgid) {
   if (!add_process(tgid)) return std::nullopt;  // gone
   return fill(bpf);
 }
 
-UnwoundStacks read_unwound_stacks(ebpf::BPF& bpf) {
+UnwoundStacks read_unwound_stacks(BpfSession& bpf) {
   UnwoundStacks out;
   for (auto& [h, v] : bpf.get_hash_table<uint64_t, uw_pcs>("uw_stacks").get_table_offline()) {
     UnwoundStack s;
@@ -278,7 +289,7 @@ std::vector<std::string> symbolize_unwound(const UnwoundStacks& stacks, uint64_t
 namespace {
 
 // Adds the ustack_* counters (and uw_stacks being full, as lost_stacks) to dq.
-Status add_unwind_counters(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas) {
+Status add_unwind_counters(BpfSession& bpf, DataQuality& dq, CounterDeltas* deltas) {
   static const std::pair<uint32_t, const char*> kSlots[] = {{UW_CNT_TRUNCATED, "ustack_truncated"},
                                                             {UW_CNT_NO_CFI, "ustack_no_cfi"},
                                                             {UW_CNT_NO_MAPPING, "ustack_no_mapping"},

@@ -29,10 +29,6 @@
 #include "common/symbolize.h"
 #include "common/unwind_tables.h"
 
-namespace ebpf {
-class BPF;
-}
-
 namespace bpfdiag {
 class BpfSession;
 }
@@ -70,9 +66,9 @@ class UnwindMaps {
   // The start record's "unwind_tables": what the tables cost at startup.
   nlohmann::json start_fields() const;
   // The ustack_* counters (uw_stacks full as lost_stacks) and binaries_without_cfi.
-  Status add_dq(ebpf::BPF& bpf, DataQuality& dq, CounterDeltas* deltas) const;
+  Status add_dq(BpfSession& bpf, DataQuality& dq, CounterDeltas* deltas) const;
   // Re-reads tgid's mappings (exec, dlopen) and writes what changed.
-  Status refresh(ebpf::BPF& bpf, uint32_t tgid);
+  Status refresh(BpfSession& bpf, uint32_t tgid);
 
  private:
   // Reads /proc/TGID/maps and builds the tables of its executable file mappings.
@@ -81,7 +77,7 @@ class UnwindMaps {
   // BPF cflags (call once, after the first add_process calls): sizes and offsets.
   Result<std::vector<std::string>> cflags();
   // Writes every row and process not yet in the maps.
-  Status fill(ebpf::BPF& bpf);
+  Status fill(BpfSession& bpf);
   // Loads the tool's program `fn` (of the handler's type: the unwinder, which calls
   // uw_unwind_user, or what it tail-calls in turn) and puts it in uw_progs[slot],
   // where the tail calls find it. Before attaching the handler.
@@ -110,7 +106,7 @@ struct UnwoundStack {
   uint32_t status = UW_ST_END;
 };
 using UnwoundStacks = std::map<uint64_t, UnwoundStack>;
-UnwoundStacks read_unwound_stacks(ebpf::BPF& bpf);
+UnwoundStacks read_unwound_stacks(BpfSession& bpf);
 // The marker frame that ends a stack with this status ("" for UW_ST_END).
 std::string unwind_marker(uint32_t status);
 // The addresses of one stack to look up, innermost first: callers' return addresses

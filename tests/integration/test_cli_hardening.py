@@ -150,6 +150,9 @@ check(not bad, "argv fuzz: %d runs over %d tools in %.0f s, no crash/hang/odd ex
 check(tmp_left() == [], "nothing left in TMPDIR after the fuzz: %s" % tmp_left())
 
 # --- 3. signals during compile, SIGKILL, TMPDIR -----------------------------------------
+# These are about the compile (its header shim in TMPDIR): the compiled-object cache
+# (common/bpf_object.h) is off for them, or a cached start would skip the compile.
+NOCACHE = dict(ENV, BPFDIAG_CACHE="0")
 def catches_sigint(pid):
     """The process has its own SIGINT handler (SigCgt bit 1): before that, a Ctrl-C is
     the kernel's default action on a process still starting (exec, dynamic loading),
@@ -164,7 +167,7 @@ def catches_sigint(pid):
 
 hit_130 = 0
 for t, delay in [("naptime", 0.05), ("offcputime", 0.1), ("lockstat", 0.15), ("runqlen", 0.1)]:
-    p = subprocess.Popen([tool(t), "-d", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    p = subprocess.Popen([tool(t), "-d", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=NOCACHE)
     wait_for(lambda: catches_sigint(p.pid) or p.poll() is not None, 10, "%s's SIGINT handler" % t)
     time.sleep(delay)
     p.send_signal(signal.SIGINT)
@@ -182,12 +185,12 @@ check(hit_130 >= 2, "Ctrl-C landed before attach in %d of 4 runs" % hit_130)
 
 killed_left = []
 for delay in (0.1, 0.2):
-    p = subprocess.Popen([tool("naptime"), "-d", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    p = subprocess.Popen([tool("naptime"), "-d", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=NOCACHE)
     time.sleep(delay)
     p.kill()
     p.wait()
     killed_left += tmp_left()
-r = run([tool("naptime"), "-d", "0.1"])
+r = run([tool("naptime"), "-d", "0.1"], env=NOCACHE)
 check(r.returncode == 0 and tmp_left() == [],
       "SIGKILL during compile left %s; the next run swept it (rc %d, left %s)" % (
           killed_left, r.returncode, tmp_left()))
@@ -195,15 +198,26 @@ check(r.returncode == 0 and tmp_left() == [],
 # read-only /tmp: only TMPDIR may be written
 ro = "mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp && "
 r = subprocess.run(["unshare", "-m", "sh", "-c", ro + "TMPDIR=%s %s -d 0.2" % (TMP, tool("naptime"))],
-                   capture_output=True, text=True, timeout=30, env=ENV)
+                   capture_output=True, text=True, timeout=30, env=NOCACHE)
 check(r.returncode == 0, "read-only /tmp, TMPDIR=%s: naptime runs (rc %d, %r)" % (TMP, r.returncode, r.stderr.strip()))
-env_no = dict(os.environ)
+env_no = dict(os.environ, BPFDIAG_CACHE="0")
 env_no.pop("TMPDIR", None)
 r = subprocess.run(["unshare", "-m", "sh", "-c", ro + tool("naptime") + " -d 0.2"],
                    capture_output=True, text=True, timeout=30, env=env_no)
 check(r.returncode == 1 and "TMPDIR" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
       "read-only /tmp without TMPDIR: one line with the TMPDIR hint, exit 1 (rc %d, %r)" % (
           r.returncode, r.stderr.strip()))
+# with the compiled object cached, nothing is written to /tmp at all
+cache = tempfile.mkdtemp(prefix="hard-cli-cache-", dir="/var/tmp")
+env_cached = dict(os.environ, BPFDIAG_CACHE_DIR=cache)
+env_cached.pop("TMPDIR", None)
+first = run([tool("naptime"), "-d", "0.1"], env=env_cached)
+r = subprocess.run(["unshare", "-m", "sh", "-c", ro + tool("naptime") + " -d 0.2"],
+                   capture_output=True, text=True, timeout=30, env=env_cached)
+check(first.returncode == 0 and r.returncode == 0 and len(os.listdir(cache)) == 1,
+      "read-only /tmp, compiled object cached in %s: naptime runs (rc %d then %d, %r; cache %s)" % (
+          cache, first.returncode, r.returncode, r.stderr.strip(), os.listdir(cache)))
+shutil.rmtree(cache)
 
 # --- 4. PID lists ----------------------------------------------------------------------
 t0 = time.time()

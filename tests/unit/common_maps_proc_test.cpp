@@ -65,6 +65,7 @@ TEST_CASE("drain_hash moves every entry out of a real BPF hash map") {
 
 TEST_CASE("id filter cflags") {
   CHECK(id_filter_cflag("TGID_OK", {}) == "-DTGID_OK(x)=(1)");
-  CHECK(id_filter_cflag("TGID_OK", {42}) == "-DTGID_OK(x)=((x)==42)");
-  CHECK(id_filter_cflag("TID_OK", {1, 2}) == "-DTID_OK(x)=((x)==1||(x)==2)");
+  CHECK(id_filter_cflag("TGID_OK", {42}) == "-DBPFDIAG_ID_MAP_TGID_OK=42");
+  CHECK(id_filter_cflag("TID_OK", {1, 2}) == "-DBPFDIAG_ID_MAP_TID_OK=1,2");
+  CHECK(id_filter_cflag("CPU_OK", {1, 2}) == "-DCPU_OK(x)=((x)==1||(x)==2)");  // no map variant
 }

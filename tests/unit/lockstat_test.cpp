@@ -298,8 +298,8 @@ TEST_CASE("lockstat: BPF text and mode flags") {
   CHECK(!has(f, "-DFILTER_ADDRS"));
   auto k = *bpf_cflags(*parse({"-K", "-p", "1", "-t", "7,8"}), false);
   CHECK(!has(k, "-DUSER_FUTEX"));
-  CHECK(has(k, "-DTGID_OK(x)=((x)==1)"));
-  CHECK(has(k, "-DTID_OK(x)=((x)==7||(x)==8)"));
+  CHECK(has(k, "-DBPFDIAG_ID_MAP_TGID_OK=1"));
+  CHECK(has(k, "-DBPFDIAG_ID_MAP_TID_OK=7,8"));
   auto u = *bpf_cflags(*parse({"--uprobes", "-U", "-L", "0x10", "-m", "5"}), false);
   CHECK(has(u, "-DUSER_PTHREAD"));
   CHECK(!has(u, "-DKERNEL_LOCKS"));

@@ -130,8 +130,8 @@ TEST_CASE("naptime filters become BPF defines") {
   c.min_ns = 10000000;
   auto f = filter_cflags(c);
   REQUIRE(f.size() == 4);
-  CHECK(f[0] == "-DTGID_OK(x)=((x)==42||(x)==43)");
-  CHECK(f[1] == "-DTID_OK(x)=((x)==7)");
+  CHECK(f[0] == "-DBPFDIAG_ID_MAP_TGID_OK=42,43");
+  CHECK(f[1] == "-DBPFDIAG_ID_MAP_TID_OK=7");
   CHECK(f[2] == "-DFILTER_COMM");
   CHECK(f[3] == "-DMIN_NS=10000000ULL");
   // the BPF side uses exactly these macros

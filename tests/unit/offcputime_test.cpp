@@ -168,7 +168,7 @@ TEST_CASE("offcputime: BPF cflags carry filters, bounds and BTF offsets") {
   REQUIRE(f);
   std::string all;
   for (auto& s : *f) all += s + " ";
-  CHECK(all.find("-DTGID_OK(x)=((x)==" + std::to_string(getpid()) + ")") != std::string::npos);
+  CHECK(all.find("-DBPFDIAG_ID_MAP_TGID_OK=" + std::to_string(getpid()) + " ") != std::string::npos);
   CHECK(all.find("-DTID_OK(x)=(1)") != std::string::npos);
   CHECK(all.find("-DMIN_NS=10000ULL") != std::string::npos);
   CHECK(all.find("-DMAX_NS=20000ULL") != std::string::npos);
@@ -187,7 +187,7 @@ TEST_CASE("offcputime: BPF cflags carry filters, bounds and BTF offsets") {
   REQUIRE(f2);
   bool found = false;
   for (auto& s : *f2)
-    found = found || s == "-DTGID_OK(x)=((x)==" + std::to_string(getpid()) + "||(x)==1)";
+    found = found || s == "-DBPFDIAG_ID_MAP_TGID_OK=" + std::to_string(getpid()) + ",1";
   CHECK(found);
 }
 

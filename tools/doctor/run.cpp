@@ -48,7 +48,7 @@ void on_event(void* cookie, void* data, int size) {
 
 void on_lost(void* cookie, uint64_t n) { static_cast<Delivery*>(cookie)->lost += n; }
 
-uint64_t read_count(ebpf::BPF& bpf, int slot) {
+uint64_t read_count(BpfSession& bpf, int slot) {
   uint64_t v = 0;
   bpf.get_array_table<uint64_t>("counts").get_value(slot, v);
   return v;
@@ -91,22 +91,22 @@ Result<LiveResult> live_check(DataQuality& dq) {
   // sleeps). One sleep first, so the kernel's count is known at the start.
   const struct timespec nap = {0, 1000000};
   clock_nanosleep(CLOCK_MONOTONIC, 0, &nap, nullptr);
-  const uint64_t switches0 = read_count(s.bpf(), DOCTOR_SWITCHES);
-  const uint64_t kernel0 = read_count(s.bpf(), DOCTOR_KERNEL_SWITCHES);
+  const uint64_t switches0 = read_count(s, DOCTOR_SWITCHES);
+  const uint64_t kernel0 = read_count(s, DOCTOR_KERNEL_SWITCHES);
   for (uint64_t i = 0; i < kSleeps; ++i) clock_nanosleep(CLOCK_MONOTONIC, 0, &nap, nullptr);
-  r.switches_counted = read_count(s.bpf(), DOCTOR_SWITCHES) - switches0;
-  r.switches_kernel = read_count(s.bpf(), DOCTOR_KERNEL_SWITCHES) - kernel0;
+  r.switches_counted = read_count(s, DOCTOR_SWITCHES) - switches0;
+  r.switches_kernel = read_count(s, DOCTOR_KERNEL_SWITCHES) - kernel0;
   r.sleeps_made = kSleeps;
 
-  r.syscalls_counted = read_count(s.bpf(), DOCTOR_SYSCALLS);
-  r.uprobe_hits = read_count(s.bpf(), DOCTOR_UPROBES);
+  r.syscalls_counted = read_count(s, DOCTOR_SYSCALLS);
+  r.uprobe_hits = read_count(s, DOCTOR_UPROBES);
   const uint64_t deadline = monotonic_ns() + 200000000ULL;  // what is still in flight
   while (d.received + d.lost < r.syscalls_counted && monotonic_ns() < deadline) s.poll_perf_buffer("events", 10);
   r.events_received = d.received;
   r.events_lost = d.lost;
   r.events_duplicated = d.duplicated;
   dq.add("lost_events", d.lost);
-  if (auto st = add_bpf_counters(s.bpf(), kCounters, dq)) return Error{st->message};
+  if (auto st = add_bpf_counters(s, kCounters, dq)) return Error{st->message};
   r.total_ns = monotonic_ns() - t0;
   return r;
 }

@@ -93,6 +93,8 @@ Result<uint64_t> calibrate_probe_cost(BpfSession& s, CalibChild& child) {
   if (!lib) return Error{why + lib.error()};
   auto pts = resolve_pthread_probes(*lib, {PthreadFn::MutexLock}, {});
   if (!pts) return Error{why + pts.error()};
+  if (!s.get_array_table<uint32_t>("calib_pid").update_value(0, static_cast<uint32_t>(child.pid)).ok())
+    return Error{why + "cannot write the BPF map calib_pid"};
   if (auto st = attach_pthread_probes(s, *lib, *pts, {{PthreadFn::MutexLock, "on_lock", "on_lock_ret"}}))
     return Error{why + st->message};
   char go = 'g';
@@ -102,17 +104,16 @@ Result<uint64_t> calibrate_probe_cost(BpfSession& s, CalibChild& child) {
   }
   child.pid = -1;
   for (const auto& p : *pts)  // the child is gone; its probes would only cost the targets
-    for (auto t : {BPF_PROBE_ENTRY, BPF_PROBE_RETURN})
-      s.bpf().detach_uprobe(lib->probe_path(), "", p.sym_vaddr + p.offset, t, lib->pid);
+    for (bool ret : {false, true}) s.detach_uprobe_at(lib->probe_path(), p.sym_vaddr + p.offset, ret, lib->pid);
   if (!ran || !WIFEXITED(status)) return Error{why + "the calibration process did not run"};
   std::vector<uint64_t> hist(kBuckets, 0);
-  auto t = s.bpf().get_array_table<uint64_t>("calib");
+  auto t = s.get_array_table<uint64_t>("calib");
   for (int i = 0; i < kBuckets; ++i) t.get_value(i, hist[i]);
   uint64_t calls = 0;
   for (uint64_t h : hist) calls += h;
   if (calls < kCalls / 2) return Error{why + "only " + std::to_string(calls) + " of " + std::to_string(kCalls) + " calls seen"};
   uint64_t cost = median_probe_cost(hist);
-  auto pc = s.bpf().get_percpu_array_table<ProbeCostEst>("probe_cost");
+  auto pc = s.get_percpu_array_table<ProbeCostEst>("probe_cost");
   std::vector<ProbeCostEst> seed(ebpf::BPFTable::get_possible_cpu_count(), ProbeCostEst{cost, 0});
   if (!pc.update_value(0, seed).ok()) return Error{why + "cannot write probe_cost"};
   return cost;
@@ -120,7 +121,7 @@ Result<uint64_t> calibrate_probe_cost(BpfSession& s, CalibChild& child) {
 
 uint64_t tracked_probe_cost(BpfSession& s, uint64_t calibrated) {
   std::vector<ProbeCostEst> per_cpu;
-  if (!s.bpf().get_percpu_array_table<ProbeCostEst>("probe_cost").get_value(0, per_cpu).ok())
+  if (!s.get_percpu_array_table<ProbeCostEst>("probe_cost").get_value(0, per_cpu).ok())
     return calibrated;
   return weighted_probe_cost(per_cpu, calibrated);
 }

@@ -207,7 +207,6 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
     f.push_back("-DADDR_FILTER_ENTRIES=" + std::to_string(c.lock_addrs.size()));
   }
   f.push_back("-DMIN_WAIT_NS=" + std::to_string(c.min_wait_ns) + "ULL");
-  f.push_back("-DSELF_PID=" + std::to_string(getpid()));  // never trace ourselves
   for (const auto& m : map_sizes(c)) f.push_back("-D" + m.first + "=" + std::to_string(m.second));
   if (!c.kernel_only && !c.uprobes) f.push_back("-DWAKERS");
   if (btf && !c.kernel_only && !c.uprobes && !c.unwind_dwarf) {

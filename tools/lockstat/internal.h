@@ -30,7 +30,7 @@ bpfdiag::Status configure(bpfdiag::Table<Row>& t, const Config& c) {
 }
 
 // --uprobes probe-cost calibration (calibrate.cpp). The child is forked before the BPF
-// program is built (its PID is the program's CALIB_PID); calibrate_probe_cost() runs
+// program is built; calibrate_probe_cost() puts its PID in the map calib_pid and runs
 // it under the probes, seeds every CPU's probe_cost with the median time of its
 // uncontended calls and returns it; the BPF program then moves each CPU's estimate
 // with the targets' own uncontended calls. The destructor reaps a child never run.

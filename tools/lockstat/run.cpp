@@ -76,7 +76,7 @@ uint64_t count_entries(int fd) {
 
 // The map is sized from the list (ADDR_FILTER_ENTRIES), so a failure here is a real
 // error, never a silently shorter filter.
-Status fill_addr_filter(ebpf::BPF& bpf, const std::vector<uint64_t>& addrs) {
+Status fill_addr_filter(BpfSession& bpf, const std::vector<uint64_t>& addrs) {
   auto t = bpf.get_hash_table<uint64_t, uint8_t>("addr_filter");
   for (uint64_t a : addrs) {
     auto st = t.update_value(a, 1);
@@ -191,7 +191,7 @@ Status run(const Config& c0) {
   }
   auto flags = bpf_cflags(c);
   if (!flags) return Error{flags.error()};
-  if (calib) flags.value().push_back("-DCALIB_PID=" + std::to_string(calib->pid));
+  if (calib) flags.value().push_back("-DCALIB");
   UnwindMaps uw;
   if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
     if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, flags.value())) return st;
@@ -199,13 +199,15 @@ Status run(const Config& c0) {
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   auto& session = **loaded;
-  auto& bpf = session.bpf();
+  auto& bpf = session;
   if (c.unwind_dwarf)  // the unwinder, tail-called by the user-space handlers
     if (auto st = c.uprobes ? uw.start(session, "uw_lockstat_pthread_tail", BPF_PROG_TYPE_KPROBE, "ls_pthread_record")
                             : uw.start(session, "uw_lockstat_futex_tail", BPF_PROG_TYPE_TRACEPOINT))
       return st;
   if (!c.lock_addrs.empty() && c.lock_names.empty())
     if (auto st = fill_addr_filter(bpf, c.lock_addrs)) return st;
+  if (!bpf.get_array_table<uint32_t>("self_pid").update_value(0, static_cast<uint32_t>(getpid())).ok())
+    return Error{"cannot write lockstat's own PID to the BPF map self_pid"};  // never trace ourselves
 
   // attach
   uint64_t probes = 0;

@@ -63,7 +63,7 @@ Status write_config(BpfSession& session, const Config& c, const ClockOffsets& of
   cfg.realtime_off_ns = off.realtime_ns;
   cfg.tai_off_ns = off.tai_ns;
   std::strncpy(cfg.comm, c.comm.c_str(), sizeof cfg.comm - 1);
-  auto table = session.bpf().get_array_table<naptime_config>("config");
+  auto table = session.get_array_table<naptime_config>("config");
   auto st = table.update_value(0, cfg);
   if (!st.ok()) return Error{"cannot write the config map: " + st.msg()};
   return std::nullopt;
@@ -86,9 +86,9 @@ uint64_t in_progress(BpfSession& session, const Config& c, const ClockOffsets& o
     __s64 req = 0;
     return !naptime_requested_ns(&st, off.realtime_ns, off.tai_ns, &req) || static_cast<uint64_t>(req) >= c.min_ns;
   };
-  for (auto& kv : session.bpf().get_hash_table<uint32_t, naptime_start>("start").get_table_offline())
+  for (auto& kv : session.get_hash_table<uint32_t, naptime_start>("start").get_table_offline())
     n += wanted(kv.second);
-  for (auto& kv : session.bpf().get_hash_table<uint32_t, naptime_event>("pending").get_table_offline())
+  for (auto& kv : session.get_hash_table<uint32_t, naptime_event>("pending").get_table_offline())
     n += wanted(kv.second.start);
   return n;
 }
@@ -129,7 +129,7 @@ Status run(const Config& c) {
   UserCounts reported;
   auto refresh_so_far = [&] {
     DataQuality dq = DataQuality::with_keys(dq_keys());
-    add_bpf_counters(session.bpf(), kCounters, dq);  // cumulative: no deltas
+    add_bpf_counters(session, kCounters, dq);  // cumulative: no deltas
     add_user_counts(dq, t.counts, nullptr);
     t.so_far = dq;
   };
@@ -151,7 +151,7 @@ Status run(const Config& c) {
     }
     uint64_t now = monotonic_ns();
     DataQuality dq = DataQuality::with_keys(dq_keys());
-    if (auto st = add_bpf_counters(session.bpf(), kCounters, dq, &deltas))
+    if (auto st = add_bpf_counters(session, kCounters, dq, &deltas))
       std::cerr << "naptime: " << st->message << "\n";
     add_user_counts(dq, t.counts, &reported);
     dq.unmatched_begin = in_progress(session, c, t.off);

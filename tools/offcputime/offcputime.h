@@ -25,9 +25,11 @@
 #include "common/stacks.h"
 
 namespace ebpf {
-class BPF;
 class BPFStackTable;
 }  // namespace ebpf
+namespace bpfdiag {
+class BpfSession;
+}
 
 namespace offcputime {
 
@@ -111,7 +113,7 @@ std::string banner(const Config& c);
 
 // Frames of the stacks in the overflow map, by id (OFFCPU_OVERFLOW_BIT cleared).
 using OverflowStacks = std::map<uint32_t, std::vector<uint64_t>>;
-OverflowStacks read_overflow(ebpf::BPF& bpf);
+OverflowStacks read_overflow(bpfdiag::BpfSession& bpf);
 // Ids with OFFCPU_OVERFLOW_BIT are in `overflow`, the others in `primary`; the user
 // and kernel parts may live in different places.
 bpfdiag::Stack resolve_both(ebpf::BPFStackTable& primary, const OverflowStacks& overflow,

@@ -106,12 +106,12 @@ Status run(const Config& user_config) {
   hooks.poll = [&](int timeout_ms) {
     session.poll_perf_buffer("new_procs", std::min(timeout_ms, 100));
     for (auto t : live.uw_stale)  // after exec: the new image's tables and mappings
-      if (live.uw) (void)live.uw->refresh(session.bpf(), t);
+      if (live.uw) (void)live.uw->refresh(session, t);
     live.uw_stale.clear();
     // Bounded memory on long runs: forget exited processes no counted stack refers to.
     live.sym.forget_exited_every(10000000000ULL, [&] {
       std::set<uint32_t> tgids;
-      for (auto& kv : session.bpf().get_hash_table<offcpu_key, offcpu_val>("counts").get_table_offline())
+      for (auto& kv : session.get_hash_table<offcpu_key, offcpu_val>("counts").get_table_offline())
         tgids.insert(kv.first.tgid);
       return tgids;
     });
@@ -119,7 +119,7 @@ Status run(const Config& user_config) {
   hooks.report = [&](bool final) {
     if (final) {  // stop tracing first: the last report is a consistent snapshot
       StderrNoiseFilter quiet;
-      for (auto& [tp, fn] : kProbes) session.bpf().detach_raw_tracepoint(tp);
+      for (auto& [tp, fn] : kProbes) session.detach_raw_tracepoint(tp);
     }
     uint64_t now = monotonic_ns();
     session.poll_perf_buffer("new_procs", 0);  // announcements still queued
@@ -127,22 +127,22 @@ Status run(const Config& user_config) {
     rep.window = window_ending_now(now - window_start, final);
     window_start = now;
     rep.dq = DataQuality::with_keys(dq_keys());
-    if (auto st = add_bpf_counters(session.bpf(), kCounters, rep.dq, &deltas))
+    if (auto st = add_bpf_counters(session, kCounters, rep.dq, &deltas))
       std::cerr << "offcputime: " << st->message << "\n";
     if (c.unwind_dwarf) {
-      if (auto st = uw.add_dq(session.bpf(), rep.dq, &uw_deltas))
+      if (auto st = uw.add_dq(session, rep.dq, &uw_deltas))
         std::cerr << "offcputime: " << st->message << "\n";
     }
     rep.dq.lost_events = live.lost_events - lost_reported;
     lost_reported = live.lost_events;
     // threads off-CPU right now: their period ends in a later window (or never)
-    rep.dq.unmatched_begin = session.bpf().get_hash_table<uint32_t, offcpu_start>("start").get_table_offline().size();
-    auto primary = session.bpf().get_stack_table("stack_traces");
-    auto overflow = read_overflow(session.bpf());
-    auto counts_table = session.bpf().get_hash_table<offcpu_key, offcpu_val>("counts");
+    rep.dq.unmatched_begin = session.get_hash_table<uint32_t, offcpu_start>("start").get_table_offline().size();
+    auto primary = session.get_stack_table("stack_traces");
+    auto overflow = read_overflow(session);
+    auto counts_table = session.get_hash_table<offcpu_key, offcpu_val>("counts");
     StackParts parts = c.parts();
     UnwoundStacks unwound;
-    if (c.unwind_dwarf) unwound = read_unwound_stacks(session.bpf());
+    if (c.unwind_dwarf) unwound = read_unwound_stacks(session);
     auto before = live.sym.stats();
     for (auto& [k, v] : drain_hash<offcpu_key, offcpu_val>(counts_table)) {
       Entry e;

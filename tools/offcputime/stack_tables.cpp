@@ -57,7 +57,7 @@ uint64_t count_traced_threads(const Config& c) {
   return n;
 }
 
-OverflowStacks read_overflow(ebpf::BPF& bpf) {
+OverflowStacks read_overflow(BpfSession& bpf) {
   OverflowStacks out;
   for (auto& [stack, id] : bpf.get_hash_table<offcpu_stack, uint32_t>("overflow_ids").get_table_offline()) {
     auto& v = out[id];

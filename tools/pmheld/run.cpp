@@ -69,13 +69,13 @@ class Collector {
     comms_[pid] = proc_comm(pid);
     if (sym_.remembered(pid)) sym_.refresh(pid);
     else sym_.remember(pid);
-    if (uw_) (void)uw_->refresh(s_.bpf(), pid);  // the new image's unwind tables
+    if (uw_) (void)uw_->refresh(s_, pid);  // the new image's unwind tables
   }
 
   // System-wide mode: snapshot the names and symbols of processes as soon as they hold
   // a lock, so short-lived ones are still named after they exit.
   void remember_new_pids() {
-    auto stats = s_.bpf().get_hash_table<pmheld_stat_key, pmheld_stat>("stats");
+    auto stats = s_.get_hash_table<pmheld_stat_key, pmheld_stat>("stats");
     for (const auto& [k, v] : stats.get_table_offline()) remember(k.tgid);
   }
 
@@ -88,7 +88,7 @@ class Collector {
   // cumulative in BPF (never reset from here); a report shows their deltas.
 
   std::vector<LockHold> collect(DataQuality& dq) {
-    auto& bpf = s_.bpf();
+    auto& bpf = s_;
     auto stats = bpf.get_hash_table<pmheld_stat_key, pmheld_stat>("stats");
     auto hist = bpf.get_hash_table<pmheld_hist_key, uint64_t>("hist");
     auto held = bpf.get_hash_table<pmheld_held_key, pmheld_held>("held");

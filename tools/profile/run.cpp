@@ -43,7 +43,7 @@ const std::vector<CounterSlot> kCounters = {{PROFILE_CNT_COUNTS_FULL, "lost_samp
 
 // Processes that appear in the counts are remembered (their mappings read) while they
 // are alive, so a process that exits before the report still gets its names.
-void remember_sampled(ebpf::BPF& bpf, Symbolizer& sym) {
+void remember_sampled(BpfSession& bpf, Symbolizer& sym) {
   std::set<uint32_t> tgids;
   for (auto& kv : bpf.get_hash_table<profile_key, uint64_t>("counts").get_table_offline())
     if (kv.first.tgid) tgids.insert(kv.first.tgid);
@@ -81,7 +81,7 @@ Status run(const Config& c) {
   hooks.poll = [&](int timeout_ms) {
     uint64_t now = monotonic_ns();
     if (c.pids.empty() && now - last_remember >= 1000000000ULL) {  // -p targets are remembered already
-      remember_sampled(session.bpf(), sym);
+      remember_sampled(session, sym);
       last_remember = now;
     }
     int ms = std::min(timeout_ms, 200);
@@ -91,21 +91,21 @@ Status run(const Config& c) {
   hooks.report = [&](bool final) {
     if (final) session.disable_perf_events();  // the last report is a consistent snapshot
     uint64_t now = monotonic_ns();
-    if (c.pids.empty()) remember_sampled(session.bpf(), sym);
+    if (c.pids.empty()) remember_sampled(session, sym);
     Report rep;
     rep.freq_hz = c.freq_hz;
     rep.window = window_ending_now(now - window_start, final);
     window_start = now;
     rep.dq = DataQuality::with_keys(dq_keys());
-    if (auto st = add_bpf_counters(session.bpf(), kCounters, rep.dq, &deltas))
+    if (auto st = add_bpf_counters(session, kCounters, rep.dq, &deltas))
       std::cerr << "profile: " << st->message << "\n";
     UnwoundStacks unwound;
     if (c.unwind_dwarf) {
-      if (auto st = uw.add_dq(session.bpf(), rep.dq, &uw_deltas)) std::cerr << "profile: " << st->message << "\n";
-      unwound = read_unwound_stacks(session.bpf());
+      if (auto st = uw.add_dq(session, rep.dq, &uw_deltas)) std::cerr << "profile: " << st->message << "\n";
+      unwound = read_unwound_stacks(session);
     }
-    auto stacks = session.bpf().get_stack_table("stack_traces");
-    auto counts = session.bpf().get_hash_table<profile_key, uint64_t>("counts");
+    auto stacks = session.get_stack_table("stack_traces");
+    auto counts = session.get_hash_table<profile_key, uint64_t>("counts");
     StackParts parts = c.parts();
     auto before = sym.stats();
     for (auto& [k, v] : drain_hash<profile_key, uint64_t>(counts)) {

@@ -39,7 +39,7 @@ void visit_every_cpu() {
 // Reads the cumulative BPF maps and hands out what happened since the previous read.
 class Reader {
  public:
-  explicit Reader(ebpf::BPF& bpf)
+  explicit Reader(BpfSession& bpf)
       : dist_(bpf.get_percpu_array_table<uint64_t>("dist")),
         idle_(bpf.get_percpu_array_table<runqlen_idle>("idle")) {}
 
@@ -85,7 +85,7 @@ Status run(const Config& c) {
     return st;  // one line: a verifier rejection, or the attach failure with its hint
   visit_every_cpu();
 
-  Reader reader(session.bpf());
+  Reader reader(session);
   CounterDeltas counter_deltas;
   uint64_t last;
   {  // what happened before every CPU's state was known is not reported
@@ -93,7 +93,7 @@ Status run(const Config& c) {
     std::map<uint32_t, uint64_t> i;
     last = reader.take(s, i);
     DataQuality ignored = empty_quality();
-    if (auto st = add_bpf_counters(session.bpf(), counter_table(), ignored, &counter_deltas)) return st;
+    if (auto st = add_bpf_counters(session, counter_table(), ignored, &counter_deltas)) return st;
   }
   announce_attached(std::cout, "runqlen", c.json, "Sampling run queue length... Hit Ctrl-C to end.",
                     {{"probes", 2}, {"options", effective_options(c)}}, empty_quality());
@@ -105,7 +105,7 @@ Status run(const Config& c) {
     uint64_t now = reader.take(busy, idle_ns);
     PerCpu samples = weigh(busy, idle_ns, now - last, c.freq_hz);
     DataQuality dq = empty_quality();
-    if (auto st = add_bpf_counters(session.bpf(), counter_table(), dq, &counter_deltas)) failure = st;
+    if (auto st = add_bpf_counters(session, counter_table(), dq, &counter_deltas)) failure = st;
     if (!c.json && c.schedule.interval_ns && !c.timestamp && !c.per_cpu) std::cout << "\n";
     render(std::cout, c, samples, dq, window_ending_now(now - last, final));
     last = now;

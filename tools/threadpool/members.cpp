@@ -5,7 +5,7 @@
 namespace threadpool {
 using namespace bpfdiag;
 
-Members::Members(const Config& c, ebpf::BPF& bpf)
+Members::Members(const Config& c, BpfSession& bpf)
     : c_(c),
       threads_(bpf.get_hash_table<uint32_t, tp_thread>("threads")),
       gids_(bpf.get_hash_table<uint32_t, uint32_t>("gids")) {

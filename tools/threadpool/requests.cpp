@@ -11,7 +11,7 @@ static_assert(sizeof(tp_req_event) == 40, "tp_req_event layout shared with BPF")
 namespace threadpool {
 using namespace bpfdiag;
 
-Requests::Requests(ebpf::BPF& bpf) : conns_(bpf.get_hash_table<tp_conn_key, tp_conn>("conns")) {}
+Requests::Requests(bpfdiag::BpfSession& bpf) : conns_(bpf.get_hash_table<tp_conn_key, tp_conn>("conns")) {}
 
 std::map<std::string, RequestStats> Requests::collect(
     uint64_t t0, uint64_t t1, const std::function<std::string(uint32_t)>& group_of) {
@@ -84,8 +84,8 @@ DataQuality empty_quality() {
 // Per-interval deltas of the cumulative counters and, for the final report, the totals.
 Result<Quality> Tracer::quality(bool final) {
   Quality q{empty_quality(), empty_quality()};
-  if (auto st = add_bpf_counters(s_.bpf(), counter_table(), q.total)) return Error{st->message};
-  if (auto st = add_bpf_counters(s_.bpf(), counter_table(), q.interval, &deltas_)) return Error{st->message};
+  if (auto st = add_bpf_counters(s_, counter_table(), q.total)) return Error{st->message};
+  if (auto st = add_bpf_counters(s_, counter_table(), q.interval, &deltas_)) return Error{st->message};
   // user-space counters, in slots after the BPF ones
   const std::pair<const char*, uint64_t> user[] = {{"lost_events", requests_.lost()},
                                                    {"state_assumed_at_start", members_.assumed_start()},

@@ -8,7 +8,7 @@ static_assert(sizeof(tp_hist_key) == 8, "tp_hist_key layout shared with BPF");
 
 namespace threadpool {
 
-Snapshots::Snapshots(ebpf::BPF& bpf)
+Snapshots::Snapshots(bpfdiag::BpfSession& bpf)
     : threads_(bpf.get_hash_table<uint32_t, tp_thread>("threads")),
       waits_(bpf.get_hash_table<tp_wait_key, tp_wait_val>("waits")),
       hist_(bpf.get_hash_table<tp_hist_key, uint64_t>("rqhist")) {}

@@ -15,7 +15,7 @@ static_assert(kNumWakes == TP_NWAKE && kByPeer == TP_W_PEER && kByProcess == TP_
               "wake classes shared with BPF");
 
 Tracer::Tracer(const Config& c, BpfSession& s, MapSizes sizes)
-    : c_(c), s_(s), sizes_(sizes), members_(c, s.bpf()), snapshots_(s.bpf()), requests_(s.bpf()),
+    : c_(c), s_(s), sizes_(sizes), members_(c, s), snapshots_(s), requests_(s),
       runtime_locks_(c.pid) {}
 
 Status Tracer::init() {
@@ -153,7 +153,7 @@ uint64_t Tracer::suggested_map_entries() {
 
 void Tracer::warn_loss(std::ostream& err) {
   DataQuality total = empty_quality();
-  if (add_bpf_counters(s_.bpf(), counter_table(), total)) return;
+  if (add_bpf_counters(s_, counter_table(), total)) return;
   const uint64_t full = total.map_full, untracked = members_.untracked(), lost = requests_.lost();
   if (!full && !untracked && !lost) return;
   err << "threadpool: WARNING: " << full << " updates dropped (BPF maps full), " << untracked

@@ -1,7 +1,7 @@
 // threadpool's tracer: owns the BPF maps of one session and turns them into
 // per-thread times, thread groups and reports. Internal to the tool.
 #pragma once
-#include <bcc/BPF.h>
+#include <bcc/BPFTable.h>
 #include <linux/types.h>
 
 #include <cstdint>
@@ -72,7 +72,7 @@ struct Member {
 // state in `threads`, every member its group id in `gids`.
 class Members {
  public:
-  Members(const Config& c, ebpf::BPF& bpf);
+  Members(const Config& c, bpfdiag::BpfSession& bpf);
   void rescan(uint64_t now);
   // Roles settle as waits are seen: refreshes the group ids from the latest times.
   void update_roles(const std::map<uint32_t, ThreadTimes>& snap);
@@ -96,7 +96,7 @@ class Members {
 
 class Snapshots {
  public:
-  explicit Snapshots(ebpf::BPF& bpf);
+  explicit Snapshots(bpfdiag::BpfSession& bpf);
   // Every member's cumulative times at `now`, the state in progress included.
   std::map<uint32_t, ThreadTimes> take(const std::map<uint32_t, Member>& members, uint64_t now,
                                        bool with_hist = true);
@@ -112,7 +112,7 @@ class Snapshots {
 
 class Requests {
  public:
-  explicit Requests(ebpf::BPF& bpf);
+  explicit Requests(bpfdiag::BpfSession& bpf);
   void on_event(const tp_req_event& e) { events_.push_back(e); }
   void on_lost(uint64_t n) { lost_ += n; }
   uint64_t lost() const { return lost_; }

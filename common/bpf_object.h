@@ -1,0 +1,85 @@
+// A compiled BPF program set: each program's instructions and the definitions of the
+// maps they use. libbcc compiles BPF C into one (compile_bpf_object); a cache keeps it
+// so a later start skips the compiler (BpfObjectCache). Either way the maps are then
+// created by create_maps and the programs' map references rewritten to them
+// (relocate_maps), so a cached object and a fresh compile are loaded the same way.
+//
+// Why: libbcc runs clang and LLVM at every start (65-300 ms of the 70-400 ms a tool
+// takes to attach here); the object they produce depends only on the BPF text, the
+// cflags, libbcc and the running kernel, all of which are the cache key.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bpfdiag {
+
+struct BpfMapDef {
+  std::string name;
+  int type = 0;  // enum bpf_map_type
+  uint32_t key_size = 0;
+  uint32_t value_size = 0;
+  uint32_t max_entries = 0;
+  uint32_t flags = 0;
+  int32_t fd = -1;  // the fd the programs' instructions refer to (see relocate_maps)
+};
+
+struct BpfProgDef {
+  std::string name;
+  std::vector<uint8_t> insns;  // struct bpf_insn[], 8 bytes each
+};
+
+struct BpfObject {
+  std::string license;
+  uint32_t kern_version = 0;
+  std::vector<BpfMapDef> maps;
+  std::vector<BpfProgDef> progs;
+};
+
+// Compiles `text` with libbcc (no rw engine, no BTF unless the cflags ask for it).
+// The maps libbcc created are returned as fresh fds in `fds` (same order as maps);
+// the caller owns them. Compiler diagnostics go to stderr.
+Result<BpfObject> compile_bpf_object(const std::string& text, const std::vector<std::string>& cflags,
+                                     std::vector<int>& fds);
+
+// Creates every map of `o` (no fd recorded in `o` is used); their fds, same order.
+// On error the fds created so far are closed.
+Result<std::vector<int>> create_maps(const BpfObject& o);
+
+// Rewrites every map reference in the programs (ld_imm64 with BPF_PSEUDO_MAP_FD) from
+// o.maps[i].fd to fds[i], then records fds[i] as o.maps[i].fd. An instruction naming an
+// fd that is no map of `o` is an error (the object is then not loadable).
+Status relocate_maps(BpfObject& o, const std::vector<int>& fds);
+
+// Byte form for the cache; `key` is stored whole and must match on read.
+std::string serialize_bpf_object(const BpfObject& o, const std::string& key);
+// nullopt when the bytes are not a complete object for exactly this key.
+std::optional<BpfObject> deserialize_bpf_object(const std::string& bytes, const std::string& key);
+
+// The compiled-object cache: one file per key in a root-only directory,
+// $BPFDIAG_CACHE_DIR or /var/cache/bpfdiag; BPFDIAG_CACHE=0 turns it off.
+// Files are written whole (temporary file + rename) and read only when they and the
+// directory belong to this user and nobody else can write them.
+class BpfObjectCache {
+ public:
+  // nullopt when caching is off or the directory is unusable (not ours, writable by
+  // others, cannot be created): the tools then compile every time, as before.
+  static std::optional<BpfObjectCache> open();
+  // The key of a compile: text, cflags, libbcc version, kernel release and build,
+  // possible CPUs, and the cache format.
+  static std::string key(const std::string& text, const std::vector<std::string>& cflags);
+
+  std::optional<BpfObject> get(const std::string& key) const;
+  void put(const std::string& key, const BpfObject& o) const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  explicit BpfObjectCache(std::string dir) : dir_(std::move(dir)) {}
+  std::string path_for(const std::string& key) const;
+  std::string dir_;
+};
+
+}  // namespace bpfdiag
