@@ -35,4 +35,11 @@ static inline void dq_count_n(u32 slot, u64 n) {
 
 static inline void dq_count(u32 slot) { dq_count_n(slot, 1); }
 
+/* For hash maps whose size is a ceiling, not a need (stack and count tables): entries
+ * are allocated as they are added (since Linux 6.1 safe in every tracing program), so
+ * a generous ceiling costs no memory until used. The header shim's uapi bpf.h is empty. */
+#ifndef BPF_F_NO_PREALLOC
+#define BPF_F_NO_PREALLOC (1U << 0)
+#endif
+
 #endif

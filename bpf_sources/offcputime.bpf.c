@@ -41,7 +41,8 @@
 #define TASK_DEAD 0x00000080
 
 BPF_HASH(start, u32, struct offcpu_start, START_SIZE);
-BPF_HASH(counts, struct offcpu_key, struct offcpu_val, COUNTS_SIZE);
+/* a ceiling (allocated as used): MariaDB under sysbench filled 32,768 keys in 25 s */
+BPF_F_TABLE("hash", struct offcpu_key, struct offcpu_val, counts, COUNTS_SIZE, BPF_F_NO_PREALLOC);
 BPF_STACK_TRACE(stack_traces, STACK_STORAGE_SIZE);
 /* preallocated: an allocation in sched_switch could fail under a burst of new stacks */
 BPF_TABLE("hash", struct offcpu_stack, u32, overflow_ids, OVERFLOW_STORAGE_SIZE);

@@ -300,20 +300,22 @@ Result<int> BpfSession::load_program(const std::string& fn, int type) {
   auto it = progs_.find(fn);
   if (it == progs_.end()) return Error{"cannot load " + fn + ": no such function in the BPF program"};
   const auto& insns = it->second;
-  int fd = -1;
+  int fd = -1, err = 0;
   std::string printed;
   {
     StderrNoiseFilter quiet;
     // log_buf null: libbcc retries a refused load with the verifier log and prints it
+    errno = 0;
     fd = bcc_prog_load(static_cast<enum bpf_prog_type>(type), fn.c_str(),
                        reinterpret_cast<const struct bpf_insn*>(insns.data()), static_cast<int>(insns.size()),
                        license_.c_str(), kern_version_, 0, nullptr, 0);
     if (fd < 0) {
+      err = fd < -1 ? -fd : errno;  // libbpf returns -errno; older paths -1 and errno
       printed = quiet.captured();
       quiet.discard();  // the verifier log runs to thousands of lines: one line below
     }
   }
-  if (fd < 0) return Error{load_failure_line(fn, printed, "Failed to load " + fn + ": " + std::strerror(-fd))};
+  if (fd < 0) return Error{load_failure_line(fn, printed, "Failed to load " + fn + ": " + std::strerror(err))};
   prog_fds_[fn] = fd;
   if (timing_on()) timing_mark("verify " + fn + " (" + std::to_string(verified_insns(fd)) + " insns)");
   return fd;

@@ -155,7 +155,9 @@ Result<std::vector<std::string>> UnwindMaps::cflags() {
   flags.push_back("-DUW_MAX_DEPTH=" + std::to_string(std::min<uint32_t>(max_depth_, UW_STACK_SLOTS)));
   proc_capacity_ = round_size(std::max<size_t>(64, procs_.size() * 2));  // uw_maps: 4 KB per process
   flags.push_back("-DUW_PROCS_SIZE=" + std::to_string(proc_capacity_));
-  flags.push_back("-DUW_STACKS_SIZE=16384");
+  // a ceiling (allocated as used, ~530 bytes a stack): MariaDB under sysbench made
+  // 16,384 distinct stacks in 20 s
+  flags.push_back("-DUW_STACKS_SIZE=262144");
   return flags;
 }
 

@@ -45,6 +45,8 @@ from harness import *
 
 require_root()
 LOCKSTAT = tool("lockstat")
+OFFCPU = tool("offcputime")
+OFFCPU_S = int(os.environ.get("MARIADB_OFFCPU_S", "10"))
 require_built(LOCKSTAT)
 NEEDED = ["mariadbd", "mariadb-install-db", "mariadb", "sysbench"]
 missing = [b for b in NEEDED if not shutil.which(b) and not os.path.exists("/usr/sbin/" + b)]
@@ -271,6 +273,32 @@ try:
           "-K: no spinlock wait over 100 ms (max %.3f ms)" % (worst["wait_max_ns"] / 1e6 if worst else -1))
     rq = [r for r in spins if r["symbol"] == "rq_lock"]
     check(all(r["wait_max_ns"] < 100e6 for r in rq), "-K: run-queue locks named rq_lock, maxima sane (%d)" % len(rq))
+
+    # 4. offcputime -p on the busy server with its default tables (issue 8): no stack lost
+    load = sysbench("run", OFFCPU_S + 6)
+    time.sleep(2)
+    oc = subprocess.run([OFFCPU, "-p", str(d["pid"]), "-j", "--duration", str(OFFCPU_S)],
+                        capture_output=True, text=True, timeout=OFFCPU_S + 60)
+    load.communicate(timeout=60)
+    orecs = ndjson(oc.stdout, "offcputime") if oc.returncode == 0 else []
+    osum = [r for r in orecs if r["type"] == "offcputime.summary"]
+    ostacks = [r for r in orecs if r["type"] == "offcputime.stack"]
+    if check(osum, "offcputime -p mariadbd --duration %d ran (rc %d %s)" % (OFFCPU_S, oc.returncode,
+                                                                         oc.stderr.strip()[-300:])):
+        dq = osum[-1]["data_quality"]
+        print("     offcputime -p mariadbd: %d stacks, %.1f s off-CPU, data quality %s"
+              % (len(ostacks), sum(r["offcpu_total_ns"] for r in ostacks) / 1e9, dq))
+        check(dq["lost_stacks"] == 0 and dq["map_full"] == 0 and dq["lost_events"] == 0,
+              "offcputime on mariadbd under sysbench, default tables, %d s: no stack lost, no map full (%d stacks)"
+              % (OFFCPU_S, len(ostacks)))
+        named = sum(r["offcpu_total_ns"] for r in ostacks
+                    if any(f.startswith(("mysql_", "do_command", "dispatch_command", "handle_one_connection",
+                                         "tpool::", "srv_", "buf_", "log_"))
+                           for f in r.get("user_stack", [])))
+        total = sum(r["offcpu_total_ns"] for r in ostacks)
+        check(total > 0 and named >= 0.5 * total,
+              "most of mariadbd's off-CPU time has a named server frame in its user stack (%.1f of %.1f s)"
+              % (named / 1e9, total / 1e9))
     print("     test took %.0f s" % (time.time() - t_start))
 except Exception as e:  # a failure to set up is a failure, never a skip
     check(False, "mariadb test ran (%s)" % e)

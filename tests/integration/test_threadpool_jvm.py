@@ -7,7 +7,9 @@ window opens when threadpool has attached and closes when its summary arrives).
 Checks: utilisation within 0.1 absolute and busy workers within 15% of the JVM's own
 figures, the verdict (sleeping workers are not blocked on locks), the pool is the 8
 workers, request rate and service time still right, and the default text report
-shows the pools that matter instead of every JVM thread group.
+shows the pools that matter instead of every JVM thread group. Then offcputime -p on
+the same busy JVM with its default tables (issue 8): no stack lost, none of its maps
+full, and the pool's sleeps found under Thread.sleep's futex wait.
 """
 import json
 import os
@@ -19,10 +21,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (SRC, check, compare_pool, finish, measure_against_truth, need,  # noqa: E402
+from harness import (SRC, check, compare_pool, finish, measure_against_truth, ndjson, need,  # noqa: E402
                      require_built, require_root, tool)
 
 TOOL = tool("threadpool")
+OFFCPU = tool("offcputime")
+OFFCPU_S = int(os.environ.get("JVM_OFFCPU_S", "10"))
 JAVA_SRC = os.path.join(SRC, "tests/workloads/JvmPool.java")
 PORTS = range(8081, 8090)
 
@@ -59,17 +63,20 @@ def measured_run(abbin, d):
     try:
         warm = ab(abbin, port, 3)  # JIT warm-up
         warm.communicate()
-        load = ab(abbin, port, 20)
+        load = ab(abbin, port, 22 + OFFCPU_S)
         time.sleep(0.5)
         # the default text report on the JVM under load: the pools that matter only
         tp2 = subprocess.run([TOOL, "-p", str(ready["pid"]), "-d", "2"], capture_output=True,
                              text=True, timeout=60)
+        # offcputime on the same busy JVM (before the truth window: that ends the JVM)
+        oc = subprocess.run([OFFCPU, "-p", str(ready["pid"]), "-j", "--duration", str(OFFCPU_S)],
+                            capture_output=True, text=True, timeout=OFFCPU_S + 60)
         rc, err, records, truth = measure_against_truth(jvm, ready["pid"], [TOOL, "-j", "-d", "6"],
                                                         "threadpool")
         summaries = [r for r in records if r["type"] == "threadpool.group" and r["final"]]
         load.terminate()
         load.communicate()
-        return rc, err, summaries, truth, tp2, ready
+        return rc, err, summaries, truth, tp2, ready, oc
     finally:
         jvm.kill()
         jvm.wait()
@@ -83,7 +90,7 @@ def main():
     d = tempfile.mkdtemp(prefix="tp-jvm-")
     try:
         subprocess.run(["javac", "-d", d, JAVA_SRC], check=True, capture_output=True, timeout=120)
-        rc, err, summaries, truth, text, ready = measured_run(abbin, d)
+        rc, err, summaries, truth, text, ready, oc = measured_run(abbin, d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     if not check(rc == 0 and summaries and truth, "threadpool ran: rc %d %s" % (rc, err.strip())):
@@ -111,7 +118,29 @@ def main():
     check(text.returncode == 0 and any("pool-1-thread" in g for g in groups) and
           1 <= len(groups) <= 4 and len(lines) <= 45,
           "default text report: %d groups, %d lines: %s" % (len(groups), len(lines), groups))
+    check_offcputime(oc)
     finish()
+
+
+def check_offcputime(oc):
+    recs = ndjson(oc.stdout, "offcputime") if oc.returncode == 0 else []
+    summary = [r for r in recs if r["type"] == "offcputime.summary"]
+    if not check(summary, "offcputime -p JVM --duration %d ran: rc %d %s" % (OFFCPU_S, oc.returncode,
+                                                                          oc.stderr.strip()[-300:])):
+        return
+    dq = summary[-1]["data_quality"]
+    stacks = [r for r in recs if r["type"] == "offcputime.stack"]
+    check(dq["lost_stacks"] == 0 and dq["map_full"] == 0 and dq["lost_events"] == 0,
+          "offcputime on the busy JVM, default tables, %d s: no stack lost, no map full (%d stacks; %s)"
+          % (OFFCPU_S, len(stacks), dq))
+    pool = [r for r in stacks if r["comm"].startswith("pool-1-thread")]
+    total = sum(r["offcpu_total_ns"] for r in pool)
+    # 8 workers sleeping 5 ms of each ~5.4 ms request for OFFCPU_S: most of their time
+    check(total >= 0.5 * 8 * OFFCPU_S * 1e9,
+          "pool-1-thread-* off-CPU %.1f s of %d thread-seconds" % (total / 1e9, 8 * OFFCPU_S))
+    sleeping = sum(r["offcpu_total_ns"] for r in pool if any("futex" in f for f in r.get("kernel_stack", [])))
+    check(sleeping >= 0.8 * total, "the pool's off-CPU time is under a futex wait (Thread.sleep): %.1f of %.1f s"
+          % (sleeping / 1e9, total / 1e9))
 
 
 if __name__ == "__main__":

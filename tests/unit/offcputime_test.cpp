@@ -176,7 +176,7 @@ TEST_CASE("offcputime: BPF cflags carry filters, bounds and BTF offsets") {
   CHECK(all.find("-DCAPTURE_KERNEL") != std::string::npos);
   CHECK(all.find("-DCAPTURE_USER") == std::string::npos);
   CHECK(all.find("-DOFF_TASK_STATE=") != std::string::npos);
-  CHECK(all.find("-DCOUNTS_SIZE=32768") != std::string::npos);
+  CHECK(all.find("-DCOUNTS_SIZE=262144") != std::string::npos);  // 8 x --map-entries, allocated as used
   CHECK(bpf_text().find("RAW_TRACEPOINT_PROBE(sched_switch)") != std::string::npos);
   // `seen` is pruned when a process exits
   CHECK(bpf_text().find("RAW_TRACEPOINT_PROBE(sched_process_exit)") != std::string::npos);

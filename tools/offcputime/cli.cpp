@@ -183,7 +183,7 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c) {
   flags.push_back("-DSTACK_STORAGE_SIZE=" + std::to_string(stacks));
   flags.push_back("-DOVERFLOW_STORAGE_SIZE=" + std::to_string(overflow_storage_size(stacks)));
   flags.push_back("-DSTART_SIZE=" + std::to_string(c.map_entries));
-  flags.push_back("-DCOUNTS_SIZE=" + std::to_string(c.map_entries));
+  flags.push_back("-DCOUNTS_SIZE=" + std::to_string(c.map_entries * 8));  // allocated as used
   flags.push_back("-DSEEN_SIZE=" + std::to_string(c.map_entries));
   return flags;
 }
