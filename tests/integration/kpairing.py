@@ -14,15 +14,28 @@ from harness import ndjson, run, start, with_private_tracefs, workload
 LCB = {"SPIN": 1, "READ": 2, "WRITE": 4, "RT": 8, "PERCPU": 16, "MUTEX": 32}
 PERF_LINE = re.compile(r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):\s+lock:contention_(begin|end):"
                        r"\s+(0x[0-9a-f]+)\s+\((\w+)=([^)]*)\)")
+PERF_LOST = re.compile(r"PERF_RECORD_LOST lost (\d+)")
+
+
+class PerfWaits(dict):
+    """Spinlock waits paired from perf's events, {addr (int): [wait ns, ...]}; .lost:
+    events perf's ring buffers dropped (its reader was not scheduled in time)."""
+    lost = 0
 
 
 def perf_pairing(text):
-    """Spinlock waits (flags == SPIN) from `perf script` text: {addr (int): [wait ns, ...]}."""
+    """Spinlock waits (flags == SPIN) from `perf script --show-lost-events` text. A lost
+    chunk may hold any open wait's end, so every wait open at a loss is dropped (an end
+    after it must not close a begin from before it)."""
     open_ = {}
-    waits = {}
+    waits = PerfWaits()
     for line in text.splitlines():
         m = PERF_LINE.match(line)
         if not m:
+            lost = PERF_LOST.search(line)
+            if lost:
+                waits.lost += int(lost.group(1))
+                open_.clear()
             continue
         comm, tid, cpu, sec, frac, ev, addr, _, val = m.groups()
         if comm == "perf" and tid != "0":
@@ -50,14 +63,18 @@ def quantile(xs, q):
 
 
 def perf_window(secs, tmp):
-    """perf records `secs` s alone (no lockstat attached), then its events are paired."""
+    """perf records `secs` s alone (no lockstat attached), then its events are paired
+    (PerfWaits). 8 MiB of ring buffer per CPU (perf's default is 512 KiB): this load
+    writes up to ~4.5 MB/s of these events, so perf's reader may be descheduled (or its
+    vCPU stolen) for seconds without losing any; losses are counted, not hidden."""
     def in_tracefs(cmd):  # perf needs tracefs (event formats); mounted privately
         return subprocess.run(with_private_tracefs(["sh", "-c", cmd]), capture_output=True, text=True,
                               timeout=secs + 120)
 
-    in_tracefs("perf record -q -a -e lock:contention_begin,lock:contention_end -o %s/k.data -- sleep %d "
+    in_tracefs("perf record -q -m 2048 -a -e lock:contention_begin,lock:contention_end -o %s/k.data -- sleep %d "
                ">/dev/null 2>&1" % (tmp, secs))
-    r = in_tracefs("perf script --ns -i %s/k.data -F comm,tid,cpu,time,event,trace 2>/dev/null" % tmp)
+    r = in_tracefs("perf script --ns --show-lost-events -i %s/k.data -F comm,tid,cpu,time,event,trace 2>/dev/null"
+                   % tmp)
     os.unlink(os.path.join(tmp, "k.data")) if os.path.exists(os.path.join(tmp, "k.data")) else None
     return perf_pairing(r.stdout)
 
@@ -89,23 +106,41 @@ def lockstat_window(lockstat, secs):
     return spins, dq
 
 
-def compare_turn(spins, waits, label, min_waits=1000, max_count_ratio=2):
-    """Spinlocks with >= min_waits in both windows of one turn and counts within
-    max_count_ratio (else the load differed too much between the windows): [(name, n_ls, n_perf,
-    {"p50": (lockstat, perf), "p90": ...})], and the names of the others with >= 300."""
+def compare_turn(spins, waits, label, min_waits=1000, max_count_ratio=2, min_perf_waits=None, rate_scale=1.0,
+                 max_share_ratio=None):
+    """Spinlocks with >= min_waits in lockstat's window of one turn and >= min_perf_waits
+    (default: min_waits) in perf's, and counts within max_count_ratio (else the load
+    differed too much between the windows). The count ratio (lockstat's / perf's) is
+    multiplied by rate_scale: perf's window's non-steal time over lockstat's makes it a
+    ratio of rates per second of non-steal time. max_share_ratio: each lock's share of
+    its window's spin waits must also be within it (the load's mix).
+    Returns [(name, n_ls, n_perf, {"p50": (lockstat, perf), "p90": ..., "p20_p80": (perf
+    p20, perf p80), "mean": (lockstat, perf) without each side's longest wait (one
+    stalled vCPU's), "rate": rate ratio, "share": share ratio})], and the others with
+    >= 300 waits on both sides as text."""
+    min_perf_waits = min_waits if min_perf_waits is None else min_perf_waits
     rows, out, skipped = {}, [], []
     for x in spins:
         rows.setdefault(int(x["addr"], 16), []).append(x)
+    n_ls_all = sum(x["wait_count"] for x in spins)
+    n_pf_all = sum(len(ws) for ws in waits.values())
     for a, xs in rows.items():
         got_n = sum(x["wait_count"] for x in xs)
         ws = waits.get(a, [])
         big = max(xs, key=lambda x: x["wait_count"])
         name = "%s (%s)" % (big.get("symbol") or hex(a), label)
-        if (got_n < min_waits or len(ws) < min_waits or big["wait_count"] < 0.9 * got_n
-                or not 1 / max_count_ratio <= got_n / len(ws) <= max_count_ratio):
+        rate = got_n / max(len(ws), 1) * rate_scale
+        share = got_n / max(len(ws), 1) * n_pf_all / max(n_ls_all, 1)
+        if (got_n < min_waits or len(ws) < min_perf_waits or big["wait_count"] < 0.9 * got_n
+                or not 1 / max_count_ratio <= rate <= max_count_ratio
+                or (max_share_ratio and not 1 / max_share_ratio <= share <= max_share_ratio)):
             if got_n >= 300 and len(ws) >= 300:
-                skipped.append("%s %d vs %d waits" % (name, got_n, len(ws)))
+                skipped.append("%s %d vs %d waits (rate %.2fx, share %.2fx)" % (name, got_n, len(ws), rate, share))
             continue
-        out.append((name, got_n, len(ws), {s: (big["wait_%s_ns" % s], quantile(ws, q))
-                                           for s, q in (("p50", 0.5), ("p90", 0.9))}))
+        q = {s: (big["wait_%s_ns" % s], quantile(ws, p)) for s, p in (("p50", 0.5), ("p90", 0.9))}
+        q["p20_p80"] = (quantile(ws, 0.2), quantile(ws, 0.8))
+        q["mean"] = ((sum(x["wait_total_ns"] - x["wait_max_ns"] for x in xs)) / max(got_n - len(xs), 1),
+                     (sum(ws) - max(ws)) / max(len(ws) - 1, 1))
+        q["rate"], q["share"] = rate, share
+        out.append((name, got_n, len(ws), q))
     return out, skipped

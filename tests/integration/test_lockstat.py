@@ -293,14 +293,19 @@ if PERF:
     load = start_load()
     time.sleep(1)
     res = {}
-    steal_max = 0  # hypervisor steal in a lockstat window (all CPUs)
+    steal, wall = {}, {}  # hypervisor steal (ns, all CPUs) and wall time of each window
     for n in ("1", "2"):
-        steal0 = steal_ns()
+        steal0, t0 = steal_ns(), time.monotonic()
         spins, dq = lockstat_window(LOCKSTAT, 4)
-        steal_max = max(steal_max, steal_ns() - steal0)
+        steal1 = steal_ns()
+        wall["ls" + n] = (time.monotonic() - t0) * 1e9
         res["ls" + n] = (sum(x["wait_count"] for x in spins), sum(x["wait_total_ns"] for x in spins),
                          max([x["wait_max_ns"] for x in spins] or [0]), spins, dq)
+        t1 = time.monotonic()
         res["perf" + n] = perf_window(4, TMP)
+        steal["ls" + n], steal["perf" + n] = steal1 - steal0, steal_ns() - steal1
+        wall["perf" + n] = (time.monotonic() - t1) * 1e9
+    steal_max = max(steal["ls1"], steal["ls2"])  # in a lockstat window
     # While lockstat runs, perf must still see the tracepoints' events: a BPF program
     # returning 0 makes the kernel drop them for every other perf user (perf recorded 0
     # waits here before lockstat's programs returned 1).
@@ -339,25 +344,67 @@ if PERF:
     # the probes' fixed ~0.5 us), but a window with heavy hypervisor steal read 3.46x
     # once: the probe effect is measured by bench/lockstat_kernel.py (ratios over
     # several turns), not here. What this check guards against is mispairing (issue 8:
-    # 188 ms "spinlock waits", totals 0.3x-25x): p50 and p90 of every spinlock with
-    # >= 1000 waits in both windows of a turn within 4x (+0.3 us / +1 us) of perf's,
-    # and no spin wait over 20 ms below. The load moves between windows (a clean-clone CI
-    # run had counts 2.1-2.6x apart in every lock of both turns): locks whose counts
-    # differ by more than 4x are listed, not compared.
+    # 188 ms "spinlock waits", totals 0.3x-25x): for every spinlock compared, p90 within
+    # 4x (+1 us) of perf's p90, p50 within 4x (+0.3 us) of perf's p20..p80, the mean
+    # wait (the total) at most 4x (+1 us) perf's, stretched by the steal of lockstat's
+    # window, and no spin wait over 20 ms below.
+    # Which locks are compared: the wait rate moves between windows by far more than
+    # the probe effect. A clean-clone CI run had counts 2.1-2.6x apart in every lock, and
+    # one with 5.7 s of steal had perf pair 1,486 waits to lockstat's 10,125, so no lock
+    # reached 1000 on both sides. Over 24 turns here (other tests running alongside,
+    # steal <= 0.4 s per window, perf lost no events) the window totals were 0.09x-12x
+    # apart while each lock's share of its window's waits stayed within 0.42x-2.6x; in
+    # one test run perf paired 1,035 waits to lockstat's 47,022 with 0.2 s of steal, its
+    # rq_lock waits almost all in the slow mode (below). So: >= 1000 waits on lockstat's
+    # side (the side under test), >= 200 on perf's (enough for its p20..p90), the lock's
+    # rate per second of non-steal time within 8x and its share of its window's spin
+    # waits within 4x (over the 24 turns: 21 compared >= 1 lock, 64 comparisons, none
+    # failing; in the other 3 lockstat itself had < 1000 waits on every lock). Each
+    # window's counts, steal and perf's lost events are printed.
+    # Why the median is held to perf's p20..p80: rq_lock's waits are bimodal (~1 us and
+    # ~20 us) and the mix moves between windows, so its median jumps between the modes
+    # (0.07x-13x perf's in 11 of 66 comparisons over those 24 turns, p90 0.67x-1.87x);
+    # against p20..p80 the worst was 2.75x. A mispairing that moves most waits (a sleep
+    # merged into a spin wait: ms for us) still lands far outside. The mean (0.30x-2.74x
+    # there) catches what the quantiles cannot: a few percent of waits mispaired to ms
+    # (under the 20 ms max) multiply a lock's total. Steal: a fraction f of the CPUs'
+    # time stolen stretches a spinner's wait by 1/(1-f) on average, and a stolen lock
+    # holder makes one long wait (a CI run: 58.8 ms), so each side's mean leaves out its
+    # longest wait. (An additive ncpu x steal allowance was vacuous: with 3.7 s stolen in
+    # a lockstat window a simulated 100x total passed; the real means were 1.5x-1.7x.)
     compared = 0
     skipped = []
+    ncpu = os.cpu_count()
+    stolen = {k: min(0.9, steal[k] / (ncpu * wall[k])) for k in steal}  # fraction of each window
     for n in ("1", "2"):
-        rows, skip = compare_turn(res["ls" + n][3], res["perf" + n], "window " + n, max_count_ratio=4)
+        rows, skip = compare_turn(res["ls" + n][3], res["perf" + n], "window " + n, max_count_ratio=8,
+                                  min_perf_waits=200, rate_scale=(1 - stolen["perf" + n]) / (1 - stolen["ls" + n]),
+                                  max_share_ratio=4)
         skipped += skip
         for name, got_n, perf_n, q in rows:
             compared += 1
-            for stat, x, slack in (("p50", 4, 300), ("p90", 4, 1000)):
-                got, want = q[stat]
-                check(want / x - slack <= got <= x * want + slack,
-                      "kernel pairing: %s %s spin wait %d ns vs perf's pairing %d ns (%.2fx; %d vs %d waits)"
-                      % (name, stat, got, want, got / max(want, 1), got_n, perf_n))
-    check(compared >= 1, "kernel pairing: %d spinlocks with >= 1000 waits on both sides of a turn "
-          "compared (not compared, load differed between the windows: %s)" % (compared, skipped))
+            what = "%d vs %d waits, rate %.2fx, share %.2fx" % (got_n, perf_n, q["rate"], q["share"])
+            got, want = q["p90"]
+            check(want / 4 - 1000 <= got <= 4 * want + 1000,
+                  "kernel pairing: %s p90 spin wait %d ns vs perf's pairing %d ns (%.2fx; %s)"
+                  % (name, got, want, got / max(want, 1), what))
+            got, want = q["p50"]
+            lo, hi = q["p20_p80"]
+            check(lo / 4 - 300 <= got <= 4 * hi + 300,
+                  "kernel pairing: %s p50 spin wait %d ns within 4x of perf's p20..p80 %d..%d ns (p50 %d ns, "
+                  "%.2fx; %s)" % (name, got, lo, hi, want, got / max(want, 1), what))
+            got, want = q["mean"]
+            stretch = 1 / (1 - stolen["ls" + n])
+            check(got <= (4 * want + 1000) * stretch,
+                  "kernel pairing: %s mean spin wait %.0f ns <= (4x perf's %.0f ns + 1 us) x %.2f for steal "
+                  "(%.2fx; %s)" % (name, got, want, stretch, got / max(want, 1), what))
+    turns = ["window %s: lockstat %d, perf %d waits (%.2fx), steal %.0f / %.0f ms, perf lost %d events"
+             % (n, res["ls" + n][0], sum(len(ws) for ws in res["perf" + n].values()),
+                sum(len(ws) for ws in res["perf" + n].values()) / max(res["ls" + n][0], 1),
+                steal["ls" + n] / 1e6, steal["perf" + n] / 1e6, res["perf" + n].lost) for n in ("1", "2")]
+    print("     " + "; ".join(turns))
+    check(compared >= 1, "kernel pairing: %d spinlocks with >= 1000 waits in lockstat's window and >= 200 in "
+          "perf's, rates within 8x and shares within 4x, compared (%s; not compared: %s)" % (compared, "; ".join(turns), skipped))
     # a spinlock is waited for with preemption off: tens of ms would already be a
     # stalled vCPU (the hypervisor's steal: a clean-clone CI run measured one wait of
     # 58.8 ms, perf's max 7.7 ms); hundreds of ms with no such steal are a mispaired
@@ -366,7 +413,6 @@ if PERF:
           "kernel pairing: no spinlock wait over 20 ms + the window's hypervisor steal "
           "(max %.3f ms; steal %.0f ms; perf's max %.3f ms)" % (ls_max / 1e6, steal_max / 1e6, pf_max / 1e6))
     rq = [x for x in res["ls1"][3] + res["ls2"][3] if x.get("symbol") == "rq_lock"]
-    ncpu = os.cpu_count()
     check(rq and len({x["addr"] for x in rq}) <= ncpu,
           "kernel: run-queue locks named rq_lock, at most one per CPU (%s)" % sorted({x["addr"] for x in rq}))
 
