@@ -564,7 +564,7 @@ static inline u32 kernel_identity(u64 addr) {
   return flags;
 }
 
-#if defined(OFF_TASK_CFS_RQ) && defined(OFF_CFS_RQ_RQ) && defined(OFF_RQ_LOCK) && defined(RQ_CPUS)
+#if defined(OFF_TASK_CFS_RQ) && defined(OFF_CFS_RQ_RQ) && defined(OFF_RQ_LOCK) && defined(OFF_RQ_CPU) && defined(RQ_CPUS)
 /* Each CPU's run-queue lock address, for the front-end to name rq_lock (perf does the
  * same with bpf_this_cpu_ptr(&runqueues), which needs a typed ksym; `runqueues` is
  * not in kallsyms here). The running task's cfs_rq is on this CPU's run queue:
@@ -582,7 +582,13 @@ static inline void note_rq_lock(void) {
   if (!cfs)
     return;
   bpf_probe_read_kernel(&rq, sizeof(rq), (void *)cfs + OFF_CFS_RQ_RQ);
-  if (rq)
+  if (!rq)
+    return;
+  /* only this CPU's own run queue: a test run named three rq_lock addresses on two
+   * CPUs (a task's cfs_rq read while it moved between CPUs) */
+  int rq_cpu = -1;
+  bpf_probe_read_kernel(&rq_cpu, sizeof(rq_cpu), (void *)rq + OFF_RQ_CPU);
+  if (rq_cpu == (int)cpu)
     *slot = rq + OFF_RQ_LOCK;
 }
 #define NOTE_RQ_LOCK() note_rq_lock()

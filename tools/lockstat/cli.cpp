@@ -238,11 +238,13 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
       auto cq = (*k)->field_offset("sched_entity", {"cfs_rq"});
       auto rq = (*k)->field_offset("cfs_rq", {"rq"});
       auto rl = (*k)->field_offset("rq", {"__lock", "lock"});
+      auto rc = (*k)->field_offset("rq", {"cpu"});
       int ncpu = libbpf_num_possible_cpus();
-      if (se && cq && rq && rl && ncpu > 0) {
+      if (se && cq && rq && rl && rc && ncpu > 0) {
         f.push_back("-DOFF_TASK_CFS_RQ=" + std::to_string(*se + *cq));
         f.push_back("-DOFF_CFS_RQ_RQ=" + std::to_string(*rq));
         f.push_back("-DOFF_RQ_LOCK=" + std::to_string(*rl));
+        f.push_back("-DOFF_RQ_CPU=" + std::to_string(*rc));
         f.push_back("-DRQ_CPUS=" + std::to_string(ncpu));
       }
       auto sh = (*k)->field_offset("task_struct", {"sighand"});
