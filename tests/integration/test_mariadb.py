@@ -190,6 +190,19 @@ try:
     tps = [l for l in d["sysbench"].splitlines() if "transactions:" in l]
     print("     sysbench: %s; window %.1f s" % (tps[0].strip() if tps else "?", d["window"]))
     check(d["urc"] == 0 and d["krc"] == 0, "lockstat -U and -K exit 0 (%s %s)" % (d["urc"], d["krc"]))
+    # a stripped server: lockstat says once which -dbgsym package names its functions
+    exe = os.readlink("/proc/%d/exe" % d["pid"])
+    notes = subprocess.run(["readelf", "-n", exe], capture_output=True, text=True).stdout
+    bid = notes.split("Build ID:")[1].split()[0] if "Build ID:" in notes else ""
+    symtab = ".symtab" in subprocess.run(["readelf", "-S", "-W", exe], capture_output=True, text=True).stdout
+    debug_file = os.path.exists("/usr/lib/debug/.build-id/%s/%s.debug" % (bid[:2], bid[2:])) if bid else False
+    pkg = subprocess.run(["dpkg", "-S", exe], capture_output=True, text=True).stdout.split(":")[0]
+    hints = [l for l in d["uerr"].splitlines() if "is stripped" in l]
+    if symtab or debug_file:
+        check(not hints, "mariadbd has names (symtab %s, debug file %s): no dbgsym hint (%s)" % (symtab, debug_file, hints))
+    else:
+        check(len(hints) == 1 and pkg and (pkg + "-dbgsym") in hints[0],
+              "stripped mariadbd (package %s, no debug file): one hint naming %s-dbgsym (%s)" % (pkg, pkg, hints))
     check(d["urecs"][:1] and d["urecs"][0]["type"] == "lockstat.start" and d["krecs"][:1]
           and d["krecs"][0]["type"] == "lockstat.start", "both runs start with lockstat.start")
     validated("lockstat", d["urecs"] + d["krecs"])
