@@ -111,7 +111,15 @@ Status relocate_maps(BpfObject& o, const std::vector<int>& fds) {
 namespace {
 
 const char kMagic[] = "BPFDIAG-OBJECT\n";
-constexpr uint32_t kFormat = 1;
+
+uint64_t fnv1a(const std::string& s, size_t n = std::string::npos) {
+  uint64_t h = 1469598103934665603ULL;
+  n = std::min(n, s.size());
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(s[i])) * 1099511628211ULL;
+  return h;
+}
+
+constexpr uint32_t kFormat = 2;  // 2: checksum at the end
 constexpr uint32_t kMaxCount = 4096;  // maps or programs in one object
 
 void put_u32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), sizeof v); }
@@ -169,10 +177,17 @@ std::string serialize_bpf_object(const BpfObject& o, const std::string& key) {
     put_str(s, std::string(p.insns.begin(), p.insns.end()));
   }
   s += "END\n";
+  uint64_t sum = fnv1a(s);  // a damaged file is a miss, never a wrong program
+  s.append(reinterpret_cast<const char*>(&sum), sizeof sum);
   return s;
 }
 
-std::optional<BpfObject> deserialize_bpf_object(const std::string& bytes, const std::string& key) {
+std::optional<BpfObject> deserialize_bpf_object(const std::string& bytes0, const std::string& key) {
+  uint64_t sum = 0;
+  if (bytes0.size() < sizeof sum) return std::nullopt;
+  std::memcpy(&sum, bytes0.data() + bytes0.size() - sizeof sum, sizeof sum);
+  if (fnv1a(bytes0, bytes0.size() - sizeof sum) != sum) return std::nullopt;
+  const std::string bytes = bytes0.substr(0, bytes0.size() - sizeof sum);
   Reader r{bytes};
   char magic[sizeof kMagic - 1];
   if (!r.take(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof magic) != 0) return std::nullopt;
@@ -219,12 +234,6 @@ const char kSuffix[] = ".bpfobj";
 // Ours alone: owned by this user, nobody else may write it.
 bool private_to_us(const struct stat& st) { return st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH)); }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
 // Keeps the directory to kMaxCachedObjects files (modes and map sizes each make an
 // object of their own), and removes temporary files a killed writer left (over a
 // minute old).
@@ -267,7 +276,7 @@ std::optional<BpfObjectCache> BpfObjectCache::open() {
 std::string BpfObjectCache::key(const std::string& text, const std::vector<std::string>& cflags) {
   struct utsname u;
   uname(&u);
-  std::string k = "bpfdiag object 1\nlibbcc " LIBBCC_VERSION "\n";
+  std::string k = "bpfdiag object 2\nlibbcc " LIBBCC_VERSION "\n";
   k += std::string("kernel ") + u.release + " " + u.version + " " + u.machine + "\n";
   k += "cpus " + std::to_string(libbpf_num_possible_cpus()) + "\n";
   for (const auto& f : cflags) k += "cflag " + f + "\n";
@@ -301,6 +310,8 @@ std::optional<BpfObject> BpfObjectCache::get(const std::string& key) const {
   close(fd);
   return o;
 }
+
+void BpfObjectCache::remove(const std::string& key) const { unlink(path_for(key).c_str()); }
 
 void BpfObjectCache::put(const std::string& key, const BpfObject& o) const {
   std::string bytes = serialize_bpf_object(o, key);

@@ -74,6 +74,7 @@ class BpfObjectCache {
 
   std::optional<BpfObject> get(const std::string& key) const;
   void put(const std::string& key, const BpfObject& o) const;
+  void remove(const std::string& key) const;
   const std::string& dir() const { return dir_; }
 
  private:

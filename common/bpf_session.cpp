@@ -315,7 +315,14 @@ Result<int> BpfSession::load_program(const std::string& fn, int type) {
       quiet.discard();  // the verifier log runs to thousands of lines: one line below
     }
   }
-  if (fd < 0) return Error{load_failure_line(fn, printed, "Failed to load " + fn + ": " + std::strerror(err))};
+  if (fd < 0) {
+    std::string line = load_failure_line(fn, printed, "Failed to load " + fn + ": " + std::strerror(err));
+    if (from_cache_) {  // never the same refusal twice from a cached object: recompile next time
+      if (auto cache = BpfObjectCache::open()) cache->remove(cache_key_);
+      line += " (from the compiled-object cache, now removed: run again to recompile)";
+    }
+    return Error{line};
+  }
   prog_fds_[fn] = fd;
   if (timing_on()) timing_mark("verify " + fn + " (" + std::to_string(verified_insns(fd)) + " insns)");
   return fd;
@@ -413,6 +420,7 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const std::string& text,
     if (!made) return Error{made.error()};
     fds = std::move(made.value());
     s->from_cache_ = true;
+    s->cache_key_ = key;
   } else {
     struct utsname u;
     uname(&u);

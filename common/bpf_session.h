@@ -129,6 +129,7 @@ class BpfSession {
   std::map<std::string, std::unique_ptr<ebpf::BPFPerfBuffer>> perf_buffers_;
   std::vector<int> perf_fds_;
   bool from_cache_ = false;
+  std::string cache_key_;  // the cache entry this session's object came from
 };
 
 // Redirects stderr into a temp file while alive; on destruction replays every line

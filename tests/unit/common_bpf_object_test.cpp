@@ -106,10 +106,11 @@ TEST_CASE("bpf object: the byte form round-trips and refuses anything but a whol
   CHECK_FALSE(deserialize_bpf_object(bytes + "x", "key A"));  // trailing junk
   for (size_t n = 0; n < bytes.size(); ++n)                   // every truncation
     if (deserialize_bpf_object(bytes.substr(0, n), "key A")) FAIL("accepted a prefix of " << n << " bytes");
-  std::string odd = bytes;
-  odd[odd.size() / 2] ^= 0x5a;  // a flipped byte either fails or reads back differently
-  auto flipped = deserialize_bpf_object(odd, "key A");
-  if (flipped) CHECK(serialize_bpf_object(*flipped, "key A") != bytes);
+  for (size_t i = 0; i < bytes.size(); i += 7) {  // a damaged byte anywhere: a miss
+    std::string odd = bytes;
+    odd[i] ^= 0x5a;
+    if (deserialize_bpf_object(odd, "key A")) FAIL("accepted a flipped byte at " << i);
+  }
 }
 
 TEST_CASE("bpf object: map references are rewritten to the new fds, nothing else") {
