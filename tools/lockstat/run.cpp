@@ -199,14 +199,13 @@ Status run(const Config& c0) {
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   auto& session = **loaded;
-  auto& bpf = session;
   if (c.unwind_dwarf)  // the unwinder, tail-called by the user-space handlers
     if (auto st = c.uprobes ? uw.start(session, "uw_lockstat_pthread_tail", BPF_PROG_TYPE_KPROBE, "ls_pthread_record")
                             : uw.start(session, "uw_lockstat_futex_tail", BPF_PROG_TYPE_TRACEPOINT))
       return st;
   if (!c.lock_addrs.empty() && c.lock_names.empty())
-    if (auto st = fill_addr_filter(bpf, c.lock_addrs)) return st;
-  if (!bpf.get_array_table<uint32_t>("self_pid").update_value(0, static_cast<uint32_t>(getpid())).ok())
+    if (auto st = fill_addr_filter(session, c.lock_addrs)) return st;
+  if (!session.get_array_table<uint32_t>("self_pid").update_value(0, static_cast<uint32_t>(getpid())).ok())
     return Error{"cannot write lockstat's own PID to the BPF map self_pid"};  // never trace ourselves
 
   // attach
@@ -264,11 +263,11 @@ Status run(const Config& c0) {
     if (auto st = attach_tp("sched:sched_waking", "tracepoint__sched__sched_waking")) return st;
   // names and symbols of the targets, and their identity for the exec/exit policy, are
   // read before the start record: an exec after it is then always seen as one
-  Resolver res(bpf.get_stack_table("stacks"));
+  Resolver res(session.get_stack_table("stacks"));
   for (uint32_t pid : c.pids) res.sym().remember(pid);
   TargetWatch watch(c.pids, [&](uint32_t pid) {  // common/target.h: exec, new image
     res.sym().refresh(pid);
-    if (c.unwind_dwarf) (void)uw.refresh(bpf, pid);
+    if (c.unwind_dwarf) (void)uw.refresh(session, pid);
   });
   nlohmann::json fields = start_fields(c, probes);
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
@@ -276,9 +275,9 @@ Status run(const Config& c0) {
                     empty_dq());
   Names names = res.names();
 
-  auto stats = bpf.get_hash_table<lockstat_key, lockstat_val>("stats");
-  auto hist = bpf.get_hash_table<lockstat_hkey, uint64_t>("hist");
-  auto comms = bpf.get_hash_table<uint32_t, lockstat_comm>("comms");
+  auto stats = session.get_hash_table<lockstat_key, lockstat_val>("stats");
+  auto hist = session.get_hash_table<lockstat_hkey, uint64_t>("hist");
+  auto comms = session.get_hash_table<uint32_t, lockstat_comm>("comms");
   std::vector<std::string> start_maps;
   if (!c.kernel_only) start_maps.push_back(c.uprobes ? "plock_start" : "futex_start");
   if (!c.user_only) start_maps.push_back("klock_start");
@@ -318,28 +317,28 @@ Status run(const Config& c0) {
     for (auto& [k, v] : drain_hash<lockstat_key, lockstat_val>(stats)) s.waits.push_back({k, v});
     for (auto& kv : drain_hash<lockstat_hkey, uint64_t>(hist)) s.hist.push_back(kv);
     if (wakers) {
-      auto wt = bpf.get_hash_table<lockstat_wkey, uint64_t>("wakers");
+      auto wt = session.get_hash_table<lockstat_wkey, uint64_t>("wakers");
       for (auto& kv : drain_hash<lockstat_wkey, uint64_t>(wt)) s.wakers.push_back(kv);
     }
     for (auto& [tid, cm] : drain_hash<uint32_t, lockstat_comm>(comms))
       comm_of[tid] = std::string(cm.comm, strnlen(cm.comm, sizeof cm.comm));
     s.comms = comm_of;
-    if (auto st = add_bpf_counters(bpf, kCounters, s.dq, &counter_deltas)) failed = st;
+    if (auto st = add_bpf_counters(session, kCounters, s.dq, &counter_deltas)) failed = st;
     if (c.unwind_dwarf) {
-      if (auto st = uw.add_dq(bpf, s.dq, &uw_deltas)) failed = st;
-      res.set_unwound(read_unwound_stacks(bpf));
+      if (auto st = uw.add_dq(session, s.dq, &uw_deltas)) failed = st;
+      res.set_unwound(read_unwound_stacks(session));
     }
     // waits still in progress (or whose end was never seen)
-    for (const auto& m : start_maps) s.dq.unmatched_begin += count_entries(bpf.get_table(m).get_fd());
+    for (const auto& m : start_maps) s.dq.unmatched_begin += count_entries(session.get_table(m).get_fd());
     if (has_rq_locks) {
       std::set<uint64_t> rq;
-      for (uint64_t a : bpf.get_array_table<uint64_t>("rq_locks").get_table_offline())
+      for (uint64_t a : session.get_array_table<uint64_t>("rq_locks").get_table_offline())
         if (a) rq.insert(a);
       res.set_rq_locks(std::move(rq));
     }
     if (has_scans) {
       std::map<int32_t, std::vector<uint64_t>> sc;
-      for (auto& [id, words] : bpf.get_hash_table<int32_t, lockstat_scan>("scans").get_table_offline())
+      for (auto& [id, words] : session.get_hash_table<int32_t, lockstat_scan>("scans").get_table_offline())
         sc[id] = std::vector<uint64_t>(words.words, words.words + LS_SCAN_WORDS);
       res.set_scans(std::move(sc));
     }

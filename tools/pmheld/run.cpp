@@ -88,19 +88,18 @@ class Collector {
   // cumulative in BPF (never reset from here); a report shows their deltas.
 
   std::vector<LockHold> collect(DataQuality& dq) {
-    auto& bpf = s_;
-    auto stats = bpf.get_hash_table<pmheld_stat_key, pmheld_stat>("stats");
-    auto hist = bpf.get_hash_table<pmheld_hist_key, uint64_t>("hist");
-    auto held = bpf.get_hash_table<pmheld_held_key, pmheld_held>("held");
+    auto stats = s_.get_hash_table<pmheld_stat_key, pmheld_stat>("stats");
+    auto hist = s_.get_hash_table<pmheld_hist_key, uint64_t>("hist");
+    auto held = s_.get_hash_table<pmheld_held_key, pmheld_held>("held");
     auto st = drain_hash<pmheld_stat_key, pmheld_stat>(stats);
     auto hs = drain_hash<pmheld_hist_key, uint64_t>(hist);
     // Acquisitions whose stack id failed in BPF count as lost stacks; stacks found
     // missing from the table while resolving are added below by resolve_stack.
-    if (auto e = add_bpf_counters(bpf, kCounters, dq, &deltas_)) failed_ = e;
+    if (auto e = add_bpf_counters(s_, kCounters, dq, &deltas_)) failed_ = e;
     UnwoundStacks unwound;
     if (uw_) {
-      if (auto e = uw_->add_dq(bpf, dq, &uw_deltas_)) failed_ = e;
-      unwound = read_unwound_stacks(bpf);
+      if (auto e = uw_->add_dq(s_, dq, &uw_deltas_)) failed_ = e;
+      unwound = read_unwound_stacks(s_);
     }
     dq.unmatched_begin = held.get_table_offline().size();  // holds still in progress
 
@@ -110,7 +109,7 @@ class Collector {
       l.hist.add_bucket(k.bucket, v);
     }
     std::unique_ptr<ebpf::BPFStackTable> stacks;
-    if (c_.stacks) stacks = std::make_unique<ebpf::BPFStackTable>(bpf.get_stack_table("stacks"));
+    if (c_.stacks) stacks = std::make_unique<ebpf::BPFStackTable>(s_.get_stack_table("stacks"));
     for (const auto& [k, v] : st) {
       auto& l = locks[{k.tgid, k.lock}];
       l.count += v.count;
