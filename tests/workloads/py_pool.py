@@ -3,12 +3,17 @@
 for threadpool's CPython test (run with Debian's /usr/bin/python3; not built by CMake).
 
 USAGE: py_pool.py --phase sleep|gil [--workers N] [--rate R] [--sleep-ms MS] [--cpu-ms MS]
+                  [--monitor]
 
   sleep  the main thread submits --rate tasks per second (in batches every 10 ms);
          each burns a little CPU, then time.sleep(--sleep-ms): sleep-bound workers
   gil    the main thread keeps 4*N tasks queued (a semaphore bounds the backlog); each
          runs a pure-Python loop of about --cpu-ms: every worker always has work but
          only the one holding the GIL runs (GIL-bound)
+
+--monitor adds a thread outside the pool, also named "python3", that wakes every 20 ms
+to look at the pool's queue length (a stats/health thread): not a worker, not in the
+truth. Its TID is in the ready line ("monitor").
 
 Prints {"pid":..} when ready, then reads stdin: "start" opens the measurement window,
 "stop" closes it and prints one JSON line of truth for the window, then exits.
@@ -106,8 +111,19 @@ def main():
     ap.add_argument("--rate", type=float, default=700.0)
     ap.add_argument("--sleep-ms", type=float, default=5.0)
     ap.add_argument("--cpu-ms", type=float, default=5.0)
+    ap.add_argument("--monitor", action="store_true")
     a = ap.parse_args()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=a.workers)
+    monitor = []
+    if a.monitor:
+        def watch():
+            monitor.append(threading.get_native_id())
+            while True:
+                time.sleep(0.02)
+                _ = pool._work_queue.qsize()
+        threading.Thread(target=watch, daemon=True).start()
+        while not monitor:
+            time.sleep(0.001)
     # calibrate the GIL task's loop count to about --cpu-ms of CPU
     t = time.thread_time()
     gil_task(200000)
@@ -118,7 +134,8 @@ def main():
     # start every worker before anyone traces the pool
     for f in [pool.submit(sleep_task, 0, 0.05) for _ in range(a.workers)]:
         f.result()
-    print(json.dumps({"pid": os.getpid(), "workers": a.workers, "phase": a.phase}), flush=True)
+    print(json.dumps({"pid": os.getpid(), "workers": a.workers, "phase": a.phase,
+                      "monitor": monitor[0] if monitor else None}), flush=True)
     win = None
     credit, nxt = 0.0, time.monotonic()
     while True:

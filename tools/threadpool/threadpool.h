@@ -140,7 +140,9 @@ struct WorkWaits {
   std::map<WaitKey, int> usual_any;
   bool found = false;             // some idle wait was seen
   std::string description;        // for the report
-  uint32_t excluded = 0;          // main thread left out of the pool (0: none)
+  // members left out of the pool: the main thread when it supervises, and threads
+  // that share the pool's name but never wait for work nor on the workers' locks
+  std::set<uint32_t> excluded;
   bool main_in_pool = false;      // the main thread's wake-ups are a peer's
   int category(uint32_t tid, const WaitKey& k, int wake) const;  // Reason or kIdle
   bool is_idle(uint32_t tid, const WaitKey& k, int wake = kUnseen) const {

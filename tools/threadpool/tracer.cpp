@@ -58,7 +58,7 @@ void Tracer::sample() {
   std::map<std::string, std::pair<uint64_t, uint64_t>> cnt;  // group -> {members, not busy}
   for (auto& [tid, m] : members_.all()) {
     auto& work = work_[m.group];
-    if (m.gone || work.excluded == tid) continue;
+    if (m.gone || work.excluded.count(tid)) continue;
     tp_thread t;
     if (!snapshots_.state(tid, t) || t.state == TP_ST_UNKNOWN || t.state == TP_ST_DEAD) continue;
     auto& c = cnt[m.group];
@@ -193,7 +193,7 @@ std::vector<GroupReport> Tracer::build(const std::map<uint32_t, ThreadTimes>& cu
     ThreadTimes d = delta(it->second, p == prev.end() ? nullptr : &p->second);
     bool active = d.on_ns + d.rq_ns + d.blk_ns > 0;
     if (!active && m.gone) continue;
-    if (work_.count(m.group) && work_[m.group].excluded == tid) continue;
+    if (work_.count(m.group) && work_[m.group].excluded.count(tid)) continue;
     sizes[m.group]++;
     deltas[m.group][tid] = std::move(d);
   }

@@ -62,6 +62,42 @@ int WorkWaits::category(uint32_t tid, const WaitKey& k, int wake) const {
   return classify_wait(k.nr, k.op);
 }
 
+namespace {
+
+// Members that are not the pool: once at least two members have waited for work, a
+// thread (not the main one, judged apart) that blocked repeatedly (3 waits or more),
+// blocked longer than it ran (time waiting for a CPU is the machine's, not the
+// thread's), never waited for work, and never waited on a
+// futex word a worker also waits on (the pool's locks and queues; a runtime lock such
+// as the GIL does not count, every thread takes it). A worker of a saturated pool
+// that never idles stays: it contends with its peers on their locks, or it runs.
+std::set<uint32_t> threads_apart(const std::map<uint32_t, ThreadTimes>& group,
+                                 const WorkWaits& w, const std::set<uint32_t>& waiters,
+                                 uint32_t pid) {
+  std::set<uint32_t> out, workers;
+  for (uint32_t t : waiters)
+    if (t != pid) workers.insert(t);
+  if (workers.size() < 2) return out;
+  std::set<uint64_t> worker_words;
+  for (uint32_t t : workers)
+    for (const auto& [k, wt] : group.at(t).waits)
+      if (k.nr == TP_NR_FUTEX && k.obj && !w.runtime_locks.count(k.obj)) worker_words.insert(k.obj);
+  for (const auto& [tid, t] : group) {
+    if (tid == pid || workers.count(tid)) continue;
+    uint64_t count = 0, blk = 0;
+    bool shares = false;
+    for (const auto& [k, wt] : t.waits) {
+      count += wt.count;
+      blk += wt.blk();
+      if (k.nr == TP_NR_FUTEX && worker_words.count(k.obj)) shares = true;
+    }
+    if (!shares && count >= 3 && blk > t.on_ns) out.insert(tid);
+  }
+  return out;
+}
+
+}  // namespace
+
 WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads,
                            uint32_t pid, const std::map<uint64_t, std::string>& runtime_locks) {
   WorkWaits w;
@@ -146,16 +182,20 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
     bool shares = false;
     for (const auto& [k, s] : idle)
       if (s.tids.count(pid) && s.tids.size() >= 2) shares = true;
-    if (!shares) w.excluded = pid;
+    if (!shares) w.excluded.insert(pid);
   }
-  if (main_produces) w.excluded = pid;  // a submitter, not a worker
-  if (w.excluded) {
+  if (main_produces) w.excluded.insert(pid);  // a submitter, not a worker
+  if (w.excluded.count(pid)) {
     w.main_in_pool = false;
     for (auto it = idle.begin(); it != idle.end();) {
       it->second.tids.erase(pid);
       it = it->second.tids.empty() ? idle.erase(it) : std::next(it);
     }
   }
+  // threads that share a name with the pool but not its behaviour (a timer, a monitor,
+  // a flusher: every thread of a CPython process is "python3"): left out
+  const std::set<uint32_t> others = threads_apart(group, w, waiters, pid);
+  w.excluded.insert(others.begin(), others.end());
   std::string desc;
   auto add = [&](const std::string& s) { desc += (desc.empty() ? "" : ", ") + s; };
   // futex sites: one word shared by several threads (a queue's condition variable),
@@ -170,7 +210,7 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
   std::sort(fut.rbegin(), fut.rend());
   if (!fut.empty()) {
     const Site& top = idle[fut.front().second];
-    const size_t n = (nthreads ? nthreads : group.size()) - (w.excluded ? 1 : 0);
+    const size_t n = (nthreads ? nthreads : group.size()) - w.excluded.size();
     if (top.tids.size() >= 2 || fut.size() == 1)
       add(describe_wait(fut.front().second) + " ended from outside the pool (" +
           std::to_string(top.tids.size()) + "/" + std::to_string(n) + " threads)");
@@ -195,9 +235,15 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
     }
     desc += "; runtime lock: " + names + " (waiting for it is neither busy nor idle)";
   }
-  if (w.excluded)
+  if (w.excluded.count(pid))
     desc += "; main thread " + std::to_string(pid) + " left out (does not wait for work as "
             "the others do)";
+  if (!others.empty()) {
+    std::string tids;
+    for (uint32_t t : others) tids += (tids.empty() ? "" : ", ") + std::to_string(t);
+    desc += "; " + std::string(others.size() > 1 ? "threads " : "thread ") + tids +
+            " left out (never waited for work, share no lock with the workers)";
+  }
   w.description = desc;
   return w;
 }
