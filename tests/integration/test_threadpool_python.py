@@ -12,8 +12,10 @@ seen and must be recovered (bpf_sources/arrival.h).
 Checks: utilisation within 0.1 absolute and busy workers within 15% of the workload's
 figures, the main thread (TID == PID, submitting and waiting for results) not counted
 as a worker, nor (sleep phase) a monitor thread that shares the name "python3" but
-never waits for work (it wakes every 20 ms to read the queue's length), and the
-verdict: the GIL-bound pool names the GIL.
+never waits for work (it wakes every 20 ms to read the queue's length), nor a
+second ThreadPoolExecutor(3) in the same process, which must be a group of its own
+(told apart by the queue its threads wait for work on), and the verdict: the
+GIL-bound pool names the GIL.
 """
 import json
 import os
@@ -29,9 +31,10 @@ PY = "/usr/bin/python3"
 WORKLOAD = os.path.join(SRC, "tests/workloads/py_pool.py")
 
 
-def evaluate(phase, expect, secs=5, monitor=False):
+def evaluate(phase, expect, secs=5, monitor=False, second_pool=0):
     wl = subprocess.Popen([PY, WORKLOAD, "--phase", phase, "--workers", "8"] +
-                          (["--monitor"] if monitor else []),
+                          (["--monitor"] if monitor else []) +
+                          (["--second-pool", str(second_pool)] if second_pool else []),
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         ready = json.loads(wl.stdout.readline())
@@ -47,6 +50,15 @@ def evaluate(phase, expect, secs=5, monitor=False):
     s = max(summaries, key=lambda r: r["thread_count"])
     compare_pool(phase, s, truth)
     tids = [t["tid"] for t in s["threads"]]
+    if second_pool:
+        check(sorted(tids) == ready["worker_tids"],
+              "%s: the 8-thread group is the first pool's workers: %s vs %s" % (
+                  phase, sorted(tids), ready["worker_tids"]))
+        other = [r for r in summaries if sorted(t["tid"] for t in r["threads"]) == ready["second_tids"]]
+        check(len(other) == 1 and other[0]["group"] != s["group"],
+              "%s: the second pool (%s) is a group of its own: %s" % (
+                  phase, ready["second_tids"],
+                  ["%s: %s" % (r["group"], sorted(t["tid"] for t in r["threads"])) for r in summaries]))
     check(s["thread_count"] == 8 and pid not in tids and mon not in tids,
           "%s: pool is the 8 workers, main thread %d%s left out (threads %d)" % (
               phase, pid, " and monitor thread %d" % mon if mon else "", s["thread_count"]))
@@ -64,7 +76,7 @@ def main():
     if not os.access(PY, os.X_OK):
         skip("%s missing (Debian's python3)" % PY)
     with Pid1Traffic() as traffic:
-        evaluate("sleep", "sleeping", monitor=True)
+        evaluate("sleep", "sleeping", monitor=True, second_pool=3)
     print("info sleep phase: %d connections to PID 1's port %s" % (traffic.connects, traffic.port))
     evaluate("gil", "blocked-on-gil")
     finish()

@@ -239,6 +239,35 @@ TEST_CASE("threads that share the pool's name but not its behaviour are left out
   CHECK(infer_work_waits(h, 2, 100, rt).excluded.empty());
 }
 
+TEST_CASE("two pools under one name are told apart by the word they wait for work on") {
+  // two CPython ThreadPoolExecutors (every thread "python3"): 4 workers idle on queue A,
+  // 3 on queue B; all take the GIL and one lock; a monitor sleeps
+  WaitKey qa{kFutex, 9, 0x1000}, qb{kFutex, 9, 0x2000}, gil{kFutex, 9, 0x5000},
+      lock{kFutex, 0, 0x3000}, sleep{230, 0, 0};
+  std::map<uint64_t, std::string> rt{{0x5000, "GIL (_PyRuntime+432)"}};
+  std::map<uint32_t, ThreadTimes> g;
+  for (uint32_t tid = 101; tid <= 104; ++tid)
+    g[tid] = thread_with({{qa, 800, 0, 9, kByProcess}, {gil, 50, 0, 3, kByPeer},
+                          {lock, 20, 0, 2, kByPeer}}, 100);
+  for (uint32_t tid = 201; tid <= 203; ++tid)
+    g[tid] = thread_with({{qb, 800, 0, 9, kByProcess}, {gil, 50, 0, 3, kByPeer},
+                          {lock, 20, 0, 2, kByPeer}}, 100);
+  g[300] = thread_with({{sleep, 5000, 0, 50, kTimedOut}}, 50);
+  auto w = infer_work_waits(g, 8, 100, rt);
+  auto pools = pools_by_work_word(g, w);
+  REQUIRE(pools.size() == 2);
+  CHECK(pools[0] == std::set<uint32_t>{101, 102, 103, 104});
+  CHECK(pools[1] == std::set<uint32_t>{201, 202, 203});
+  // one pool waiting on two words (a queue's lock and its condition): one pool
+  g[104] = thread_with({{qa, 800, 0, 9, kByProcess}, {qb, 100, 0, 2, kByProcess}}, 100);
+  CHECK(pools_by_work_word(g, infer_work_waits(g, 8, 100, rt)).empty());
+  // a lone thread on its own word (a JVM thread parks on its own) is no second pool
+  g.erase(201);
+  g.erase(202);
+  g[104] = thread_with({{qa, 800, 0, 9, kByProcess}}, 100);
+  CHECK(pools_by_work_word(g, infer_work_waits(g, 6, 100, rt)).empty());
+}
+
 TEST_CASE("queue depth from accept/read spans") {
   // [0,10) [5,15) [20, still queued) over [0, 30)
   std::vector<std::pair<uint64_t, uint64_t>> spans = {{0, 10}, {5, 15}, {20, 0}};

@@ -3,7 +3,7 @@
 for threadpool's CPython test (run with Debian's /usr/bin/python3; not built by CMake).
 
 USAGE: py_pool.py --phase sleep|gil [--workers N] [--rate R] [--sleep-ms MS] [--cpu-ms MS]
-                  [--monitor]
+                  [--monitor] [--second-pool N]
 
   sleep  the main thread submits --rate tasks per second (in batches every 10 ms);
          each burns a little CPU, then time.sleep(--sleep-ms): sleep-bound workers
@@ -14,6 +14,9 @@ USAGE: py_pool.py --phase sleep|gil [--workers N] [--rate R] [--sleep-ms MS] [--
 --monitor adds a thread outside the pool, also named "python3", that wakes every 20 ms
 to look at the pool's queue length (a stats/health thread): not a worker, not in the
 truth. Its TID is in the ready line ("monitor").
+--second-pool N adds another ThreadPoolExecutor(N) (threads also "python3", its own
+queue) fed 200 tasks/s that sleep 3 ms: another pool, not in the truth. The ready
+line lists both pools' TIDs ("worker_tids", "second_tids").
 
 Prints {"pid":..} when ready, then reads stdin: "start" opens the measurement window,
 "stop" closes it and prints one JSON line of truth for the window, then exits.
@@ -112,6 +115,7 @@ def main():
     ap.add_argument("--sleep-ms", type=float, default=5.0)
     ap.add_argument("--cpu-ms", type=float, default=5.0)
     ap.add_argument("--monitor", action="store_true")
+    ap.add_argument("--second-pool", type=int, default=0)
     a = ap.parse_args()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=a.workers)
     monitor = []
@@ -134,8 +138,19 @@ def main():
     # start every worker before anyone traces the pool
     for f in [pool.submit(sleep_task, 0, 0.05) for _ in range(a.workers)]:
         f.result()
+    second, second_tids = None, []
+    if a.second_pool:
+        second = concurrent.futures.ThreadPoolExecutor(max_workers=a.second_pool)
+
+        def native_id():
+            time.sleep(0.05)
+            return threading.get_native_id()
+        second_tids = sorted({f.result() for f in [second.submit(native_id)
+                                                   for _ in range(a.second_pool)]})
     print(json.dumps({"pid": os.getpid(), "workers": a.workers, "phase": a.phase,
-                      "monitor": monitor[0] if monitor else None}), flush=True)
+                      "monitor": monitor[0] if monitor else None,
+                      "worker_tids": sorted(s[4] for s in stats.values()),
+                      "second_tids": second_tids}), flush=True)
     win = None
     credit, nxt = 0.0, time.monotonic()
     while True:
@@ -151,6 +166,9 @@ def main():
             while credit >= 1:
                 pool.submit(sleep_task, 0.0002, a.sleep_ms / 1000)
                 credit -= 1
+            if second:
+                for _ in range(2):
+                    second.submit(time.sleep, 0.003)
             nxt += 0.01
             time.sleep(max(0.0, nxt - time.monotonic()))
         else:
@@ -181,6 +199,8 @@ def main():
                           "gil_wait_avg": max(0, wall - cpu - sleep) / w, "tasks": tasks}),
               flush=True)
     pool.shutdown(wait=False, cancel_futures=True)
+    if second:
+        second.shutdown(wait=False, cancel_futures=True)
     os._exit(0)
 
 

@@ -28,9 +28,12 @@ void Members::rescan(uint64_t now) {
       if (it == members_.end()) threads_.remove_value(tid);  // added at fork, not ours
       continue;
     }
-    std::string group = c_.pattern ? *c_.pattern : group_of_name(comm);
+    const std::string base = c_.pattern ? *c_.pattern : group_of_name(comm);
+    auto sp = split_.find(tid);
+    const std::string group = sp != split_.end() ? sp->second : base;
     if (it != members_.end()) {
       it->second.comm = comm;
+      it->second.base = base;
       it->second.group = group;
       continue;
     }
@@ -43,7 +46,7 @@ void Members::rescan(uint64_t now) {
       }
       ++assumed_start_;
     }
-    Member m{comm, group, false, group_ids_.id_of(c_.pid, tid, group, nullptr, t.w_nr)};
+    Member m{comm, group, base, false, group_ids_.id_of(c_.pid, tid, group, nullptr, t.w_nr)};
     gids_.update_value(tid, m.gid);
     members_[tid] = m;
   }
@@ -60,6 +63,14 @@ void Members::update_roles(const std::map<uint32_t, ThreadTimes>& snap) {
       m.gid = gid;
       gids_.update_value(tid, gid);
     }
+  }
+}
+
+void Members::split(const std::map<uint32_t, std::string>& to) {
+  split_ = to;
+  for (auto& [tid, m] : members_) {
+    auto it = split_.find(tid);
+    m.group = it != split_.end() ? it->second : m.base;
   }
 }
 

@@ -157,6 +157,14 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
                            uint32_t pid = 0,
                            const std::map<uint64_t, std::string>& runtime_locks = {});
 
+// Several pools under one name (every thread of a CPython process is "python3"; a C
+// program's unnamed threads share the process's name): threads are joined when they
+// wait for work on the same futex word (a queue's condition variable or semaphore),
+// excluded threads aside. The pools of 2 threads or more, largest first (then by
+// lowest TID); fewer than two such pools: none (the group is one pool).
+std::vector<std::set<uint32_t>> pools_by_work_word(const std::map<uint32_t, ThreadTimes>& group,
+                                                   const WorkWaits& w);
+
 // Queue depth (accepted, not yet read) over [t0, t1] from each request's
 // [accept, first read] span (read = 0: still queued).
 struct DepthStats {

@@ -100,14 +100,31 @@ void Tracer::refresh_inference(const std::map<uint32_t, ThreadTimes>* snap) {
     snap = &local;
   }
   const auto& locks = runtime_locks_.update(*snap);
-  members_.update_roles(*snap);
-  std::map<std::string, std::map<uint32_t, ThreadTimes>> by_group;
-  std::map<std::string, size_t> sizes;
-  for (auto& [tid, m] : members_.all()) {
-    sizes[m.group]++;
-    auto it = snap->find(tid);
-    if (it != snap->end()) by_group[m.group][tid] = it->second;
+  // several pools under one name: split by where they wait for work (not with
+  // --threads: the user said which threads are the pool)
+  auto group_times = [&](bool by_base, std::map<std::string, size_t>& sizes) {
+    std::map<std::string, std::map<uint32_t, ThreadTimes>> by_group;
+    for (auto& [tid, m] : members_.all()) {
+      const std::string& g = by_base ? m.base : m.group;
+      sizes[g]++;
+      auto it = snap->find(tid);
+      if (it != snap->end()) by_group[g][tid] = it->second;
+    }
+    return by_group;
+  };
+  if (!c_.pattern) {
+    std::map<std::string, size_t> sizes;
+    std::map<uint32_t, std::string> to;
+    for (auto& [g, times] : group_times(true, sizes)) {
+      auto pools = pools_by_work_word(times, infer_work_waits(times, sizes[g], c_.pid, locks));
+      for (size_t i = 1; i < pools.size(); ++i)  // the largest keeps the name
+        for (uint32_t tid : pools[i]) to[tid] = g + "[" + std::to_string(*pools[i].begin()) + "]";
+    }
+    members_.split(to);
   }
+  members_.update_roles(*snap);
+  std::map<std::string, size_t> sizes;
+  auto by_group = group_times(false, sizes);
   for (auto& [g, n] : sizes) work_[g] = infer_work_waits(by_group[g], n, c_.pid, locks);
   last_rescan_ = monotonic_ns();
 }

@@ -63,6 +63,7 @@ class RuntimeLocks {
 
 struct Member {
   std::string comm, group;
+  std::string base;  // the group by name (or --threads) before any split into pools
   bool gone = false;
   uint32_t gid = 0;
 };
@@ -76,6 +77,9 @@ class Members {
   void rescan(uint64_t now);
   // Roles settle as waits are seen: refreshes the group ids from the latest times.
   void update_roles(const std::map<uint32_t, ThreadTimes>& snap);
+  // Threads moved from their name group into a pool of their own (tid -> group name);
+  // replaces the previous split (a thread not in `to` goes back to its name group).
+  void split(const std::map<uint32_t, std::string>& to);
   const std::map<uint32_t, Member>& all() const { return members_; }
   const Member* find(uint32_t tid) const;
   uint64_t untracked() const { return untracked_; }          // threads map full
@@ -87,6 +91,7 @@ class Members {
   ebpf::BPFHashTable<uint32_t, uint32_t> gids_;
   std::shared_ptr<const regex_t> re_;
   std::map<uint32_t, Member> members_;
+  std::map<uint32_t, std::string> split_;
   GroupIds group_ids_;
   std::set<uint32_t> untracked_tids_;
   uint64_t untracked_ = 0, assumed_start_ = 0;

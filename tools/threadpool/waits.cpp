@@ -248,4 +248,38 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
   return w;
 }
 
+std::vector<std::set<uint32_t>> pools_by_work_word(const std::map<uint32_t, ThreadTimes>& group,
+                                                   const WorkWaits& w) {
+  // union-find over threads, joined through the work words they wait for work on
+  std::map<uint32_t, uint32_t> parent;
+  auto root = [&](uint32_t t) {
+    while (parent[t] != t) t = parent[t] = parent[parent[t]];
+    return t;
+  };
+  std::map<uint64_t, uint32_t> first_on_word;
+  for (const auto& [tid, t] : group) {
+    if (w.excluded.count(tid)) continue;
+    for (const auto& [k, wt] : t.waits) {
+      if (k.nr != TP_NR_FUTEX || !w.work_words.count(k.obj)) continue;
+      bool idle = false;
+      for (int c = 0; c < kNumWakes; ++c)
+        if (wt.blk_ns[c] && w.category(tid, k, c) == kIdle) idle = true;
+      if (!idle) continue;
+      if (!parent.count(tid)) parent[tid] = tid;
+      auto [it, fresh] = first_on_word.emplace(k.obj, tid);
+      if (!fresh) parent[root(tid)] = root(it->second);
+    }
+  }
+  std::map<uint32_t, std::set<uint32_t>> comp;
+  for (auto& [tid, _] : parent) comp[root(tid)].insert(tid);
+  std::vector<std::set<uint32_t>> out;
+  for (auto& [r, tids] : comp)
+    if (tids.size() >= 2) out.push_back(std::move(tids));
+  if (out.size() < 2) return {};
+  std::sort(out.begin(), out.end(), [](const std::set<uint32_t>& a, const std::set<uint32_t>& b) {
+    return a.size() != b.size() ? a.size() > b.size() : *a.begin() < *b.begin();
+  });
+  return out;
+}
+
 }  // namespace threadpool
