@@ -262,15 +262,57 @@ void evict_oldest(const std::string& dir) {
 
 }  // namespace
 
-std::optional<BpfObjectCache> BpfObjectCache::open() {
-  const char* off = std::getenv("BPFDIAG_CACHE");
-  if (off && std::strcmp(off, "0") == 0) return std::nullopt;
+namespace {
+
+// The cache directory, created if missing; "" and `why` when it is off or unusable.
+std::string usable_dir(std::string& dir, bool& off, std::string& why) {
+  auto unusable = [&](std::string reason) {
+    why = std::move(reason);
+    return std::string();
+  };
+  const char* env = std::getenv("BPFDIAG_CACHE");
+  off = env && std::strcmp(env, "0") == 0;
   const char* env_dir = std::getenv("BPFDIAG_CACHE_DIR");
-  std::string dir = env_dir && *env_dir ? env_dir : "/var/cache/bpfdiag";
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return std::nullopt;
+  dir = env_dir && *env_dir ? env_dir : "/var/cache/bpfdiag";
+  if (off) return unusable("turned off (BPFDIAG_CACHE=0)");
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return unusable(std::string("cannot be created: ") + std::strerror(errno));
   struct stat st;
-  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || !private_to_us(st)) return std::nullopt;
+  if (lstat(dir.c_str(), &st) != 0) return unusable(std::string("cannot be read: ") + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return unusable("is not a directory (a symbolic link or a file)");
+  if (st.st_uid != geteuid())
+    return unusable("belongs to uid " + std::to_string(st.st_uid) + ", not to this user");
+  if (!private_to_us(st)) return unusable("is writable by group or others");
+  return dir;
+}
+
+}  // namespace
+
+std::optional<BpfObjectCache> BpfObjectCache::open() {
+  std::string dir, why;
+  bool off = false;
+  if (usable_dir(dir, off, why).empty()) return std::nullopt;
   return BpfObjectCache(dir);
+}
+
+BpfObjectCacheState BpfObjectCache::state() {
+  BpfObjectCacheState s;
+  s.usable = !usable_dir(s.dir, s.off, s.why).empty();
+  if (!s.usable) return s;
+  DIR* d = opendir(s.dir.c_str());
+  if (!d) return s;
+  const std::string suffix = kSuffix;
+  while (struct dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    struct stat st;
+    if (n.size() <= suffix.size() || n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+        fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+      continue;
+    s.objects++;
+    s.bytes += static_cast<uint64_t>(st.st_size);
+  }
+  closedir(d);
+  return s;
 }
 
 std::string BpfObjectCache::key(const std::string& text, const std::vector<std::string>& cflags) {

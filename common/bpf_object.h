@@ -63,8 +63,20 @@ std::optional<BpfObject> deserialize_bpf_object(const std::string& bytes, const 
 // $BPFDIAG_CACHE_DIR or /var/cache/bpfdiag; BPFDIAG_CACHE=0 turns it off.
 // Files are written whole (temporary file + rename) and read only when they and the
 // directory belong to this user and nobody else can write them.
+// What the cache is doing on this machine (doctor): its directory, whether the tools
+// use it and why not, and what it holds.
+struct BpfObjectCacheState {
+  std::string dir;
+  bool off = false;      // BPFDIAG_CACHE=0
+  bool usable = false;   // the tools read and write it
+  std::string why;       // when not usable: what is wrong with the directory
+  uint64_t objects = 0;  // cached objects (files of the cache's own form)
+  uint64_t bytes = 0;
+};
+
 class BpfObjectCache {
  public:
+  static BpfObjectCacheState state();
   // nullopt when caching is off or the directory is unusable (not ours, writable by
   // others, cannot be created): the tools then compile every time, as before.
   static std::optional<BpfObjectCache> open();

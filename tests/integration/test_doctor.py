@@ -6,6 +6,7 @@ workload built with frame pointers from the same workload built without, nothing
 attached or mounted, and misuse / non-root give one line with exit 2 / 1."""
 import re
 import subprocess
+import tempfile
 import time
 
 from harness import *
@@ -184,6 +185,34 @@ check(r.returncode == 0 and lines[-2].endswith("this machine can be traced"),
 check(all(re.match(r"^(ok|warn|fail|skip)\s+\S", l) for l in lines[:-2]),
       "text: every check line starts with its status")
 check(any(l.startswith("skip  live_check") for l in lines), "text: --no-live skips the live check")
+
+
+# --- the compiled-object cache: what it holds, and why it is not used ---------------------
+def cache_check(env):
+    r = subprocess.run([DOCTOR, "-j", "--no-live"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, **env))
+    found = [c for c in ndjson(r.stdout, "doctor") if c["type"] == "doctor.check" and c["name"] == "object_cache"]
+    return found[0] if found else {"status": None, "detail": r.stderr.strip()}
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    cdir = os.path.join(tmp, "cache")
+    primed = subprocess.run([tool("runqlen"), "-d", "0.2"], capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, BPFDIAG_CACHE_DIR=cdir))
+    files = [f for f in os.listdir(cdir) if f.endswith(".bpfobj")] if os.path.isdir(cdir) else []
+    size = sum(os.path.getsize(os.path.join(cdir, f)) for f in files)
+    c = cache_check({"BPFDIAG_CACHE_DIR": cdir})
+    check(primed.returncode == 0 and len(files) == 1 and c["status"] == "ok" and
+          ("%s: 1 compiled program, %d kB" % (cdir, (size + 999) // 1000)) in c["detail"],
+          "object_cache: one runqlen start left 1 object (%d bytes) in a fresh cache dir, doctor says so (%r)"
+          % (size, c["detail"]))
+    os.chmod(cdir, 0o777)
+    c = cache_check({"BPFDIAG_CACHE_DIR": cdir})
+    check(c["status"] == "warn" and "writable by group or others" in c["detail"] and c.get("fix"),
+          "object_cache: a world-writable cache dir is a warning with a fix (%r)" % c["detail"])
+    c = cache_check({"BPFDIAG_CACHE_DIR": cdir, "BPFDIAG_CACHE": "0"})
+    check(c["status"] == "skip" and "BPFDIAG_CACHE=0" in c["detail"],
+          "object_cache: BPFDIAG_CACHE=0 is reported as off (%r)" % c["detail"])
 
 
 # --- -p: frame pointers and symbols of a target --------------------------------------------
