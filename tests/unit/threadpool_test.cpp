@@ -261,6 +261,17 @@ TEST_CASE("two pools under one name are told apart by the word they wait for wor
   // one pool waiting on two words (a queue's lock and its condition): one pool
   g[104] = thread_with({{qa, 800, 0, 9, kByProcess}, {qb, 100, 0, 2, kByProcess}}, 100);
   CHECK(pools_by_work_word(g, infer_work_waits(g, 8, 100, rt)).empty());
+  // threads that meet on words allocated per wait and reused (CPython's queue.Queue
+  // waits on a new lock each time): no word holds most of their idle time, no pool
+  std::map<uint32_t, ThreadTimes> churn{{101, g[101]}, {102, g[102]}, {103, g[103]}};
+  for (uint32_t i = 0; i < 4; ++i) {
+    WaitKey a{kFutex, 9, 0x8000 + 0x100 * i}, b{kFutex, 9, 0x8000 + 0x100 * (i + 1)};
+    churn[301 + i] = thread_with({{a, 300, 0, 3, kByProcess}, {b, 300, 0, 3, kByProcess}});
+  }
+  CHECK(pools_by_work_word(churn, infer_work_waits(churn, 8, 100, rt)).empty());
+  churn[305] = thread_with({{WaitKey{kFutex, 9, 0x8000}, 5000, 0, 3, kByProcess}});
+  churn[306] = thread_with({{WaitKey{kFutex, 9, 0x8000}, 5000, 0, 3, kByProcess}});
+  CHECK(pools_by_work_word(churn, infer_work_waits(churn, 10, 100, rt)).size() == 2);
   // a lone thread on its own word (a JVM thread parks on its own) is no second pool
   g.erase(201);
   g.erase(202);

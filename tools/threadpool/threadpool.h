@@ -160,8 +160,9 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
 // Several pools under one name (every thread of a CPython process is "python3"; a C
 // program's unnamed threads share the process's name): threads are joined when they
 // wait for work on the same futex word (a queue's condition variable or semaphore),
-// excluded threads aside. The pools of 2 threads or more, largest first (then by
-// lowest TID); fewer than two such pools: none (the group is one pool).
+// excluded threads aside. A pool has 2 threads or more and one word with at least half
+// its idle time (its queue). The pools, largest first (then by lowest TID); fewer than
+// two: none (the group is one pool).
 std::vector<std::set<uint32_t>> pools_by_work_word(const std::map<uint32_t, ThreadTimes>& group,
                                                    const WorkWaits& w);
 

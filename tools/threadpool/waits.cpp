@@ -257,14 +257,16 @@ std::vector<std::set<uint32_t>> pools_by_work_word(const std::map<uint32_t, Thre
     return t;
   };
   std::map<uint64_t, uint32_t> first_on_word;
+  std::map<uint64_t, uint64_t> word_ns;  // idle time per work word
   for (const auto& [tid, t] : group) {
     if (w.excluded.count(tid)) continue;
     for (const auto& [k, wt] : t.waits) {
       if (k.nr != TP_NR_FUTEX || !w.work_words.count(k.obj)) continue;
-      bool idle = false;
+      uint64_t idle = 0;
       for (int c = 0; c < kNumWakes; ++c)
-        if (wt.blk_ns[c] && w.category(tid, k, c) == kIdle) idle = true;
+        if (w.category(tid, k, c) == kIdle) idle += wt.blk_ns[c];
       if (!idle) continue;
+      word_ns[k.obj] += idle;
       if (!parent.count(tid)) parent[tid] = tid;
       auto [it, fresh] = first_on_word.emplace(k.obj, tid);
       if (!fresh) parent[root(tid)] = root(it->second);
@@ -272,9 +274,17 @@ std::vector<std::set<uint32_t>> pools_by_work_word(const std::map<uint32_t, Thre
   }
   std::map<uint32_t, std::set<uint32_t>> comp;
   for (auto& [tid, _] : parent) comp[root(tid)].insert(tid);
+  // a pool has its queue: one word with most of its idle time (threads that meet on
+  // words allocated per wait and reused, as CPython's queue.Queue does, are no pool)
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> comp_ns;  // root -> {top word, all}
+  for (auto& [obj, ns] : word_ns) {
+    auto& c = comp_ns[root(first_on_word[obj])];
+    c.first = std::max(c.first, ns);
+    c.second += ns;
+  }
   std::vector<std::set<uint32_t>> out;
   for (auto& [r, tids] : comp)
-    if (tids.size() >= 2) out.push_back(std::move(tids));
+    if (tids.size() >= 2 && comp_ns[r].first * 2 >= comp_ns[r].second) out.push_back(std::move(tids));
   if (out.size() < 2) return {};
   std::sort(out.begin(), out.end(), [](const std::set<uint32_t>& a, const std::set<uint32_t>& b) {
     return a.size() != b.size() ? a.size() > b.size() : *a.begin() < *b.begin();
