@@ -8,30 +8,61 @@ enabled and timed. sysbench oltp_read_write (16 threads, small tables) loads it 
 events_waits_summary_global_by_event_name is truncated when both have attached and
 read when the window ends.
 
-mariadbd is stripped (no dbgsym installed here) and performance_schema shows opaque
-object identities, not addresses, so locks cannot be matched by address. The one
-hot lock whose call site has a name in .dynsym is matched by its site: LOCK_table_cache
-is taken in tdc_acquire_share (tc_acquire_table -> Table_cache_instance::
-lock_and_check_contention, inlined) and released in tc_release_table.
+mariadbd is stripped (no dbgsym installed here). performance_schema's
+OBJECT_INSTANCE_BEGIN is not an address in MariaDB 10.11: it is an opaque identity,
+(instrument type << 48) | (slot << 16) (mutexes 1, rwlocks 3, conditions 4). But every
+instrumented lock object carries a pointer to its performance_schema instance, and that
+instance holds the identity (at +16 in 10.11; its first 8 words are searched). So
+lockstat's rows are mapped to performance_schema by reading mariadbd's memory
+(/proc/PID/mem) around the futex word lockstat reports (x86_64, glibc 2.36):
+
+  P_S name               object                        futex word(s)       PSI pointer
+  mutex/*                mysql_mutex_t (pthread_mutex_t, 40 bytes)
+                                                       __lock +0           +40
+  cond/*                 mysql_cond_t (pthread_cond_t, 48)
+                                                       __g_signals +40/+44 +48
+  rwlock/* (not innodb)  mysql_rwlock_t (pthread_rwlock_t, 56)
+                                                       +0/+4/+8/+12        +56
+  prlock/*               mysql_prlock_t (rw_pr_lock_t: mutex, cond; 104)
+                                                       +0, +80/+84         +104
+  rwlock|sxlock/innodb/* InnoDB srw_lock/ssux_lock     writer +8, readers +12
+                                                                           +0
+
+lockstat reports the futex word itself (the syscall's uaddr), never the object's start.
+A row maps when exactly one of these layouts leads, through the PSI pointer, to an
+identity performance_schema lists under a name of that layout. (A cond's __g_refs +16/+20,
+internal lock +32 and __wrefs +36 are mapped too but are glibc internals, not condition
+waits.) InnoDB's page latches (futex words inside the buffer pool, found in
+/proc/PID/maps from the pool's address-space reservation), InnoDB's record-lock waits
+(trx_t's plain pthread_cond_t) and tpool's std::mutex/std::condition_variable have no
+performance_schema instrument and do not map.
 
 Checks:
-InnoDB's page latches (futex words inside the buffer pool, found in /proc/PID/maps from
-the pool's address-space reservation) and tpool's std::mutex have no performance_schema
-instrument, yet they carry over half of the contended wait lockstat measures (page
-latches 1.3-1.8 s of 2.5-2.7 s here). lockstat must see them (at least one contended
-row in the pool); checks 1 and 2 compare the rest, the locks both can see.
+InnoDB's page latches and tpool's std::mutex carry over half of the contended wait
+lockstat measures (page latches 1.3-1.8 s of 2.5-2.7 s here). lockstat must see them (at
+least one contended row in the pool); checks 1 and 2 compare the rest, the locks both
+can see.
 1. lockstat's top contended rows are locks performance_schema ranks hot: when
    performance_schema ranks LOCK_table_cache among its 3 hottest locks, lockstat ranks
    the glibc mutex taken in tdc_acquire_share among its 5 most contended rows outside
-   the page latches and tpool (#1 in 6 runs).
+   the page latches and tpool (#1 in 6 runs); that row maps to a performance_schema
+   LOCK_table_cache instance.
 2. The contended ranking holds lock waits, not condition waits: lockstat's contended
    total is within a factor of 4 of performance_schema's total mutex/rwlock/sxlock
    wait (performance_schema also times uncontended acquisitions; 1.00-1.17x measured in 6 runs),
-   and none of its top 10 rows ran to a timeout; the background threads' timed
-   condition waits (which performance_schema counts as cond waits, ~1 window each) are
-   classed timed, condition or idle.
-3. -K maxima are sane: no spinlock wait over 100 ms (vCPU preemption on this VM can
-   legitimately stretch one to ~20 ms; the pairing bug produced 0.2-2.9 s).
+   and none of its top 10 rows ran to a timeout.
+3. By performance_schema's own names (the address mapping above): rows on a condition
+   variable's __g_signals words are never classed contention (they are condition, timed
+   or idle; the timer thread's COND_timer maps in every run); rows on a mutex, rwlock,
+   prlock or sxlock instance are classed contention; performance_schema counted
+   acquisitions in the window on each mapped lock instance with 3+ waits. At least one
+   cond, one mutex and one rwlock-family row must map (per run here: 21-38 of 199-235
+   rows; COND_timer and COND_thread_cache, LOCK_table_cache, lock_wait_mutex, InnoDB's
+   lock_latch, dict_operation_lock, fil_space_latch, trx_rseg_latch, index_tree_rw_lock).
+4. -K maxima are sane: no spinlock wait over 100 ms (vCPU preemption on this VM can
+   legitimately stretch one to ~20 ms; the pairing bug produced 0.2-2.9 s); the per-CPU
+   run-queue locks are named rq_lock (present in every run measured under sysbench: both
+   CPUs' rq locks, thousands of waits each), at most one per CPU, maxima under 100 ms.
 The whole test takes ~1 minute; the server is stopped in every case.
 """
 import os
@@ -153,6 +184,77 @@ def buffer_pool(pid):
     return None, big
 
 
+# Where lockstat's futex word sits in each instrumented object, and where that object's
+# pointer to its performance_schema instance is (see the docstring): (layout, futex word
+# offsets, PSI pointer offset). The layout of a performance_schema name is layout_of(name).
+PSI_LAYOUTS = [
+    ("mutex", (0,), 40),
+    ("cond", (40, 44, 16, 20, 32, 36), 48),
+    ("rwlock", (0, 4, 8, 12), 56),
+    ("prlock", (0, 80, 84), 104),
+    ("innodb-rw", (8, 12), 0),
+]
+COND_WAIT_WORDS = (40, 44)  # __g_signals: where pthread_cond_wait sleeps
+
+
+def layout_of(name):
+    """wait/synch/<type>/<component>/<name> -> the object layout it is instrumented in."""
+    f = name.split("/")
+    typ, comp = (f[2], f[3]) if len(f) > 3 else ("", "")
+    if typ in ("rwlock", "sxlock") and comp == "innodb":
+        return "innodb-rw"
+    return typ
+
+
+def ps_instances():
+    """performance_schema's instruments: {identity: name} over mutex_instances,
+    rwlock_instances and cond_instances, and {identity: COUNT_STAR} since the truncate."""
+    names = {}
+    for table in ("mutex_instances", "rwlock_instances", "cond_instances"):
+        for name, ident in sql("SELECT NAME, OBJECT_INSTANCE_BEGIN FROM performance_schema.%s" % table):
+            names[int(ident)] = name
+    counts = {int(i): int(c) for i, c in sql(
+        "SELECT OBJECT_INSTANCE_BEGIN, COUNT_STAR FROM performance_schema.events_waits_summary_by_instance "
+        "WHERE EVENT_NAME LIKE 'wait/synch/%'")}
+    return names, counts
+
+
+def map_to_ps(pid, rows, names):
+    """Maps each lockstat row (by its futex word) to a performance_schema instance:
+    {addr: (name, offset of the word in the object, identity)} for rows that map
+    through exactly one instance, and the rows that map ambiguously."""
+    fd = os.open("/proc/%d/mem" % pid, os.O_RDONLY)
+
+    def qword(addr):
+        try:
+            b = os.pread(fd, 8, addr)
+        except OSError:
+            return None
+        return int.from_bytes(b, "little") if len(b) == 8 else None
+
+    mapped, ambiguous = {}, {}
+    try:
+        for r in rows:
+            addr = int(r["addr"], 16)
+            found = set()
+            for layout, offsets, psi_at in PSI_LAYOUTS:
+                for off in offsets:
+                    psi = qword(addr - off + psi_at)
+                    if not psi or psi < 1 << 16 or psi >= 1 << 47:
+                        continue
+                    for i in range(8):  # the instance's identity (at +16 in 10.11)
+                        ident = qword(psi + 8 * i)
+                        if ident in names and layout_of(names[ident]) == layout:
+                            found.add((names[ident], off, ident))
+            if len(found) == 1:
+                mapped[r["addr"]] = found.pop()
+            elif found:
+                ambiguous[r["addr"]] = sorted(found)
+    finally:
+        os.close(fd)
+    return mapped, ambiguous
+
+
 def short(name):
     return name.replace("wait/synch/", "") if name else "-"
 
@@ -171,12 +273,22 @@ def lockstat_window():
     time.sleep(WINDOW_S)
     ps = ps_hot()
     uout, uerr, urc = stop(u, timeout=60)
-    kout, kerr, krc = stop(k, timeout=60)
     window = time.time() - t0
+    urecs = ndjson(firsts[0] + uout)
+    # performance_schema's instances and mariadbd's memory at once, while sysbench's
+    # connections (and their THDs' mutexes and conds) still exist
+    t_map = time.time()
+    names, counts = ps_instances()
+    mapped, ambiguous = map_to_ps(pid, [r for r in urecs if r.get("type") == "lockstat.lock"], names)
+    load_running = load.poll() is None
+    t_map = time.time() - t_map
+    kout, kerr, krc = stop(k, timeout=60)
     lout, lerr = load.communicate(timeout=60)
     pool, big = buffer_pool(pid)
-    return {"pid": pid, "pool": pool, "big_maps": big, "urecs": ndjson(firsts[0] + uout), "uerr": uerr, "urc": urc, "krecs": ndjson(firsts[1] + kout),
-            "kerr": kerr, "krc": krc, "ps": ps, "window": window, "sysbench": lout}
+    return {"pid": pid, "pool": pool, "big_maps": big, "urecs": urecs, "uerr": uerr, "urc": urc, "krecs": ndjson(firsts[1] + kout),
+            "kerr": kerr, "krc": krc, "ps": ps, "window": window, "sysbench": lout,
+            "ps_names": names, "ps_counts": counts, "mapped": mapped, "ambiguous": ambiguous,
+            "load_running": load_running, "t_map": t_map}
 
 
 try:
@@ -248,6 +360,13 @@ try:
                     and r["sites"][0]["site"].startswith(("tdc_acquire_share", "tc_release_table"))), None)
     check(bool(cont), "lockstat ranks contended locks in mariadbd (%d rows)" % len(cont))
     check(bool(pages), "lockstat sees contended InnoDB page latches (futex words inside the buffer pool: %d rows)" % len(pages))
+    tc_row = seen[tc_rank] if tc_rank is not None else None
+    if tc_row:
+        check(d["mapped"].get(tc_row["addr"], ("",))[0] == "wait/synch/mutex/sql/LOCK_table_cache",
+              "the row lockstat places in tdc_acquire_share (%s) is performance_schema's LOCK_table_cache by address (%s)"
+              % (tc_row["addr"], short(d["mapped"].get(tc_row["addr"], (None,))[0])))
+    else:
+        print("     (no contended row in tdc_acquire_share: its mapping check not applicable)")
     if "mutex/sql/LOCK_table_cache" in ps_rank[:3]:
         check(tc_rank is not None and tc_rank < 5,
               "performance_schema ranks LOCK_table_cache #%d; lockstat ranks it (site tdc_acquire_share) #%s "
@@ -270,11 +389,74 @@ try:
           "lockstat's contended total outside the page latches and tpool %.0f ms within 4x of "
           "performance_schema's lock waits %.0f ms" % (ls_seen_ns / 1e6, ps_lock_ns / 1e6))
     check(all(r["timeout_count"] == 0 for r in cont[:10]), "no wait that ran to its timeout among the top 10 contended rows")
-    timed = [r for r in locks if r["timeout_count"] * 2 >= r["wait_count"] > 0]
-    check(bool(timed) and all(r["class"] in ("timed", "gil") for r in timed),
-          "the background threads' timed waits (%d locks) are classed timed (%s)"
-          % (len(timed), [(r["addr"], r["class"]) for r in timed if r["class"] != "timed"][:3]))
-    # 3. -K maxima
+    # 3. lockstat's classes against performance_schema's names, by address
+    mapped, names, counts = d["mapped"], d["ps_names"], d["ps_counts"]
+    ps_of = lambda r: mapped.get(r["addr"])
+    typ = lambda name: name.split("/")[2]  # mutex, rwlock, prlock, sxlock, cond
+    cond_waits = [r for r in locks if ps_of(r) and typ(ps_of(r)[0]) == "cond" and ps_of(r)[1] in COND_WAIT_WORDS]
+    cond_inner = [r for r in locks if ps_of(r) and typ(ps_of(r)[0]) == "cond" and ps_of(r)[1] not in COND_WAIT_WORDS]
+    lock_rows = [r for r in locks if ps_of(r) and typ(ps_of(r)[0]) != "cond"]
+    by = {}
+    for r in locks:
+        key = typ(ps_of(r)[0]) if ps_of(r) else ("ambiguous" if r["addr"] in d["ambiguous"] else "unmapped")
+        by.setdefault(key, {}).setdefault(r["class"], [0, 0])
+        by[key][r["class"]][0] += 1
+        by[key][r["class"]][1] += r["wait_total_ns"]
+    print("     performance_schema instances: %d (of them %d cond); lockstat -p rows: %d, mapped %d, ambiguous %d; "
+          "sysbench still running at the mapping: %s (it took %.2f s)"
+          % (len(names), sum(1 for n in names.values() if typ(n) == "cond"), len(locks), len(mapped),
+             len(d["ambiguous"]), d["load_running"], d["t_map"]))
+    for key in ("mutex", "rwlock", "prlock", "sxlock", "cond", "ambiguous", "unmapped"):
+        if key in by:
+            print("       %-9s %s" % (key, ", ".join("%s %d rows %.0f ms" % (c, n, ns / 1e6)
+                                                  for c, (n, ns) in sorted(by[key].items()))))
+    for addr, found in list(d["ambiguous"].items())[:3]:
+        print("       ambiguous %s: %s" % (addr, [(short(n), off) for n, off, i in found]))
+    tops = {}
+    for r in locks:
+        if ps_of(r):
+            t = tops.setdefault(ps_of(r)[0], {"rows": 0, "waits": 0, "ns": 0, "classes": set(), "offs": set(),
+                                              "ids": set()})
+            t["rows"] += 1
+            t["waits"] += r["wait_count"]
+            t["ns"] += r["wait_total_ns"]
+            t["classes"].add(r["class"])
+            t["offs"].add(ps_of(r)[1])
+            t["ids"].add(ps_of(r)[2])
+    print("     mapped names (by lockstat's total wait; +offset of the futex word in the object):")
+    for n, t in sorted(tops.items(), key=lambda kv: -kv[1]["ns"])[:8]:
+        print("       %-46s %2d rows %5d waits %8.1f ms  %-22s +%s  P_S count %d"
+              % (short(n), t["rows"], t["waits"], t["ns"] / 1e6, "/".join(sorted(t["classes"])),
+                 "/".join(str(o) for o in sorted(t["offs"])), sum(counts.get(i, 0) for i in t["ids"])))
+    check(bool(cond_waits) and any(typ(ps_of(r)[0]) == "mutex" for r in lock_rows)
+          and any(typ(ps_of(r)[0]) != "mutex" for r in lock_rows),
+          "lockstat rows map to performance_schema instances by address: %d cond waits, %d mutex, %d rwlock/prlock/sxlock "
+          "rows (%d of %d rows mapped; each of the three must map at least once)"
+          % (len(cond_waits), sum(1 for r in lock_rows if typ(ps_of(r)[0]) == "mutex"),
+             sum(1 for r in lock_rows if typ(ps_of(r)[0]) != "mutex"), len(mapped), len(locks)))
+    fmt = lambda rs: ["%s %s: %s %s +%d, %d waits, %d wakes (%d by fellow waiters), %d timed out"
+                      % (r["addr"], r["kind"], r["class"], short(ps_of(r)[0]), ps_of(r)[1], r["wait_count"],
+                         r["wake_count"], r["peer_wake_count"], r["timeout_count"]) for r in rs]
+    bad = [r for r in cond_waits if r["class"] not in ("condition", "timed", "idle")]
+    check(cond_waits and not bad, "rows on a performance_schema cond's __g_signals are classed condition, timed or idle, "
+          "never contention (%d rows: %s)%s" % (len(cond_waits), ", ".join(sorted({short(ps_of(r)[0]) for r in cond_waits})),
+                                                 "; wrong: %s" % fmt(bad) if bad else ""))
+    if cond_inner:
+        print("     (rows on a cond's glibc internals, not checked: %s)" % fmt(cond_inner))
+    for kinds, what in ((("mutex",), "mutex"), (("rwlock", "prlock", "sxlock"), "rwlock, prlock or sxlock")):
+        rows = [r for r in lock_rows if typ(ps_of(r)[0]) in kinds]
+        bad = [r for r in rows if r["class"] != "contention"]
+        check(rows and not bad, "rows on a performance_schema %s instance are classed contention (%d rows)%s"
+              % (what, len(rows), "; wrong: %s" % fmt(bad) if bad else ""))
+    # performance_schema saw those instances busy in the same window (not "at least as many
+    # acquisitions as lockstat's waits": InnoDB's srw_lock can sleep more than once per
+    # acquisition, e.g. dict_operation_lock 35998 futex waits, 34397 acquisitions)
+    active = [n for n, t in tops.items() if typ(n) != "cond" and t["waits"] >= 3]
+    idle_ps = ["%s (%d waits)" % (short(n), tops[n]["waits"]) for n in active
+               if not sum(counts.get(i, 0) for i in tops[n]["ids"])]
+    check(active and not idle_ps, "performance_schema counted acquisitions in the window on every mapped lock instance "
+          "with 3+ lockstat waits (%d instances)%s" % (len(active), "; none on: %s" % idle_ps if idle_ps else ""))
+    # 4. -K maxima
     spins = [r for r in d["krecs"] if r.get("type") == "lockstat.lock" and r["kind"] == "spinlock"]
     worst = max(spins, key=lambda r: r["wait_max_ns"]) if spins else None
     summ = [r for r in d["krecs"] if r.get("type") == "lockstat.summary"]
@@ -285,9 +467,13 @@ try:
     check(bool(spins) and worst["wait_max_ns"] < 100e6,
           "-K: no spinlock wait over 100 ms (max %.3f ms)" % (worst["wait_max_ns"] / 1e6 if worst else -1))
     rq = [r for r in spins if r["symbol"] == "rq_lock"]
-    check(all(r["wait_max_ns"] < 100e6 for r in rq), "-K: run-queue locks named rq_lock, maxima sane (%d)" % len(rq))
+    ncpu = os.cpu_count() or 1
+    check(1 <= len(rq) <= ncpu and len({r["addr"] for r in rq}) == len(rq) and all(r["wait_max_ns"] < 100e6 for r in rq),
+          "-K: run-queue locks named rq_lock, 1 to %d (one per CPU at most), maxima under 100 ms (%s)"
+          % (ncpu, ", ".join("%s %d waits max %.3f ms" % (r["addr"], r["wait_count"], r["wait_max_ns"] / 1e6)
+                             for r in rq) or "none"))
 
-    # 4. offcputime -p on the busy server with its default tables (issue 8): no stack lost
+    # 5. offcputime -p on the busy server with its default tables (issue 8): no stack lost
     load = sysbench("run", OFFCPU_S + 6)
     time.sleep(2)
     oc = subprocess.run([OFFCPU, "-p", str(d["pid"]), "-j", "--duration", str(OFFCPU_S)],
