@@ -403,6 +403,19 @@ TEST_CASE("lockstat: waits are classed by what they are") {
         WaitClass::Contention);
   // ... unless producers that never wait on it wake it (an event)
   CHECK(only_row(one_lock(LS_FUTEX_PLAIN, {101, 102}, 100000000, 100, 0, {{100, 100}})).cls == WaitClass::Idle);
+  // ... but a lock's holders wake its waiters without waiting on it themselves: an
+  // InnoDB latch woken 7 times by 7 threads (none a waiter) is contention
+  std::vector<std::pair<uint32_t, uint64_t>> holders;
+  for (uint32_t t = 200; t < 207; ++t) holders.push_back({t, 1});
+  CHECK(only_row(one_lock(LS_FUTEX_PLAIN, {101, 102}, 100000000, 7, 0, holders)).cls == WaitClass::Contention);
+  // ... and few wake-ups are no evidence of an event
+  CHECK(only_row(one_lock(LS_FUTEX_PLAIN, {101, 102}, 100000000, 6, 0, {{100, 6}})).cls == WaitClass::Contention);
+  // a condition signalled by whichever thread gets there (InnoDB's row-lock waits:
+  // the committing transaction) is a condition wait, not waiting for work
+  std::vector<std::pair<uint32_t, uint64_t>> committers;
+  for (uint32_t t = 300; t < 340; ++t) committers.push_back({t, 1});
+  CHECK(only_row(one_lock(LS_FUTEX_BITSET | LS_FUTEX_TIMED, {101, 102}, 100000000, 40, 0, committers)).cls ==
+        WaitClass::Condition);
 
   // CPython's GIL: by symbol (_PyRuntime)
   Names gil = fake_names();

@@ -96,20 +96,26 @@ WaitClass classify(const LockRow& r) {
   if (r.timedout * 2 >= waits && r.timedout) return WaitClass::Timed;
   bool peers = r.wakes >= 3 && r.peer_wakes * 2 >= r.wakes;      // woken by fellow waiters
   bool producers = r.wakes >= 3 && r.peer_wakes * 5 < r.wakes;   // woken by others
+  // ... and by few of them, again and again (3 wake-ups or more each): a queue's
+  // producers. A lock's holders also wake its waiters without waiting on it
+  // themselves, but they are whichever threads took it (InnoDB's latches: 7 wakes
+  // by 7 threads); a condition that many threads signal (a row lock released by
+  // whichever transaction commits) is a condition, not waiting for work.
+  bool few_wakers = r.wakers && r.wakers * 3 <= r.wakes;
   // glibc's mutexes wait with FUTEX_WAIT on a word that is 2 when it has waiters
   // (__lll_lock_wait); PI mutexes lock in the kernel: that is contention, whoever wakes
   if (r.futex_flags & (LS_FUTEX_LOCKWORD | LS_FUTEX_PI | LS_FUTEX_REQUEUE)) return WaitClass::Contention;
   bool sync = r.futex_flags & (LS_FUTEX_BITSET | LS_FUTEX_WAIT2 | LS_FUTEX_WAITV);
   if (!sync) {
     // plain FUTEX_WAIT without glibc's lock word: custom locks (InnoDB's srw_mutex,
-    // ssux_lock) -- unless the waiters are woken by threads that never wait on it
-    return producers ? WaitClass::Idle : WaitClass::Contention;
+    // ssux_lock) -- unless a few threads that never wait on it wake it, many times
+    return producers && few_wakers && r.wakes >= 10 ? WaitClass::Idle : WaitClass::Contention;
   }
   // FUTEX_WAIT_BITSET: glibc's condvars, semaphores, rwlocks and barriers. A
   // semaphore or rwlock used as a lock is released by the threads that also wait
-  // for it (peers); a queue or a condition is signalled by producers.
+  // for it (peers); a queue is signalled by its few producers.
   if (peers) return WaitClass::Contention;
-  return producers ? WaitClass::Idle : WaitClass::Condition;
+  return producers && few_wakers ? WaitClass::Idle : WaitClass::Condition;
 }
 
 bool is_kernel_lock_frame(const std::string& frame) {
