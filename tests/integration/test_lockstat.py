@@ -18,6 +18,9 @@
    time per call back near the workload's untraced time per call.
 4. kernel locks: mmap_storm's threads contend on their mmap_lock; lockstat -K names it
    mmap_lock (an rwsem) with a kernel stack through the mmap/munmap/fault paths.
+   Its spinlock waits against a bpftrace pairing of the same tracepoints attached
+   before it, over the same window (totals within 30%, counts within 10%, no longest
+   wait beyond bpftrace's), and against perf's pairing of alternating windows.
 5. bad input: usage errors (exit 2), unknown lock symbol, a PID without libc for
    --uprobes, a stripped static binary, a PID that exits while traced (exit 0 with a
    note), not root; nothing left attached.
@@ -32,7 +35,8 @@ import tempfile
 import time
 
 from harness import *
-from kpairing import compare_turn, lockstat_window, perf_window, start_load, stop_load
+from kpairing import (compare_same_window, compare_turn, lockstat_window, perf_window, same_window, start_load,
+                      stop_load)
 
 require_root()
 LOCKSTAT = tool("lockstat")
@@ -289,9 +293,43 @@ if d["mm"]:
 # at once inflate each other's waits).
 PERF = shutil.which("perf")
 check(bool(PERF), "kernel pairing: perf installed (linux-perf, scripts/install-deps)")
-if PERF:
-    load = start_load()
-    time.sleep(1)
+load = start_load()
+time.sleep(1)
+# The same window (issue 8: totals within 30% of an independent pairing, no impossible
+# maxima). perf writes its sample after every BPF program on the tracepoint has run,
+# so attached with lockstat its waits contain lockstat's end probe (0.49x-0.90x), and
+# taking turns the load moves between windows (totals 0.09x-12x). A bpftrace pairing
+# attached first runs before lockstat at every begin and end (kpairing.same_window:
+# BPF programs on a tracepoint run in attach order), so both pair the same events and
+# lockstat's waits contain only one bpftrace map write at each end. Measured here on
+# this load (16 windows of 4-5 s, builds and other tests alongside, up to 1.2 s of
+# steal per window): counts 1.000x-1.011x (window edges); totals without each side's
+# longest wait 0.95x-1.00x on rq_lock, 0.97x-1.05x on page-table locks, 0.97x-0.99x on
+# mmap_lock's wait_lock; all spinlocks 0.97x-1.00x; longest waits alike to a few us.
+# With bpftrace's aggregation right after its clock read, ~3 us waits read
+# 1.06x-1.27x; in the other attach order lockstat read 0.80x-0.89x (its own probe in
+# bpftrace's waits). The comparison must fail a lockstat whose waits were 2x as long
+# (asserted on this window's numbers).
+sw = same_window(LOCKSTAT, 5, TMP)
+check(sw["error"] is None, "kernel pairing, same window: bpftrace's pairing attached before lockstat -K and both "
+      "ran 5 s (%s; %s)" % (sw["error"] or "ok", {k: round(v, 2) for k, v in sw["times"].items()}))
+if sw["error"] is None:
+    sw_fails, sw_max_fails, sw_lines, sw_worst = compare_same_window(sw)
+    for line in sw_lines:
+        print("     " + line)
+    print("     bpftrace: %s; lockstat data quality %s; most steal of one CPU %.0f ms"
+          % (sw["bt_extra"], {k: v for k, v in sw["dq"].items() if v}, sw["steal_cpu_max"] / 1e6))
+    check(not sw_fails, "kernel pairing, same window: lockstat -K's spinlocks with >= 500 waits (and all together) "
+          "within 30%% of bpftrace's pairing in total wait and 10%% in count (%s)" % (sw_fails or "all within"))
+    check(not sw_max_fails, "kernel pairing, same window: no lockstat spinlock's longest wait above 1.3x bpftrace's "
+          "+ 2 ms + one CPU's steal (closest: %.2f of that bound, %s)%s"
+          % (sw_worst[0], sw_worst[1], "; " + "; ".join(sw_max_fails) if sw_max_fails else ""))
+    sw_f2, _, _, _ = compare_same_window(sw, scale=2.0)
+    check(bool(sw_f2), "kernel pairing, same window: the comparison fails a lockstat whose waits were 2x as long "
+          "(%d failures: %s)" % (len(sw_f2), sw_f2[:1]))
+if not PERF:
+    stop_load(load)
+else:
     res = {}
     steal, wall = {}, {}  # hypervisor steal (ns, all CPUs) and wall time of each window
     for n in ("1", "2"):
