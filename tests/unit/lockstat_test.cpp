@@ -392,6 +392,19 @@ TEST_CASE("lockstat: waits are classed by what they are") {
   // the same semaphore used as a lock: released by the threads that also wait on it
   auto sl = only_row(one_lock(LS_FUTEX_BITSET, {101, 102, 103}, 300000000, 300, 0, {{101, 100}, {102, 100}, {103, 99}}));
   CHECK(sl.cls == WaitClass::Contention);
+  // CPython's SimpleQueue: a getter that took an item posts the semaphore again, so a
+  // fellow waiter wakes, finds the queue empty and waits again: 500 of 749 wake-ups
+  // by fellow waiters, 249 by the one producer. Still an idle queue.
+  auto pass_on = only_row(one_lock(LS_FUTEX_BITSET | LS_FUTEX_TIMED, {101, 102, 103, 104, 105, 106, 107, 108},
+                                   900000000, 94, 0,
+                                   {{100, 249}, {101, 63}, {102, 63}, {103, 63}, {104, 63}, {105, 62},
+                                    {106, 62}, {107, 62}, {108, 62}}));
+  CHECK(pass_on.cls == WaitClass::Idle);
+  CHECK(reading(pass_on).rfind("idle: 8 threads wait for work, woken by 1 producer", 0) == 0);
+  // a semaphore used as a lock whose one holder never waits (10% of the wake-ups):
+  // still contention
+  CHECK(only_row(one_lock(LS_FUTEX_BITSET, {101, 102, 103}, 300000000, 300, 0,
+                          {{101, 90}, {102, 90}, {103, 90}, {100, 30}})).cls == WaitClass::Contention);
   // a condition variable nobody signalled in the window
   CHECK(only_row(one_lock(LS_FUTEX_BITSET | LS_FUTEX_TIMED, {101}, 500000000, 1, 0, {})).cls == WaitClass::Condition);
   // timed waits that ran to their timeout (MariaDB's background threads, sleeps)
@@ -465,6 +478,10 @@ TEST_CASE("lockstat: call-site wrappers, rq_lock, map sizes") {
   CHECK(!is_wrapper_frame("update_cache"));
   CHECK(is_rq_lock_frame("raw_spin_rq_lock_nested"));
   CHECK(!is_rq_lock_frame("try_to_wake_up"));
+  CHECK(!is_rq_lock_frame("task_rq_lock"));  // takes the task's pi_lock first
+  CHECK(is_spin_frame("_raw_spin_lock_irqsave"));
+  CHECK(is_spin_frame("native_queued_spin_lock_slowpath"));
+  CHECK(!is_spin_frame("_raw_spin_rq_lock_irqsave"));
   // a spinlock taken through raw_spin_rq_lock_nested is named rq_lock
   Snapshot s;
   s.waits.push_back(wait(LS_KIND_KERNEL, 0, 0, 0xffff888627c2ba40ULL, 3, 3000, 2000, LS_LCB_SPIN, 9));
@@ -477,6 +494,15 @@ TEST_CASE("lockstat: call-site wrappers, rq_lock, map sizes") {
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].symbol == "rq_lock");
   CHECK(rows[0].kind == "spinlock");
+  // a task's pi_lock, taken by task_rq_lock before the rq lock, is not rq_lock (a
+  // test run named four task_struct+0x7ec addresses rq_lock)
+  n.frames = [](const lockstat_key&) -> std::vector<std::string> {
+    return {"native_queued_spin_lock_slowpath", "_raw_spin_lock_irqsave", "task_rq_lock",
+            "raw_spin_rq_lock_nested", "__sched_setscheduler"};
+  };
+  rows = build_locks(s, n, *parse({}));
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].symbol == "");
   // map sizes follow the target: 2000 threads need more than the 16384 default
   CHECK(map_entries_for_threads(10) == 16384);
   CHECK(map_entries_for_threads(2000) == 16384);

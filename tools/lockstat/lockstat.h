@@ -138,6 +138,7 @@ struct LockRow {
   uint64_t wakes = 0;        // waits ended by a wake whose waker was seen
   uint64_t peer_wakes = 0;   // ... by a thread that also waited on this lock
   size_t wakers = 0;         // distinct waking threads
+  size_t producers = 0;      // ... of which never waited on this lock
   double max_share = 0;      // largest share of the window one waiter spent waiting
   WaitClass cls = WaitClass::Contention;
   bpfdiag::Histogram hist;
@@ -171,6 +172,8 @@ bool is_kernel_lock_frame(const std::string& frame);
 bool is_wrapper_frame(const std::string& frame);
 // True for kernel frames that take a per-CPU run-queue lock (named rq_lock, as perf).
 bool is_rq_lock_frame(const std::string& frame);
+// True for a spinlock's own frames (_raw_spin_lock*, queued_spin_lock_slowpath, ...).
+bool is_spin_frame(const std::string& frame);
 // The class of a user lock row from its evidence (flags, timeouts, wakers, symbol,
 // call paths); kernel rows are contention.
 WaitClass classify(const LockRow& r);

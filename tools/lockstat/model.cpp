@@ -65,9 +65,11 @@ bool is_wrapper_frame(const std::string& f) {
 }
 
 bool is_rq_lock_frame(const std::string& f) {
+  // functions that take a run queue's lock themselves (task_rq_lock is not one: it
+  // takes the task's pi_lock first, then the rq lock through raw_spin_rq_lock)
   static const char* kPrefixes[] = {"raw_spin_rq_lock", "_raw_spin_rq_lock", "double_rq_lock",
-                                    "double_lock_balance", "_double_lock_balance", "rq_lock",
-                                    "__task_rq_lock", "task_rq_lock", "raw_spin_rq_trylock"};
+                                    "double_lock_balance", "_double_lock_balance",
+                                    "__task_rq_lock", "raw_spin_rq_trylock"};
   for (const char* p : kPrefixes)
     if (f.rfind(p, 0) == 0) return true;
   return false;
@@ -95,13 +97,13 @@ WaitClass classify(const LockRow& r) {
   // timed waits nobody ended early: sleeps, polls, background timers
   if (r.timedout * 2 >= waits && r.timedout) return WaitClass::Timed;
   bool peers = r.wakes >= 3 && r.peer_wakes * 2 >= r.wakes;      // woken by fellow waiters
-  bool producers = r.wakes >= 3 && r.peer_wakes * 5 < r.wakes;   // woken by others
+  bool by_others = r.wakes >= 3 && r.peer_wakes * 5 < r.wakes;   // woken by others
   // ... and by few of them, again and again (3 wake-ups or more each): a queue's
   // producers. A lock's holders also wake its waiters without waiting on it
   // themselves, but they are whichever threads took it (InnoDB's latches: 7 wakes
   // by 7 threads); a condition that many threads signal (a row lock released by
   // whichever transaction commits) is a condition, not waiting for work.
-  bool few_wakers = r.wakers && r.wakers * 3 <= r.wakes;
+  bool few_wakers = r.producers && r.producers * 3 <= r.wakes - r.peer_wakes;
   // glibc's mutexes wait with FUTEX_WAIT on a word that is 2 when it has waiters
   // (__lll_lock_wait); PI mutexes lock in the kernel: that is contention, whoever wakes
   if (r.futex_flags & (LS_FUTEX_LOCKWORD | LS_FUTEX_PI | LS_FUTEX_REQUEUE)) return WaitClass::Contention;
@@ -109,13 +111,26 @@ WaitClass classify(const LockRow& r) {
   if (!sync) {
     // plain FUTEX_WAIT without glibc's lock word: custom locks (InnoDB's srw_mutex,
     // ssux_lock) -- unless a few threads that never wait on it wake it, many times
-    return producers && few_wakers && r.wakes >= 10 ? WaitClass::Idle : WaitClass::Contention;
+    return by_others && few_wakers && r.wakes >= 10 ? WaitClass::Idle : WaitClass::Contention;
   }
-  // FUTEX_WAIT_BITSET: glibc's condvars, semaphores, rwlocks and barriers. A
+  // FUTEX_WAIT_BITSET: glibc's condvars, semaphores, rwlocks and barriers. A queue
+  // is signalled by its few producers, and its getters pass wake-ups on (CPython's
+  // SimpleQueue posts its semaphore again after taking an item: a woken getter that
+  // finds it empty waits again), so fellow waiters may end most of the waits: a
+  // fifth of the wake-ups from few threads that never wait on it is a queue. A
   // semaphore or rwlock used as a lock is released by the threads that also wait
-  // for it (peers); a queue is signalled by its few producers.
-  if (peers) return WaitClass::Contention;
-  return producers && few_wakers ? WaitClass::Idle : WaitClass::Condition;
+  // for it (peers).
+  const bool queue = r.wakes >= 3 && (r.wakes - r.peer_wakes) * 5 >= r.wakes && few_wakers;
+  if (queue) return WaitClass::Idle;
+  return peers ? WaitClass::Contention : WaitClass::Condition;
+}
+
+bool is_spin_frame(const std::string& frame) {
+  static const char* kPrefixes[] = {"_raw_spin_", "__raw_spin_", "do_raw_spin_", "queued_spin_",
+                                    "native_queued_spin_", "__pv_queued_spin_", "pv_queued_spin_"};
+  for (const char* p : kPrefixes)
+    if (frame.rfind(p, 0) == 0 && frame.rfind("_raw_spin_rq_", 0) != 0) return true;
+  return false;
 }
 
 bool is_kernel_lock_frame(const std::string& frame) {
@@ -147,8 +162,8 @@ std::string reading(const LockRow& r) {
       return "timed wait: " + pct_str(double(r.timedout) / waits) + " of waits ran to their timeout (p50 " +
              p50 + "): sleeps or polls, not lock contention";
     case WaitClass::Idle:
-      return "idle: " + thr + " wait for work, woken by " + std::to_string(r.wakers) +
-             (r.wakers == 1 ? " producer" : " producers") + " (p50 " + p50 + "); not lock contention";
+      return "idle: " + thr + " wait for work, woken by " + std::to_string(r.producers) +
+             (r.producers == 1 ? " producer" : " producers") + " (p50 " + p50 + "); not lock contention";
     case WaitClass::Condition:
       return "condition wait: " + thr + " wait for a signal (p50 " + p50 + "); not lock contention";
     case WaitClass::Contention: break;
@@ -273,6 +288,7 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
       r.wakes += cnt;
       if (tid) ++r.wakers;
       if (tid && waiters[g].count(tid)) r.peer_wakes += cnt;
+      else if (tid) ++r.producers;
     }
     if (g.kernel) {
       r.kind = kernel_lock_kind(f);
@@ -307,10 +323,16 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
     }
     std::stable_sort(r.sites.begin(), r.sites.end(), by_total);
     if (g.kernel && r.symbol.empty() && (f & LS_LCB_SPIN)) {
-      // per-CPU run-queue locks have no symbol of their own: perf calls them rq_lock
+      // per-CPU run-queue locks have no symbol of their own: perf calls them rq_lock.
+      // The frame that took the lock decides: the first above the spinlock's own
+      // (_raw_spin_lock*, queued_spin_lock_slowpath). A frame further out proves
+      // nothing (try_to_wake_up takes the task's pi_lock under task_rq_lock).
       for (const auto& st : r.sites)
         for (const auto& fr : st.stack)
-          if (is_rq_lock_frame(fr)) r.symbol = "rq_lock";
+          if (!is_spin_frame(fr)) {
+            if (is_rq_lock_frame(fr)) r.symbol = "rq_lock";
+            break;
+          }
     }
     if (s.window_ns)
       for (const auto& w : r.waiters)

@@ -261,6 +261,9 @@ Status run(const Config& c0) {
   const bool wakers = has_flag(*flags, "-DWAKERS");
   if (wakers)
     if (auto st = attach_tp("sched:sched_waking", "tracepoint__sched__sched_waking")) return st;
+  // the window opens here: waits that end while the symbols are read are counted, so
+  // their time is inside the first interval (thread wait shares stay <= 100%)
+  const uint64_t attached = monotonic_ns();
   // names and symbols of the targets, and their identity for the exec/exit policy, are
   // read before the start record: an exec after it is then always seen as one
   Resolver res(session.get_stack_table("stacks"));
@@ -290,7 +293,7 @@ Status run(const Config& c0) {
     for (auto& [k, v] : stats.get_table_offline())
       if (k.kind != LS_KIND_KERNEL && seen_pids.insert(k.pid).second) res.sym().remember(k.pid);
   };
-  uint64_t last = monotonic_ns(), last_scan = 0;
+  uint64_t last = attached, last_scan = 0;
   CounterDeltas counter_deltas, uw_deltas;   // counters are cumulative in BPF
   std::map<uint32_t, std::string> comm_of;   // tid -> comm, kept across intervals
   Status failed;
