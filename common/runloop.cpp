@@ -113,6 +113,10 @@ void install_stop_handlers() {
   for (int s : kStopSignals) sigaction(s, &sa, nullptr);
   g_boundary.store(false);
   sa.sa_handler = on_boundary_signal;
+  // SA_RESTART: a report boundary must not fail a write blocked on a full pipe (stdio
+  // does not retry EINTR: "cannot write output", exit 1, output lost); the waits the
+  // loop sleeps in (poll, epoll_wait, nanosleep) still return EINTR at once
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGUSR1, &sa, nullptr);
   sigset_t set = stop_set();
   sigaddset(&set, SIGUSR1);

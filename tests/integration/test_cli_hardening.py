@@ -1,7 +1,8 @@
 """CLI, process and session hardening shared by every tool (issue 9, issue 8 item 7).
 
 - stdout on /dev/full: exit 1 and "TOOL: cannot write output: No space left on device",
-  in every mode (text, -j, --help, --ebpf) of all six tools;
+  in every mode (text, -j, --help, --ebpf) of all six tools; a report boundary
+  (SIGUSR1) while a report is blocked on a full pipe does not fail the write;
 - argv fuzz over all six tools (long arguments, random option soup): no crash, no
   hang, exit codes only 0/1/2, one stderr line for a usage error, nothing left in
   $TMPDIR;
@@ -24,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (bpf_fds, bpf_prog_ids, check, finish, leftover_bpf_programs, ndjson,  # noqa: E402
-                     require_built, require_root, start, stop, tool, wait_attached, wait_for)
+                     require_built, require_root, start, stop, tool, wait_attached, wait_for, workload)
 
 require_root()
 TOOLS = ["runqlen", "offcputime", "lockstat", "pmheld", "naptime", "threadpool"]
@@ -108,6 +109,33 @@ for t in TOOLS:
               "%s %s > /dev/full -> exit 1 and %r (got %d, %r)" % (t, mode, want, r.returncode,
                                                                    r.stderr.strip()[-200:]))
 check(tmp_left() == [], "nothing left in TMPDIR after the /dev/full runs: %s" % tmp_left())
+
+# A report boundary (SIGUSR1) while a report is blocked on a full pipe: the write goes on
+# (it failed with EINTR: "cannot write output: Input/output error", exit 1, the rest of
+# the output lost). lockstat -P on 500 waiting threads writes ~700 KB; stdout is not read
+# until after both signals.
+crowd = subprocess.Popen([workload("lock_crowd"), "--threads", "500", "--duration-ms", "20000"],
+                         stdout=subprocess.PIPE, text=True)
+try:
+    crowd.stdout.readline()
+    ls = subprocess.Popen([tool("lockstat"), "-p", str(crowd.pid), "-U", "-P", "-j", "-n", "0", "-s", "10",
+                           "-d", "6"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    first = ls.stdout.readline()  # the start record: attached, the handlers are in place
+    time.sleep(2)
+    ls.send_signal(signal.SIGUSR1)
+    time.sleep(1.5)
+    ls.send_signal(signal.SIGUSR1)
+    time.sleep(3)
+    out, err = ls.communicate(timeout=60)
+finally:
+    crowd.kill()
+    crowd.wait()
+recs = ndjson(first + out, "lockstat")
+summaries = [r for r in recs if r["type"] == "lockstat.summary"]
+# (the second boundary may come while the first report is still blocked: one report)
+check(ls.returncode == 0 and len(summaries) >= 2 and summaries[-1]["final"],
+      "lockstat -P -j with a full stdout pipe and two SIGUSR1s: exit %d, %d bytes, %d summaries "
+      "(want 0 and 2-3, the last final) %s" % (ls.returncode, len(first + out), len(summaries), err.strip()[-150:]))
 
 # --- 2. argv fuzz ---------------------------------------------------------------------
 VOCAB = ["-p", "-t", "-j", "-v", "-T", "-C", "-f", "-U", "-K", "-u", "-k", "-m", "-M", "-i",

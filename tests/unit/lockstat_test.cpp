@@ -474,6 +474,7 @@ TEST_CASE("lockstat: call-site wrappers, rq_lock, map sizes") {
   CHECK(is_wrapper_frame("psi_mutex_lock"));
   CHECK(is_wrapper_frame("inline_mysql_mutex_lock"));
   CHECK(is_wrapper_frame("PyThread_acquire_lock_timed"));
+  CHECK(is_wrapper_frame("rw_pr_wrlock"));
   CHECK(!is_wrapper_frame("tdc_acquire_share(THD*, TABLE_LIST*, unsigned int, TABLE**)"));
   CHECK(!is_wrapper_frame("update_cache"));
   CHECK(is_rq_lock_frame("raw_spin_rq_lock_nested"));

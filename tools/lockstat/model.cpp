@@ -58,7 +58,8 @@ bool is_wrapper_frame(const std::string& f) {
                                     "lock_PyThread_acquire_lock", "rlock_acquire", "_PyMutex_",
                                     "PyMUTEX_", "__gthread_", "std::mutex::", "std::__mutex_base",
                                     "std::unique_lock", "std::lock_guard", "std::condition_variable::",
-                                    "std::shared_mutex::", "pthread_", "__pthread_", "sem_", "__new_sem_"};
+                                    "std::shared_mutex::", "pthread_", "__pthread_", "sem_", "__new_sem_",
+                                    "rw_pr_"};  // MariaDB's prlock (mysys thr_rwlock.c)
   for (const char* p : kPrefixes)
     if (f.rfind(p, 0) == 0) return true;
   return false;
