@@ -443,6 +443,17 @@ TEST_CASE("lockstat: waits are classed by what they are") {
   // a stale take_gil frame does not make an idle queue's semaphore the GIL
   CHECK(only_row(one_lock(LS_FUTEX_BITSET, {101, 102}, 800000000, 100, 0, {{100, 50}}), path).cls == WaitClass::Idle);
   CHECK(std::string(wait_class_name(WaitClass::Idle)) == "idle");
+  // --uprobes: a pthread lock none of whose calls blocked is not contention
+  LockRow u;
+  u.layer = "user";
+  u.kind = "pthread";
+  u.calls = 5000;
+  u.total_ns = 400000;
+  CHECK(classify(u) == WaitClass::Uncontended);
+  u.cls = WaitClass::Uncontended;
+  CHECK(reading(u).rfind("uncontended: 5000 calls, none blocked (avg 80ns", 0) == 0);
+  u.contended = 1;
+  CHECK(classify(u) == WaitClass::Contention);
 }
 
 TEST_CASE("lockstat: only contention is ranked; other waits are apart") {

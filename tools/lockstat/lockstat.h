@@ -95,6 +95,7 @@ enum class WaitClass {
   Idle,        // a condition/semaphore wait ended by producers: waiting for work
   Condition,   // a condition/semaphore wait with no waker seen yet
   Timed,       // timed waits that ran to their timeout: sleeps and polls
+  Uncontended, // --uprobes: a lock whose measured calls never blocked
 };
 const char* wait_class_name(WaitClass c);
 

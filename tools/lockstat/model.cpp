@@ -39,6 +39,7 @@ const char* wait_class_name(WaitClass c) {
     case WaitClass::Idle: return "idle";
     case WaitClass::Condition: return "condition";
     case WaitClass::Timed: return "timed";
+    case WaitClass::Uncontended: return "uncontended";
   }
   return "?";
 }
@@ -88,7 +89,10 @@ std::string pct_str(double share) {
 }  // namespace
 
 WaitClass classify(const LockRow& r) {
-  if (r.layer == "kernel" || r.kind == "pthread") return WaitClass::Contention;
+  if (r.layer == "kernel") return WaitClass::Contention;
+  // --uprobes measures every call: a lock none of whose calls blocked is not contended
+  // (its time is the calls' own, and what is left of the probes' after the correction)
+  if (r.kind == "pthread") return r.contended ? WaitClass::Contention : WaitClass::Uncontended;
   // runtime knowledge on top: CPython's GIL lives in _PyRuntime (3.11); both its
   // mutex and its condition variable are the GIL. (A take_gil frame is no proof:
   // CPython's stack keeps stale take_gil return addresses that the futex-mode stack
@@ -149,6 +153,9 @@ bool is_kernel_lock_frame(const std::string& frame) {
 
 std::string reading(const LockRow& r) {
   size_t n = r.waiters.size();
+  if (r.cls == WaitClass::Uncontended)
+    return "uncontended: " + std::to_string(r.calls) + " calls, none blocked (avg " + fmt_ns(r.avg_ns()) +
+           " per call, probe cost taken off); not lock contention";
   if (!r.contended) return "";
   std::string p50 = fmt_ns(r.p50_ns), mx = fmt_ns(r.max_ns);
   std::string thr = std::to_string(n) + (n == 1 ? " thread" : " threads");
@@ -167,7 +174,8 @@ std::string reading(const LockRow& r) {
              (r.producers == 1 ? " producer" : " producers") + " (p50 " + p50 + "); not lock contention";
     case WaitClass::Condition:
       return "condition wait: " + thr + " wait for a signal (p50 " + p50 + "); not lock contention";
-    case WaitClass::Contention: break;
+    case WaitClass::Contention:
+    case WaitClass::Uncontended: break;
   }
   // contention: how much of their time the waiters lose, and what the waits say
   // about holds (a waiter's wait is the holds queued ahead of it)

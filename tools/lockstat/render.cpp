@@ -137,7 +137,7 @@ void text_locks(std::ostream& os, const Config& c, const Table<LockRow>& t, cons
   if (rep.locks.empty()) os << "No lock contention seen.\n";
   else section(rep.locks, " more locks");
   if (!rep.other.empty()) {
-    os << "\nWaits that are not lock contention (condition, idle, timed, GIL):\n";
+    os << "\nWaits that are not lock contention (condition, idle, timed, GIL, uncontended):\n";
     section(rep.other, " more");
   }
 }
