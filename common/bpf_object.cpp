@@ -234,84 +234,86 @@ const char kSuffix[] = ".bpfobj";
 // Ours alone: owned by this user, nobody else may write it.
 bool private_to_us(const struct stat& st) { return st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH)); }
 
-// Keeps the directory to kMaxCachedObjects files (modes and map sizes each make an
-// object of their own), and removes temporary files a killed writer left (over a
-// minute old).
-void evict_oldest(const std::string& dir) {
+struct CachedFile {
+  int64_t used_ns;  // last use (mtime)
+  std::string name;
+  uint64_t bytes;
+};
+
+// The cached objects in `dir` (regular files named *.bpfobj); with sweep_tmp, temporary
+// files a killed writer left (over a minute old) are removed on the way.
+std::vector<CachedFile> list_objects(const std::string& dir, bool sweep_tmp) {
+  std::vector<CachedFile> files;
   DIR* d = opendir(dir.c_str());
-  if (!d) return;
-  std::vector<std::pair<int64_t, std::string>> files;
+  if (!d) return files;
   const time_t now = time(nullptr);
   while (struct dirent* e = readdir(d)) {
     std::string name = e->d_name;
     struct stat st;
     if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
     if (name.rfind(".tmp.", 0) == 0) {
-      if (st.st_mtim.tv_sec + 60 < now) unlinkat(dirfd(d), e->d_name, 0);
+      if (sweep_tmp && st.st_mtim.tv_sec + 60 < now) unlinkat(dirfd(d), e->d_name, 0);
       continue;
     }
     if (name.size() <= sizeof kSuffix - 1 || name.compare(name.size() - (sizeof kSuffix - 1), std::string::npos, kSuffix))
       continue;
-    files.emplace_back(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, name);
+    files.push_back({static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, name,
+                     static_cast<uint64_t>(st.st_size)});
   }
   closedir(d);
-  if (files.size() <= kMaxCachedObjects) return;
-  std::sort(files.begin(), files.end());
-  for (size_t i = 0; i + kMaxCachedObjects < files.size(); ++i) unlink((dir + "/" + files[i].second).c_str());
+  return files;
 }
 
-}  // namespace
+// Keeps the directory to kMaxCachedObjects files (modes and map sizes each make an
+// object of their own), and sweeps stale temporary files.
+void evict_oldest(const std::string& dir) {
+  std::vector<CachedFile> files = list_objects(dir, /*sweep_tmp=*/true);
+  if (files.size() <= kMaxCachedObjects) return;
+  std::sort(files.begin(), files.end(),
+            [](const CachedFile& a, const CachedFile& b) { return a.used_ns < b.used_ns; });
+  for (size_t i = 0; i + kMaxCachedObjects < files.size(); ++i) unlink((dir + "/" + files[i].name).c_str());
+}
 
-namespace {
-
-// The cache directory, created if missing; "" and `why` when it is off or unusable.
-std::string usable_dir(std::string& dir, bool& off, std::string& why) {
-  auto unusable = [&](std::string reason) {
-    why = std::move(reason);
-    return std::string();
+// The cache directory (created if missing) and whether the tools may use it: off with
+// BPFDIAG_CACHE=0, else only if it is a directory of this user's nobody else can write.
+BpfObjectCacheState check_dir() {
+  BpfObjectCacheState s;
+  auto unusable = [&](std::string why) {
+    s.why = std::move(why);
+    return s;
   };
   const char* env = std::getenv("BPFDIAG_CACHE");
-  off = env && std::strcmp(env, "0") == 0;
+  s.off = env && std::strcmp(env, "0") == 0;
   const char* env_dir = std::getenv("BPFDIAG_CACHE_DIR");
-  dir = env_dir && *env_dir ? env_dir : "/var/cache/bpfdiag";
-  if (off) return unusable("turned off (BPFDIAG_CACHE=0)");
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+  s.dir = env_dir && *env_dir ? env_dir : "/var/cache/bpfdiag";
+  if (s.off) return unusable("turned off (BPFDIAG_CACHE=0)");
+  if (mkdir(s.dir.c_str(), 0700) != 0 && errno != EEXIST)
     return unusable(std::string("cannot be created: ") + std::strerror(errno));
   struct stat st;
-  if (lstat(dir.c_str(), &st) != 0) return unusable(std::string("cannot be read: ") + std::strerror(errno));
+  if (lstat(s.dir.c_str(), &st) != 0) return unusable(std::string("cannot be read: ") + std::strerror(errno));
   if (!S_ISDIR(st.st_mode)) return unusable("is not a directory (a symbolic link or a file)");
   if (st.st_uid != geteuid())
     return unusable("belongs to uid " + std::to_string(st.st_uid) + ", not to this user");
   if (!private_to_us(st)) return unusable("is writable by group or others");
-  return dir;
+  s.usable = true;
+  return s;
 }
 
 }  // namespace
 
 std::optional<BpfObjectCache> BpfObjectCache::open() {
-  std::string dir, why;
-  bool off = false;
-  if (usable_dir(dir, off, why).empty()) return std::nullopt;
-  return BpfObjectCache(dir);
+  BpfObjectCacheState s = check_dir();
+  if (!s.usable) return std::nullopt;
+  return BpfObjectCache(s.dir);
 }
 
 BpfObjectCacheState BpfObjectCache::state() {
-  BpfObjectCacheState s;
-  s.usable = !usable_dir(s.dir, s.off, s.why).empty();
+  BpfObjectCacheState s = check_dir();
   if (!s.usable) return s;
-  DIR* d = opendir(s.dir.c_str());
-  if (!d) return s;
-  const std::string suffix = kSuffix;
-  while (struct dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    struct stat st;
-    if (n.size() <= suffix.size() || n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0 ||
-        fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-      continue;
+  for (const auto& f : list_objects(s.dir, /*sweep_tmp=*/false)) {
     s.objects++;
-    s.bytes += static_cast<uint64_t>(st.st_size);
+    s.bytes += f.bytes;
   }
-  closedir(d);
   return s;
 }
 

@@ -188,13 +188,7 @@ tracepoint:lock:contention_begin
   $k = tid > 0 ? (int64)tid : -1 - (int64)cpu;
   $a = (uint64)args->lock_addr;
   $f = (uint64)args->flags;
-  $p = @pend[$k];
-  if ($p.2 > 0) {
-    @s[$p.0, $p.1, cpu] = stats($p.2);
-    @mx[$p.0, $p.1, cpu] = max($p.2);
-    delete(@pend[$k]);
-  }
-  $d = @depth[$k];
+%(flush)s  $d = @depth[$k];
   if ($d > 0 && @addr[$k, $d - 1] == $a && ($f & 32) && (@flags[$k, $d - 1] & 32)) {
     return;
   }
@@ -222,13 +216,7 @@ tracepoint:lock:contention_end
 {
   $k = tid > 0 ? (int64)tid : -1 - (int64)cpu;
   $a = (uint64)args->lock_addr;
-  $p = @pend[$k];
-  if ($p.2 > 0) {
-    @s[$p.0, $p.1, cpu] = stats($p.2);
-    @mx[$p.0, $p.1, cpu] = max($p.2);
-    delete(@pend[$k]);
-  }
-  $d = @depth[$k];
+%(flush)s  $d = @depth[$k];
   $i = -1;
   $j = 3;
   unroll(4) {
@@ -267,6 +255,15 @@ tracepoint:sched:sched_process_exec /str(args->filename) == "%(disarm)s"/ { @arm
 END { clear(@addr); clear(@ts); clear(@flags); clear(@depth); clear(@armed); }
 """
 PAIR_BT_TPS = {"contention_begin", "contention_end", "sched_switch", "sched_process_exec"}
+# The wait a thread's last end closed, added to the totals at its next lock event
+# (both probes begin with it).
+PAIR_BT_FLUSH = """  $p = @pend[$k];
+  if ($p.2 > 0) {
+    @s[$p.0, $p.1, cpu] = stats($p.2);
+    @mx[$p.0, $p.1, cpu] = max($p.2);
+    delete(@pend[$k]);
+  }
+"""
 
 
 def _bpftool_tracepoints(pid):
@@ -320,7 +317,7 @@ def same_window(lockstat, secs, tmp):
     # maps of up to 64 Ki keys: the nest state is kept per thread, and a full map would
     # drop updates silently (then the counts would differ)
     bt = subprocess.Popen(with_private_tracefs(["env", "BPFTRACE_MAP_KEYS_MAX=65536", "bpftrace", "-e",
-                                                PAIR_BT % {"arm": arm, "disarm": disarm}]),
+                                                PAIR_BT % {"arm": arm, "disarm": disarm, "flush": PAIR_BT_FLUSH}]),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     ls = None
     try:

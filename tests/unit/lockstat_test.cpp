@@ -491,9 +491,9 @@ TEST_CASE("lockstat: call-site wrappers, rq_lock, map sizes") {
   CHECK(is_rq_lock_frame("raw_spin_rq_lock_nested"));
   CHECK(!is_rq_lock_frame("try_to_wake_up"));
   CHECK(!is_rq_lock_frame("task_rq_lock"));  // takes the task's pi_lock first
-  CHECK(is_spin_frame("_raw_spin_lock_irqsave"));
-  CHECK(is_spin_frame("native_queued_spin_lock_slowpath"));
-  CHECK(!is_spin_frame("_raw_spin_rq_lock_irqsave"));
+  CHECK(is_kernel_lock_frame("_raw_spin_lock_irqsave"));  // walked past to the taker
+  CHECK(is_kernel_lock_frame("native_queued_spin_lock_slowpath"));
+  CHECK(is_rq_lock_frame("_raw_spin_rq_lock_irqsave"));
   // a spinlock taken through raw_spin_rq_lock_nested is named rq_lock
   Snapshot s;
   s.waits.push_back(wait(LS_KIND_KERNEL, 0, 0, 0xffff888627c2ba40ULL, 3, 3000, 2000, LS_LCB_SPIN, 9));

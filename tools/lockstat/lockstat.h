@@ -173,8 +173,6 @@ bool is_kernel_lock_frame(const std::string& frame);
 bool is_wrapper_frame(const std::string& frame);
 // True for kernel frames that take a per-CPU run-queue lock (named rq_lock, as perf).
 bool is_rq_lock_frame(const std::string& frame);
-// True for a spinlock's own frames (_raw_spin_lock*, queued_spin_lock_slowpath, ...).
-bool is_spin_frame(const std::string& frame);
 // The class of a user lock row from its evidence (flags, timeouts, wakers, symbol,
 // call paths); kernel rows are contention.
 WaitClass classify(const LockRow& r);

@@ -130,14 +130,6 @@ WaitClass classify(const LockRow& r) {
   return peers ? WaitClass::Contention : WaitClass::Condition;
 }
 
-bool is_spin_frame(const std::string& frame) {
-  static const char* kPrefixes[] = {"_raw_spin_", "__raw_spin_", "do_raw_spin_", "queued_spin_",
-                                    "native_queued_spin_", "__pv_queued_spin_", "pv_queued_spin_"};
-  for (const char* p : kPrefixes)
-    if (frame.rfind(p, 0) == 0 && frame.rfind("_raw_spin_rq_", 0) != 0) return true;
-  return false;
-}
-
 bool is_kernel_lock_frame(const std::string& frame) {
   static const char* kPrefixes[] = {"_raw_",      "__raw_",      "do_raw_",      "queued_",
                                     "native_queued", "__pv_queued", "pv_queued",  "mutex_lock",
@@ -333,15 +325,14 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
     std::stable_sort(r.sites.begin(), r.sites.end(), by_total);
     if (g.kernel && r.symbol.empty() && (f & LS_LCB_SPIN)) {
       // per-CPU run-queue locks have no symbol of their own: perf calls them rq_lock.
-      // The frame that took the lock decides: the first above the spinlock's own
-      // (_raw_spin_lock*, queued_spin_lock_slowpath). A frame further out proves
+      // The frame that took the lock decides: the first past the lock implementation's
+      // own (_raw_spin_lock*, queued_spin_lock_slowpath). A frame further out proves
       // nothing (try_to_wake_up takes the task's pi_lock under task_rq_lock).
       for (const auto& st : r.sites)
-        for (const auto& fr : st.stack)
-          if (!is_spin_frame(fr)) {
-            if (is_rq_lock_frame(fr)) r.symbol = "rq_lock";
-            break;
-          }
+        for (const auto& fr : st.stack) {
+          if (is_rq_lock_frame(fr)) r.symbol = "rq_lock";
+          if (!r.symbol.empty() || !is_kernel_lock_frame(fr)) break;
+        }
     }
     if (s.window_ns)
       for (const auto& w : r.waiters)
