@@ -24,7 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (check, finish, schema_verdict, leftover_probe_events, ndjson, require_root, run, tool,  # noqa: E402
+from harness import (check, finish, require_built, schema_verdict, leftover_probe_events, ndjson, require_root, run, tool,  # noqa: E402
                      usage_error, within, workload, not_root_error, start, stop, wait_attached)
 
 
@@ -239,9 +239,7 @@ def test_exec():
 
 def main():
     require_root()
-    if not os.path.exists(PMHELD):
-        print("SKIP: %s not built" % PMHELD)
-        sys.exit(77)
+    require_built(PMHELD)
     test_bad_input()
     test_contention()
     test_condvar()

@@ -31,8 +31,7 @@ OC, PM, LS = tool("offcputime"), tool("pmheld"), tool("lockstat")
 require_built(OC, PM, LS)
 TIME = "/usr/bin/time"
 if not os.access(TIME, os.X_OK):
-    print("SKIP: GNU time (/usr/bin/time) is needed to read the peak RSS")
-    sys.exit(SKIP)
+    skip("GNU time (/usr/bin/time) is needed to read the peak RSS (scripts/install-deps installs time)")
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 DURATION = 2
