@@ -1,12 +1,14 @@
 #include "common/runbook_file.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -15,6 +17,8 @@
 namespace bpfdiag {
 
 namespace {
+
+constexpr size_t kMaxRunbookSize = 65536;
 
 std::string trim(const std::string& s) {
   auto b = s.find_first_not_of(" \t\r");
@@ -34,15 +38,61 @@ bool is_dir(const std::string& p) {
   return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-Result<std::string> read_small_file(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return Error{"no runbook file " + path};
-  if (st.st_size > 65536) return Error{path + ": larger than 64 KiB"};
-  std::ifstream in(path);
-  if (!in) return Error{"cannot read " + path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// Why a file or directory of a runbook's path may not be trusted ("" : it may).
+std::string untrusted_reason(const struct stat& st, const std::string& path) {
+  const uid_t me = getuid();
+  if (st.st_uid != 0 && st.st_uid != me)
+    return path + " is owned by uid " + std::to_string(st.st_uid) + (me == 0 ? ", not root" : ", not root or you");
+  if (st.st_mode & S_IWOTH)
+    return path + " is world-writable" +
+           (S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) ? " (sticky or not, anyone may have put files in it)" : "");
+  if (st.st_mode & S_IWGRP) return path + " is group-writable";
+  return "";
+}
+
+const char kRule[] =
+    " (a runbook is code run as root: it and every directory above it must belong to root or you, writable by no one "
+    "else)";
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+  int release() {
+    int f = fd;
+    fd = -1;
+    return f;
+  }
+};
+
+Result<std::string> read_fd(int fd, const std::string& path) {
+  std::string text;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error{"cannot read " + path + ": " + std::strerror(errno)};
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxRunbookSize) return Error{path + ": larger than 64 KiB"};
+  }
+  return text;
+}
+
+Result<RunbookFile> load_runbook_file(const std::string& path) {
+  auto fd = open_trusted(path);
+  if (!fd) return Error{fd.error()};
+  Fd f{*fd};
+  auto text = read_fd(f.fd, path);
+  if (!text) return Error{text.error()};
+  std::string base = path.substr(path.rfind('/') + 1);
+  if (base.size() > 8 && base.compare(base.size() - 8, 8, ".runbook") == 0) base.resize(base.size() - 8);
+  auto rb = parse_runbook(base, *text);
+  if (!rb) return Error{path + ": " + rb.error()};
+  RunbookFile out = *rb;
+  out.path = path;
+  return out;
 }
 
 }  // namespace
@@ -75,13 +125,11 @@ Result<RunbookFile> parse_runbook(const std::string& name, const std::string& te
       rb.duration_ns = *d;
     } else if (key == "tool") {
       RunbookTool t;
+      t.line = n;
       std::istringstream ws(value);
       ws >> t.name;
       if (!valid_name(t.name)) return Error{at + "tool name '" + t.name + "' (a-z, 0-9, '-', '_')"};
       for (std::string a; ws >> a;) t.args.push_back(a);
-      for (auto& a : t.args)
-        if (a == "-j" || a == "--json" || a == "-p" || a == "--pid" || a == "-f" || a == "--folded")
-          return Error{at + "'" + a + "' is added by runbook itself"};
       rb.tools.push_back(std::move(t));
     } else {
       return Error{at + "unknown key '" + key + "' (title, summary, tool, wait, duration)"};
@@ -90,6 +138,54 @@ Result<RunbookFile> parse_runbook(const std::string& name, const std::string& te
   if (rb.tools.empty()) return Error{"no 'tool:' line"};
   if (rb.title.empty()) rb.title = name;
   return rb;
+}
+
+Result<int> open_trusted(const std::string& path, bool directory) {
+  char* rp = realpath(path.c_str(), nullptr);
+  if (!rp) return Error{path + ": " + std::strerror(errno)};
+  const std::string canon(rp);
+  std::free(rp);
+  std::vector<std::string> parts;
+  {
+    std::stringstream ss(canon);
+    for (std::string p; std::getline(ss, p, '/');)
+      if (!p.empty()) parts.push_back(p);
+  }
+  // "/" itself, then each component below it, each checked on its own descriptor
+  Fd cur{open("/", (parts.empty() ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC)};
+  if (cur.fd < 0) return Error{std::string("/: ") + std::strerror(errno)};
+  std::string at = "/";
+  for (size_t i = 0;; ++i) {
+    struct stat st;
+    if (fstat(cur.fd, &st) != 0) return Error{at + ": " + std::strerror(errno)};
+    const bool last = i == parts.size();
+    if (!last && !S_ISDIR(st.st_mode)) return Error{at + ": not a directory"};
+    auto why = untrusted_reason(st, at);
+    if (!why.empty()) return Error{"refused " + path + ": " + why + kRule};
+    if (last) {
+      if (directory && !S_ISDIR(st.st_mode)) return Error{path + ": not a directory"};
+      if (!directory && !S_ISREG(st.st_mode)) return Error{path + ": not a regular file"};
+      return cur.release();
+    }
+    const bool final_part = i + 1 == parts.size();
+    int flags = O_NOFOLLOW | O_CLOEXEC;
+    if (!final_part)
+      flags |= O_PATH | O_DIRECTORY;
+    else
+      flags |= O_RDONLY | O_NONBLOCK | (directory ? O_DIRECTORY : 0);
+    int next = openat(cur.fd, parts[i].c_str(), flags);
+    at = (at == "/" ? "" : at) + "/" + parts[i];
+    if (next < 0) {
+      if (errno == ELOOP) return Error{"refused " + path + ": " + at + " became a symbolic link"};
+      return Error{at + ": " + std::strerror(errno)};
+    }
+    close(cur.fd);
+    cur.fd = next;
+    if (final_part && !directory) {  // a regular file read in blocking mode
+      int fl = fcntl(cur.fd, F_GETFL);
+      if (fl >= 0) fcntl(cur.fd, F_SETFL, fl & ~O_NONBLOCK);
+    }
+  }
 }
 
 std::string self_exe_dir() {
@@ -101,35 +197,42 @@ std::string self_exe_dir() {
   return slash == std::string::npos ? "" : p.substr(0, slash);
 }
 
-std::vector<std::string> runbook_dirs() {
-  std::vector<std::string> dirs;
+std::vector<RunbookDir> runbook_dirs() {
+  std::vector<std::string> paths;
   if (const char* env = std::getenv("BPFDIAG_RUNBOOKS")) {
     std::stringstream ss(env);
     for (std::string d; std::getline(ss, d, ':');)
-      if (!d.empty() && is_dir(d)) dirs.push_back(d);
+      if (!d.empty() && is_dir(d)) paths.push_back(d);
   }
   std::string exe = self_exe_dir();
-  if (!exe.empty() && is_dir(exe + "/../share/bpfdiag/runbooks")) dirs.push_back(exe + "/../share/bpfdiag/runbooks");
+  if (!exe.empty() && is_dir(exe + "/../share/bpfdiag/runbooks")) paths.push_back(exe + "/../share/bpfdiag/runbooks");
+  std::vector<RunbookDir> dirs;
+  for (auto& p : paths) {
+    RunbookDir d{p, ""};
+    auto fd = open_trusted(p, true);
+    if (fd)
+      close(*fd);
+    else
+      d.untrusted = fd.error();
+    dirs.push_back(std::move(d));
+  }
   return dirs;
 }
 
 Result<RunbookFile> load_runbook(const std::string& name) {
   if (name.find('/') != std::string::npos) {
-    auto text = read_small_file(name);
-    if (!text) return Error{text.error()};
-    std::string base = name.substr(name.rfind('/') + 1);
-    if (base.size() > 8 && base.compare(base.size() - 8, 8, ".runbook") == 0) base.resize(base.size() - 8);
-    auto rb = parse_runbook(base, *text);
-    if (!rb) return Error{name + ": " + rb.error()};
-    RunbookFile f = *rb;
-    f.path = name;
-    return f;
+    struct stat st;
+    if (lstat(name.c_str(), &st) != 0) return Error{"no runbook file " + name};
+    return load_runbook_file(name);
   }
   if (!valid_name(name)) return Error{"no runbook '" + name + "' (runbook --list names them)"};
   for (auto& d : runbook_dirs()) {
-    std::string path = d + "/" + name + ".runbook";
-    if (access(path.c_str(), R_OK) != 0) continue;
-    return load_runbook(path);
+    std::string path = d.path + "/" + name + ".runbook";
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) continue;
+    // the directory that provides the runbook must be trusted; others are not read
+    if (!d.untrusted.empty()) return Error{"runbook '" + name + "': " + d.untrusted};
+    return load_runbook_file(path);
   }
   return Error{"no runbook '" + name + "' (runbook --list names them)"};
 }
@@ -137,7 +240,11 @@ Result<RunbookFile> load_runbook(const std::string& name) {
 std::vector<RunbookFile> list_runbooks(std::vector<std::string>* bad) {
   std::map<std::string, RunbookFile> found;
   for (auto& d : runbook_dirs()) {
-    DIR* dir = opendir(d.c_str());
+    if (!d.untrusted.empty()) {
+      if (bad) bad->push_back(d.untrusted);
+      continue;
+    }
+    DIR* dir = opendir(d.path.c_str());
     if (!dir) continue;
     std::vector<std::string> names;
     while (dirent* e = readdir(dir)) {
@@ -145,9 +252,10 @@ std::vector<RunbookFile> list_runbooks(std::vector<std::string>* bad) {
       if (f.size() > 8 && f.compare(f.size() - 8, 8, ".runbook") == 0) names.push_back(f.substr(0, f.size() - 8));
     }
     closedir(dir);
+    std::sort(names.begin(), names.end());
     for (auto& n : names) {
       if (found.count(n) || !valid_name(n)) continue;
-      auto rb = load_runbook(d + "/" + n + ".runbook");
+      auto rb = load_runbook_file(d.path + "/" + n + ".runbook");
       if (rb)
         found.emplace(n, *rb);
       else if (bad)

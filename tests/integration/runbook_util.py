@@ -4,6 +4,7 @@ import os
 import re
 import select
 import subprocess
+import tempfile
 import time
 
 from harness import SCHEMA_DIR, check, tool, validate
@@ -104,3 +105,29 @@ def number(s, unit):
     """The first number followed by `unit` in a finding's number text."""
     m = re.search(r"([\d.]+)%s" % re.escape(unit), s)
     return float(m.group(1)) if m else None
+
+
+def _trusted_chain(path):
+    """Every directory from / down to `path` is root's and writable by no one else
+    (runbook's rule for runbook files)."""
+    path = os.path.realpath(path)
+    while True:
+        st = os.stat(path)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            return False
+        if path == "/":
+            return True
+        path = os.path.dirname(path)
+
+
+def safe_tmpdir(prefix):
+    """A new root-owned directory (0755) where runbook trusts runbook files: every
+    directory above it is root's and writable by no one else (not /tmp, which is
+    world-writable). Under /run, or the build tree's directory."""
+    for base in ("/run", os.path.dirname(os.path.realpath(RUNBOOK))):
+        if os.path.isdir(base) and _trusted_chain(base):
+            d = tempfile.mkdtemp(prefix=prefix, dir=base)
+            os.chmod(d, 0o755)
+            return d
+    raise RuntimeError("no root-owned directory that only root can write (tried /run and %s)"
+                       % os.path.dirname(RUNBOOK))

@@ -14,7 +14,9 @@ what ran, every NDJSON line against its tool's schema.
   the worker pool is the tool's own; every tool's section and data quality present.
 - doctor vs sleepers_nofp: a frame-pointer warning for the target is a finding.
 Also: bad usage exits 2 with one line; --list names every runbook; Ctrl-C ends the
-window early and the report is still written; a missing tool is reported as failed.
+window early and the report is still written; a tool that cannot run (threadpool
+without -p) is reported as failed; a program that is not the suite's refuses the
+runbook (test_runbook_security.py has the hostile cases).
 """
 import glob
 import json
@@ -28,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import check, finish, require_built, require_root, run, usage_error, within, workload, BIN  # noqa: E402
-from runbook_util import RUNBOOK, check_report_dir, findings, number, run_runbook  # noqa: E402
+from runbook_util import RUNBOOK, check_report_dir, findings, number, run_runbook, safe_tmpdir  # noqa: E402
 
 require_root()
 require_built(RUNBOOK, workload("mutex_contention"), workload("sleepers"), workload("busyloops"),
@@ -232,17 +234,27 @@ check(p.returncode == 0 and rj.get("interrupted") is True and os.path.exists(os.
       "Ctrl-C: runbook exits 0, run.json says interrupted, report.html written (rc %d)" % p.returncode)
 check(all(t["status"] == "exit 0" for t in rj.get("tools", [])), "Ctrl-C: every tool stopped with its final report")
 
-# --- 7. a tool that is not there is reported, the rest still runs -------------------------
-rbdir = os.path.join(TMP, "books")
-os.makedirs(rbdir)
+# --- 7. a tool that cannot run is reported, the rest still runs --------------------------
+# (threadpool needs -p; runbook files must be in directories only root can write: not /tmp)
+rbdir = safe_tmpdir("bpfdiag-runbook-books-")
 with open(os.path.join(rbdir, "broken.runbook"), "w") as f:
-    f.write("title: broken\ntool: no-such-tool\ntool: naptime\n")
+    f.write("title: broken\ntool: threadpool\ntool: naptime\n")
+os.chmod(os.path.join(rbdir, "broken.runbook"), 0o644)
 out = os.path.join(TMP, "broken")
 r = run([RUNBOOK, "broken", "-d", "1", "-o", out], timeout=180, env=dict(os.environ, BPFDIAG_RUNBOOKS=rbdir))
 fs = findings(out) if os.path.exists(os.path.join(out, "report.md")) else []
-check(r.returncode == 0 and fs and "no-such-tool failed" in fs[0]["text"] and "not found" in fs[0]["text"],
-      "a missing tool is the first finding, with its error; the report is written (%s)" % (fs[0]["text"] if fs else None))
+check(r.returncode == 0 and fs and "threadpool failed" in fs[0]["text"] and "-p PID is required" in fs[0]["text"],
+      "a tool that cannot run is the first finding, with its error; the report is written (%s)" % (fs[0]["text"] if fs else None))
 check(any(f["tool"] == "naptime" for f in fs), "the other tool of the runbook still reported")
+# a program that is not the suite's refuses the runbook before anything runs
+with open(os.path.join(rbdir, "alien.runbook"), "w") as f:
+    f.write("title: alien\ntool: naptime\ntool: no-such-tool\n")
+os.chmod(os.path.join(rbdir, "alien.runbook"), 0o644)
+r = run([RUNBOOK, "alien", "-d", "1", "-o", os.path.join(TMP, "alien")], env=dict(os.environ, BPFDIAG_RUNBOOKS=rbdir))
+check(r.returncode == 2 and "alien.runbook:3: 'no-such-tool' is not a tool of the suite" in r.stderr
+      and not os.path.exists(os.path.join(TMP, "alien")),
+      "a tool that is not the suite's: exit 2 naming the line, nothing run (%r)" % r.stderr.strip())
+shutil.rmtree(rbdir, ignore_errors=True)
 
 shutil.rmtree(TMP, ignore_errors=True)
 finish()

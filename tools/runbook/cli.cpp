@@ -11,19 +11,24 @@ using namespace bpfdiag;
 const ToolSpec kSpec{
     "runbook",
     "run a troubleshooting runbook: several tools, one window, one report.",
-    "Starts the runbook's tools at once (the suite's programs next to runbook, else\n"
-    "in PATH), each with -j and the same -p, waits until every tool has attached,\n"
-    "traces for DURATION (or until Ctrl-C) and writes a report directory: each\n"
-    "tool's NDJSON and stderr, folded stacks and flame graphs (SVG), report.md,\n"
-    "report.html (self-contained, opens from disk) and run.json (what ran, so it\n"
-    "can be repeated). The report starts with the findings, one line each with the\n"
-    "number behind it and the tool that measured it. A tool that fails is reported\n"
-    "with its error; the report is still written. Runbooks are small files\n"
-    "NAME.runbook in share/bpfdiag/runbooks (or $BPFDIAG_RUNBOOKS); see\n"
-    "man 8 runbook.",
+    "Starts the runbook's tools at once (the suite's programs in runbook's own\n"
+    "directory, never PATH), each with -j and the same -p, waits until every tool\n"
+    "has attached, traces for DURATION (or until Ctrl-C) and writes a report\n"
+    "directory: each tool's NDJSON and stderr, folded stacks and flame graphs (SVG),\n"
+    "report.md, report.html (self-contained, opens from disk) and run.json (what\n"
+    "ran, so it can be repeated). The report starts with the findings, one line each\n"
+    "with the number behind it and the tool that measured it. A tool that fails is\n"
+    "reported with its error; the report is still written. The tools end when\n"
+    "runbook does. Runbooks are small files NAME.runbook in share/bpfdiag/runbooks\n"
+    "(or $BPFDIAG_RUNBOOKS). A runbook is code run as root: the file and every\n"
+    "directory above it must belong to root or you and be writable by no one else,\n"
+    "it names only the suite's tools, and their arguments must pass the tool's own\n"
+    "parser. See man 8 runbook.",
     {opt::pid("trace these processes (passed to every tool)"),
      OptionSpec{"d,duration", "TIME", "the window (default unit s; default 10 s)", "Schedule"},
-     OptionSpec{"o,output", "DIR", "report directory (default: ./runbook-NAME-DATE-TIME)"},
+     OptionSpec{"o,output", "DIR",
+                "report directory, created (or an empty one of yours;\n"
+                "default: ./runbook-NAME-DATE-TIME-RANDOM)"},
      OptionSpec{"l,list", "", "list the runbooks and their tools"}, opt::help()},
     "  runbook --list                       # the runbooks and what they run\n"
     "  runbook slow-service -p 181          # pool, waits, locks, CPU of PID 181\n"

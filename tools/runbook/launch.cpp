@@ -1,10 +1,12 @@
 // Runs the runbook's tools: one child process each (own process group, stdout a
-// pipe, stderr a file), a window that starts once every tool's "<tool>.start" record
+// pipe, stderr a file; it gets SIGTERM when runbook dies, and a --duration backstop
+// from plan_tools), a window that starts once every tool's "<tool>.start" record
 // has arrived (SIGUSR1 to each: a report boundary, so the final report covers the
 // window), then SIGINT to each (every tool prints its final report on SIGINT).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -14,7 +16,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "common/runloop.h"
@@ -29,54 +30,10 @@ volatile sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 
 constexpr uint64_t kSec = 1'000'000'000ULL;
-constexpr uint64_t kAttachTimeout = 120 * kSec;  // BPF compiles of 5 tools on a busy box
 constexpr uint64_t kStopTimeout = 60 * kSec;
 
-bool executable(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
-}
-
-// The suite's program: next to runbook first, then PATH.
-std::string find_program(const std::string& name) {
-  std::string here = self_exe_dir();
-  if (!here.empty() && executable(here + "/" + name)) return here + "/" + name;
-  const char* path = std::getenv("PATH");
-  std::stringstream ss(path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
-  for (std::string d; std::getline(ss, d, ':');)
-    if (!d.empty() && executable(d + "/" + name)) return d + "/" + name;
-  return "";
-}
-
-// Output of `exe --help` (no BPF is loaded for --help).
-std::string help_text(const std::string& exe) {
-  std::string cmd = "'" + exe + "' --help 2>/dev/null";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return "";
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  pclose(f);
-  return out;
-}
-
-Status make_dir(const std::string& dir) {
-  std::string cur;
-  std::stringstream ss(dir);
-  if (!dir.empty() && dir[0] == '/') cur = "/";
-  for (std::string part; std::getline(ss, part, '/');) {
-    if (part.empty()) continue;
-    cur += part + "/";
-    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-      return Error{"cannot create " + cur + ": " + std::strerror(errno)};
-  }
-  return std::nullopt;
-}
-
-void handle_line(ToolRun& t, const std::string& line, std::ofstream& ndjson) {
-  ndjson << line << "\n";
-  ndjson.flush();
+void handle_line(ToolRun& t, const std::string& line, int ndjson) {
+  if (ndjson >= 0) write_all(ndjson, line + "\n");
   if (line.empty()) return;
   auto j = nlohmann::json::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
@@ -87,7 +44,7 @@ void handle_line(ToolRun& t, const std::string& line, std::ofstream& ndjson) {
   t.records.push_back(std::move(j));
 }
 
-void drain(ToolRun& t, std::ofstream& ndjson) {
+void drain(ToolRun& t, int ndjson) {
   char buf[65536];
   for (;;) {
     ssize_t n = read(t.out_fd, buf, sizeof buf);
@@ -110,13 +67,13 @@ void drain(ToolRun& t, std::ofstream& ndjson) {
   }
 }
 
-void spawn(ToolRun& t, const std::string& dir) {
+void spawn(ToolRun& t, int err_fd) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     t.error = std::string("pipe: ") + std::strerror(errno);
     return;
   }
-  std::string err_path = dir + "/" + t.name + ".stderr.txt";
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     t.error = std::string("fork: ") + std::strerror(errno);
@@ -125,16 +82,19 @@ void spawn(ToolRun& t, const std::string& dir) {
     return;
   }
   if (pid == 0) {
+    // the tool ends with runbook: SIGTERM (every tool stops on it and detaches) when
+    // runbook dies, and none at all if it died before this line
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
     setpgid(0, 0);  // Ctrl-C reaches runbook only; it stops the tools itself
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
-    int in = open("/dev/null", O_RDONLY);
-    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (in < 0 || err < 0) _exit(126);
-    dup2(in, 0);
-    dup2(fds[1], 1);
-    dup2(err, 2);
+    int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in < 0 || dup2(in, 0) < 0 || dup2(fds[1], 1) < 0 || dup2(err_fd, 2) < 0) _exit(126);
+    if (t.svg_fd >= 0) {  // --svg /proc/self/fd/3
+      if (t.svg_fd == kSvgFd ? fcntl(kSvgFd, F_SETFD, 0) < 0 : dup2(t.svg_fd, kSvgFd) < 0) _exit(126);
+    }
     std::vector<char*> av;
     for (auto& a : t.argv) av.push_back(const_cast<char*>(a.c_str()));
     av.push_back(nullptr);
@@ -162,7 +122,7 @@ void reap(Run& run) {
 }
 
 // Polls the tools' stdout for up to `ms`, reading what is there.
-void pump(Run& run, std::vector<std::ofstream>& out, int ms) {
+void pump(Run& run, std::vector<int>& out, int ms) {
   std::vector<pollfd> pfds;
   std::vector<size_t> idx;
   for (size_t i = 0; i < run.tools.size(); ++i)
@@ -199,43 +159,35 @@ std::string iso_time(uint64_t ns) {
   return buf;
 }
 
-Status execute(Run& run) {
-  if (auto st = make_dir(run.dir)) return st;
+void execute(Run& run) {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  for (auto& rt : run.book.tools) {
-    ToolRun t;
-    t.name = rt.name;
-    t.exe = find_program(rt.name);
-    t.argv = {t.exe.empty() ? rt.name : t.exe, "-j"};
-    const std::string help = t.exe.empty() ? "" : help_text(t.exe);
-    // -p goes to the tools that have it (runqlen measures CPUs, not processes)
-    if (!run.cfg.pid_arg.empty() && (t.exe.empty() || help.find("--pid") != std::string::npos))
-      t.argv.insert(t.argv.end(), {"-p", run.cfg.pid_arg});
-    else if (!run.cfg.pid_arg.empty())
-      t.whole_machine = true;
-    t.argv.insert(t.argv.end(), rt.args.begin(), rt.args.end());
-    if (t.exe.empty()) {
-      t.error = rt.name + " not found next to runbook (" + self_exe_dir() + ") or in PATH";
-    } else if (help.find("--svg") != std::string::npos) {
-      t.own_svg = true;
-      t.argv.insert(t.argv.end(), {"--svg", run.dir + "/" + t.name + ".svg"});
-    }
-    run.tools.push_back(std::move(t));
-  }
-  std::vector<std::ofstream> out(run.tools.size());
+  std::vector<int> out(run.tools.size(), -1);
   run.start_ns = realtime_ns();
   for (size_t i = 0; i < run.tools.size(); ++i) {
     auto& t = run.tools[i];
     if (!t.error.empty()) continue;
-    out[i].open(run.dir + "/" + t.name + ".ndjson", std::ios::trunc);
-    t.files.push_back(t.name + ".ndjson");
-    t.files.push_back(t.name + ".stderr.txt");
-    spawn(t, run.dir);
+    // a runbook may name a tool twice: the second one's files get a number
+    std::string base = t.name;
+    for (int n = 2; faccessat(run.dir_fd, (base + ".ndjson").c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0; ++n)
+      base = t.name + "-" + std::to_string(n);
+    out[i] = create_report_file(run, base + ".ndjson");
+    int err = create_report_file(run, base + ".stderr.txt");
+    if (t.own_svg) t.svg_fd = create_report_file(run, base + ".svg");
+    if (out[i] < 0 || err < 0 || (t.own_svg && t.svg_fd < 0)) {
+      t.error = "cannot create its files in " + run.dir + ": " + std::strerror(errno);
+      if (err >= 0) close(err);
+      continue;
+    }
+    t.files.push_back(base + ".ndjson");
+    t.files.push_back(base + ".stderr.txt");
+    t.base = base;
+    spawn(t, err);
+    close(err);
   }
   std::fprintf(stderr, "runbook %s: starting %zu tools; report in %s\n", run.book.name.c_str(), run.tools.size(),
                run.dir.c_str());
@@ -247,7 +199,7 @@ Status execute(Run& run) {
     for (auto& t : run.tools)
       if (running(t) && !t.started && !t.exited) waiting = true;
     if (!waiting || g_stop) break;
-    if (monotonic_ns() - t0 > kAttachTimeout) {
+    if (monotonic_ns() - t0 > kAttachTimeoutNs) {
       run.attach_timeout = true;
       break;
     }
@@ -302,14 +254,11 @@ Status execute(Run& run) {
     pump(run, out, 100);
   }
   run.end_ns = realtime_ns();
-  for (auto& t : run.tools) {
-    if (t.pid <= 0) continue;
-    std::ifstream in(run.dir + "/" + t.name + ".stderr.txt");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    t.stderr_text = ss.str();
+  for (size_t i = 0; i < run.tools.size(); ++i) {
+    if (out[i] >= 0) close(out[i]);
+    auto& t = run.tools[i];
+    if (t.pid > 0) t.stderr_text = read_report_file(run.dir_fd, t.base + ".stderr.txt");
   }
-  return std::nullopt;
 }
 
 std::string ToolRun::stderr_last_line() const {

@@ -1,8 +1,6 @@
 // runbook: runs a runbook's tools together and writes a report directory (see
 // runbook.h and man 8 runbook).
 #include <cstdio>
-#include <ctime>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -16,7 +14,16 @@ namespace {
 
 int list() {
   std::vector<std::string> bad;
-  auto books = list_runbooks(&bad);
+  auto all = list_runbooks(&bad);
+  std::vector<RunbookFile> books;
+  for (auto& b : all) {  // a runbook whose tools runbook would refuse is listed as refused
+    Run probe;
+    probe.book = b;
+    if (auto st = plan_tools(probe))
+      bad.push_back(st->message);
+    else
+      books.push_back(b);
+  }
   for (auto& b : books) {
     std::string tools;
     for (auto& t : b.tools) tools += (tools.empty() ? "" : ", ") + t.name;
@@ -29,15 +36,6 @@ int list() {
     return 1;
   }
   return flush_output("runbook") ? 0 : 1;
-}
-
-std::string default_dir(const std::string& name) {
-  time_t now = time(nullptr);
-  tm t;
-  localtime_r(&now, &t);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &t);
-  return "runbook-" + name + "-" + buf;
 }
 
 }  // namespace
@@ -62,17 +60,21 @@ int main(int argc, char** argv) {
   run.cfg = *c;
   run.book = *book;
   run.command.assign(argv, argv + argc);
-  run.dir = c->out_dir.empty() ? default_dir(book->name) : c->out_dir;
-  if (auto st = execute(run)) {
-    std::fprintf(stderr, "runbook: %s\n", one_line(st->message).c_str());
-    return 1;
+  if (auto st = plan_tools(run)) {  // FILE:LINE: what is refused
+    std::fprintf(stderr, "runbook: %s\n", one_line(st->message, 400).c_str());
+    return 2;
   }
+  if (auto st = open_report_dir(run)) {
+    std::fprintf(stderr, "runbook: %s\n", one_line(st->message).c_str());
+    return 2;
+  }
+  execute(run);
   if (auto st = write_reports(run)) {
     std::fprintf(stderr, "runbook: %s\n", one_line(st->message).c_str());
     return 1;
   }
   // the findings on stdout, as in report.md
-  std::ifstream md(run.dir + "/report.md");
+  std::istringstream md(run.report_md);
   std::string line;
   bool in = false;
   std::printf("runbook %s: findings\n", run.book.name.c_str());

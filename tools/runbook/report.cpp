@@ -2,7 +2,6 @@
 // data: URLs, no network) and run.json.
 #include <sys/utsname.h>
 
-#include <fstream>
 #include <sstream>
 
 #include "tools/runbook/runbook.h"
@@ -58,13 +57,6 @@ std::string base64(const std::string& in) {
   return out;
 }
 
-std::string read_file(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 const char kCss[] =
     "body{font-family:system-ui,sans-serif;max-width:1260px;margin:2em auto;padding:0 1em;color:#222}"
     "h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.6em}"
@@ -103,7 +95,7 @@ std::string render_markdown(const Report& r) {
   return os.str();
 }
 
-std::string render_html(const Report& r, const std::string& dir) {
+std::string render_html(const Report& r, int dir_fd) {
   std::ostringstream os;
   os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << html_escape(r.title)
      << "</title><style>" << kCss << "</style></head><body>\n<h1>" << html_escape(r.title) << "</h1>\n"
@@ -134,7 +126,7 @@ std::string render_html(const Report& r, const std::string& dir) {
       os << "</table>\n";
     }
     for (auto& fig : s.figures) {
-      std::string svg = read_file(dir + "/" + fig.file);
+      std::string svg = read_report_file(dir_fd, fig.file);
       os << "<h3>" << html_escape(fig.title) << " (<a href=\"" << html_escape(fig.file) << "\">" << html_escape(fig.file)
          << "</a>)</h3>\n";
       if (!svg.empty())
@@ -195,16 +187,10 @@ json run_json(const Run& run) {
 Status write_reports(Run& run) {
   write_stacks(run);
   Report rep = build_report(run);
-  auto put = [&](const std::string& name, const std::string& text) -> Status {
-    std::ofstream out(run.dir + "/" + name, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return Error{"cannot write " + run.dir + "/" + name};
-    return std::nullopt;
-  };
-  if (auto st = put("report.md", render_markdown(rep))) return st;
-  if (auto st = put("report.html", render_html(rep, run.dir))) return st;
-  return put("run.json", run_json(run).dump(2) + "\n");
+  run.report_md = render_markdown(rep);
+  if (auto st = write_report_file(run, "report.md", run.report_md)) return st;
+  if (auto st = write_report_file(run, "report.html", render_html(rep, run.dir_fd))) return st;
+  return write_report_file(run, "run.json", run_json(run).dump(2) + "\n");
 }
 
 }  // namespace runbook

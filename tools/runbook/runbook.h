@@ -3,6 +3,9 @@
 // report.html, run.json). No BPF of its own: the tools are child processes.
 //
 //   cli.cpp       options -> Config
+//   registry.cpp  the suite's tools (their option tables and parsers, linked in); a
+//                 runbook's tools checked against them and their command lines built
+//   outdir.cpp    the report directory (created fresh) and its files (O_EXCL, O_NOFOLLOW)
 //   launch.cpp    start the tools, wait for every "<tool>.start", the window, stop them
 //   findings.cpp  findings and report sections from the tools' own records
 //   report.cpp    report.md / report.html from the sections; run.json
@@ -29,8 +32,12 @@ struct Config {
   std::string pid_arg;             // as given, passed on to every tool
   std::vector<uint32_t> pids;
   uint64_t duration_ns = 0;        // 0: the runbook's own default
-  std::string out_dir;             // "" : ./runbook-NAME-YYYYmmdd-HHMMSS
+  std::string out_dir;             // "" : ./runbook-NAME-YYYYmmdd-HHMMSS-RANDOM
 };
+
+constexpr uint64_t kAttachTimeoutNs = 120'000'000'000ULL;  // BPF compiles of 5 tools on a busy box
+constexpr uint64_t kBackstopMarginS = 30;  // a tool's --duration: window + attach timeout + this
+constexpr int kSvgFd = 3;  // a tool's --svg is /proc/self/fd/3: a file runbook created
 
 extern const bpfdiag::ToolSpec kSpec;
 bpfdiag::Result<Config> parse(int argc, char** argv);
@@ -38,9 +45,13 @@ bpfdiag::Result<Config> parse(int argc, char** argv);
 // One tool of the run.
 struct ToolRun {
   std::string name;
+  int line = 0;                   // its "tool:" line in the runbook
+  std::string base;               // its files: BASE.ndjson, .stderr.txt, .folded, .svg (the
+                                  // name; NAME-2 for a second run of a tool)
   std::vector<std::string> argv;  // argv[0] = the program's path (or name when not found)
   std::string exe;                // "" : not found
   bool own_svg = false;           // the tool was given --svg (it writes its SVG itself)
+  int svg_fd = -1;                // with own_svg: TOOL.svg, created by runbook
   bool whole_machine = false;     // -p was given but the tool has none (e.g. runqlen)
   pid_t pid = -1;
   int out_fd = -1;
@@ -66,16 +77,46 @@ struct Run {
   Config cfg;
   bpfdiag::RunbookFile book;
   std::vector<std::string> command;  // how runbook was invoked
-  std::string dir;
+  std::string dir;                   // as shown
+  int dir_fd = -1;                   // every report file is opened relative to it
   std::vector<ToolRun> tools;
   uint64_t start_ns = 0, window_start_ns = 0, window_end_ns = 0, end_ns = 0;
   bool interrupted = false;  // Ctrl-C / SIGTERM ended the window early
   bool attach_timeout = false;
+  std::string report_md;  // as written
 };
 
-// launch.cpp: runs everything; returns an error only when nothing could be recorded
-// (the report directory cannot be created).
-bpfdiag::Status execute(Run& run);
+// registry.cpp
+struct SuiteTool {
+  const char* name;
+  const bpfdiag::ToolSpec& (*spec)();
+  bpfdiag::Status (*check)(const std::vector<std::string>& argv);  // the tool's own parse_args
+};
+const SuiteTool* find_suite_tool(const std::string& name);
+std::string suite_tool_names();
+// Checks run.book against the suite and fills run.tools with each tool's program and
+// command line: "FILE:LINE: ..." when a tool is not the suite's, or an argument is
+// unknown to the tool, refused by its parser, or one runbook sets itself (-j, -p, the
+// schedule, --svg, any option naming a file). A program that is missing or not
+// trusted, or a tool that needs -p when none was given, is a tool error (not run).
+bpfdiag::Status plan_tools(Run& run);
+
+// outdir.cpp. The report directory: -o DIR is created (mode 0700; its missing parents
+// 0755) or, if it exists, must be an empty directory (not a symbolic link) owned by
+// this user and writable by no one else; the default name gets a random suffix and is
+// created exclusively. Sets run.dir_fd.
+bpfdiag::Status open_report_dir(Run& run);
+// NAME created in the report directory (O_CREAT|O_EXCL|O_NOFOLLOW, 0644, O_CLOEXEC);
+// -1 and errno when it cannot be.
+int create_report_file(const Run& run, const std::string& name);
+bool write_all(int fd, const std::string& text);
+// Creates NAME and writes TEXT; an error names the file.
+bpfdiag::Status write_report_file(const Run& run, const std::string& name, const std::string& text);
+// NAME of the report directory ("" when absent), never through a symbolic link.
+std::string read_report_file(int dir_fd, const std::string& name);
+
+// launch.cpp: runs every tool of run.tools (plan_tools) into run.dir_fd.
+void execute(Run& run);
 uint64_t realtime_ns();
 std::string iso_time(uint64_t realtime_ns);
 
@@ -113,7 +154,7 @@ std::string fmt_ms(uint64_t ns);
 void write_stacks(Run& run);
 // report.cpp
 std::string render_markdown(const Report& r);
-std::string render_html(const Report& r, const std::string& dir);
+std::string render_html(const Report& r, int dir_fd);  // flame graphs read from the directory
 nlohmann::json run_json(const Run& run);
 // Writes report.md, report.html, run.json; an error names the file.
 bpfdiag::Status write_reports(Run& run);

@@ -1,7 +1,9 @@
 // Folded stacks and flame graphs from the stack tools' NDJSON: each stack record
 // (user_stack/kernel_stack) becomes the folded line the tool's own -f prints
 // (common/stacks folded_line), and the SVG comes from common/flamegraph.
-#include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <map>
 
 #include "common/flamegraph.h"
@@ -32,8 +34,19 @@ StackKind kind_of(const json& r) {
 
 }  // namespace
 
+namespace {
+
+// Bytes the tool wrote to the SVG runbook created for its --svg.
+off_t own_svg_size(const ToolRun& t) {
+  struct stat st;
+  return t.svg_fd >= 0 && fstat(t.svg_fd, &st) == 0 ? st.st_size : 0;
+}
+
+}  // namespace
+
 void write_stacks(Run& run) {
   for (auto& t : run.tools) {
+    const std::string base = t.base.empty() ? t.name : t.base;
     std::vector<const json*> stacks;
     for (auto* r : t.final_records("stack"))
       if (r->contains("user_stack") || r->contains("kernel_stack")) stacks.push_back(r);
@@ -56,25 +69,33 @@ void write_stacks(Run& run) {
       folded += l + " " + std::to_string(v) + "\n";
       if (auto fl = parse_folded(l + " " + std::to_string(v))) lines.push_back(*fl);
     }
-    std::ofstream(run.dir + "/" + t.name + ".folded", std::ios::trunc) << folded;
-    t.files.push_back(t.name + ".folded");
-    if (!t.own_svg) {
+    if (!write_report_file(run, base + ".folded", folded)) t.files.push_back(base + ".folded");
+    if (!t.own_svg || own_svg_size(t) == 0) {  // the tool wrote none: ours, from its records
       FlameOptions o;
       o.title = t.name + (k.palette == FlamePalette::OffCpu ? ": off-CPU time" : ": on-CPU samples");
       o.subtitle = "runbook " + run.book.name + (run.cfg.pid_arg.empty() ? "" : ", PID " + run.cfg.pid_arg) + ", " +
                    fmt_ms(run.window_end_ns - run.window_start_ns);
       o.unit = k.unit;
       o.palette = k.palette;
-      std::ofstream(run.dir + "/" + t.name + ".svg", std::ios::trunc) << render_flamegraph(lines, o);
+      const std::string svg = render_flamegraph(lines, o);
+      bool ok = t.svg_fd >= 0 ? ftruncate(t.svg_fd, 0) == 0 && lseek(t.svg_fd, 0, SEEK_SET) == 0 &&
+                                    write_all(t.svg_fd, svg)
+                              : !write_report_file(run, base + ".svg", svg);
+      if (!ok) continue;
     }
-    t.files.push_back(t.name + ".svg");
+    t.files.push_back(base + ".svg");
   }
-  // a tool given --svg wrote its own SVG even if its records carry no stacks
+  // a tool given --svg wrote its own SVG even if its records carry no stacks; the file
+  // runbook created for one it did not write is removed
   for (auto& t : run.tools) {
-    if (!t.own_svg) continue;
+    if (t.svg_fd < 0) continue;
+    const std::string svg = (t.base.empty() ? t.name : t.base) + ".svg";
     bool listed = false;
-    for (auto& f : t.files) listed = listed || f == t.name + ".svg";
-    if (!listed && std::ifstream(run.dir + "/" + t.name + ".svg")) t.files.push_back(t.name + ".svg");
+    for (auto& f : t.files) listed = listed || f == svg;
+    if (!listed && own_svg_size(t) > 0) t.files.push_back(svg);
+    if (own_svg_size(t) == 0) unlinkat(run.dir_fd, svg.c_str(), 0);
+    close(t.svg_fd);
+    t.svg_fd = -1;
   }
 }
 

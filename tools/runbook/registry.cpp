@@ -1,0 +1,174 @@
+// The suite's tools a runbook may run, and the check of a runbook against them: each
+// tool's own option table (ToolSpec) and parser are linked in, so `tool: lockstat -s 3`
+// is checked by lockstat's own parse_args with the command line runbook will run, and
+// whether a tool has -p, --svg or --duration is read from its table. A tool's program
+// is taken only from runbook's own directory (never PATH) and only when that file and
+// its directories pass open_trusted (common/runbook_file.h).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "common/cli.h"
+#include "tools/doctor/doctor.h"
+#include "tools/lockstat/lockstat.h"
+#include "tools/naptime/naptime.h"
+#include "tools/offcputime/offcputime.h"
+#include "tools/pmheld/pmheld.h"
+#include "tools/profile/profile.h"
+#include "tools/runbook/runbook.h"
+#include "tools/runqlen/runqlen.h"
+#include "tools/threadpool/threadpool.h"
+
+namespace runbook {
+using namespace bpfdiag;
+
+namespace {
+
+template <typename Parse>
+Status run_parse(Parse parse, const std::vector<std::string>& argv) {
+  std::vector<std::string> copy = argv;  // parsers take char**
+  std::vector<char*> av;
+  for (auto& a : copy) av.push_back(a.data());
+  av.push_back(nullptr);
+  auto r = parse(static_cast<int>(copy.size()), av.data());
+  if (!r) return Error{r.error()};
+  return std::nullopt;
+}
+
+#define SUITE_TOOL(ns, spec_fn) \
+  SuiteTool { #ns, &ns::spec_fn, [](const std::vector<std::string>& a) { return run_parse(&ns::parse_args, a); } }
+
+// flamegraph is a converter (no -j records, reads files), runbook is this program.
+const SuiteTool kTools[] = {
+    SUITE_TOOL(runqlen, tool_spec),    SUITE_TOOL(naptime, tool_spec), SUITE_TOOL(offcputime, tool_spec),
+    SUITE_TOOL(lockstat, spec),        SUITE_TOOL(pmheld, spec),       SUITE_TOOL(threadpool, tool_spec),
+    SUITE_TOOL(doctor, tool_spec),     SUITE_TOOL(profile, tool_spec),
+};
+
+std::string long_name(const OptionSpec& o) {
+  auto comma = o.flags.find(',');
+  return comma == std::string::npos ? o.flags : o.flags.substr(comma + 1);
+}
+
+std::string dash_name(const OptionSpec& o) {
+  auto n = long_name(o);
+  return (n.size() == 1 ? "-" : "--") + n;
+}
+
+bool has_option(const ToolSpec& s, const std::string& name) {
+  for (auto& o : s.options)
+    if (long_name(o) == name) return true;
+  return false;
+}
+
+// Options a runbook file may not give: runbook sets the output format, the target and
+// the schedule itself, and names every file it writes (no option naming a file or
+// directory, for reading or writing, is passed through).
+bool forbidden(const OptionSpec& o) {
+  static const std::set<std::string> kSetByRunbook{"json", "csv",      "folded", "pid",   "tid", "interval",
+                                                   "count", "duration", "help",   "ebpf", "svg"};
+  if (kSetByRunbook.count(long_name(o))) return true;
+  for (const char* word : {"FILE", "DIR", "PATH"})
+    if (o.arg.find(word) != std::string::npos) return true;
+  return false;
+}
+
+constexpr uint64_t kSec = 1'000'000'000ULL;
+
+}  // namespace
+
+const SuiteTool* find_suite_tool(const std::string& name) {
+  for (auto& t : kTools)
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+std::string suite_tool_names() {
+  std::string s;
+  for (auto& t : kTools) s += (s.empty() ? "" : " ") + std::string(t.name);
+  return s;
+}
+
+Status plan_tools(Run& run) {
+  const std::string file = run.book.path.empty() ? run.book.name : run.book.path;
+  const std::string here = self_exe_dir();
+  // Backstop: each tool is given a duration that ends it even if runbook's stop never
+  // arrives (runbook killed, and the parent-death signal missed): the window, plus the
+  // longest wait for the others to attach, plus a margin.
+  const uint64_t window = run.cfg.duration_ns ? run.cfg.duration_ns : run.book.duration_ns;
+  const uint64_t backstop_s =
+      std::min<uint64_t>((window + kAttachTimeoutNs) / kSec + kBackstopMarginS, 86400);
+  for (auto& rt : run.book.tools) {
+    const std::string at = file + ":" + std::to_string(rt.line) + ": ";
+    const SuiteTool* st = find_suite_tool(rt.name);
+    if (!st) return Error{at + "'" + rt.name + "' is not a tool of the suite (" + suite_tool_names() + ")"};
+    const ToolSpec& spec = st->spec();
+    // 1. the file's own arguments against the tool's option table
+    std::vector<std::string> own{rt.name};
+    own.insert(own.end(), rt.args.begin(), rt.args.end());
+    {
+      std::vector<char*> av;
+      for (auto& a : own) av.push_back(a.data());
+      av.push_back(nullptr);
+      auto parsed = parse_tool_cli(spec, static_cast<int>(own.size()), av.data());
+      if (!parsed) return Error{at + rt.name + ": " + parsed.error()};
+      for (auto& o : spec.options)
+        if (parsed->raw.count(long_name(o)) && forbidden(o))
+          return Error{at + rt.name + ": " + dash_name(o) +
+                       " is not allowed in a runbook (runbook adds -j, -p and the duration and writes every output file)"};
+      auto pos = positionals(parsed->raw);
+      if (!pos.empty()) return Error{at + rt.name + ": '" + pos[0] + "': no positional arguments in a runbook (runbook sets the window)"};
+    }
+    ToolRun t;
+    t.name = rt.name;
+    t.line = rt.line;
+    std::string exe = here.empty() ? "" : here + "/" + rt.name;
+    struct stat lst;
+    if (exe.empty() || lstat(exe.c_str(), &lst) != 0) {
+      t.error = "not found next to runbook (" + here + ")";
+    } else if (auto fd = open_trusted(exe); !fd) {
+      t.error = "not run: " + fd.error();
+    } else {
+      struct stat st{};
+      fstat(*fd, &st);
+      close(*fd);
+      if (!(st.st_mode & S_IXUSR))
+        t.error = "not run: " + exe + " is not executable";
+      else
+        t.exe = exe;
+    }
+    // 2. the command line it will run, through the tool's own parser
+    t.argv = {t.exe.empty() ? rt.name : t.exe, "-j"};
+    const bool has_pid = has_option(spec, "pid");
+    if (!run.cfg.pid_arg.empty() && has_pid)
+      t.argv.insert(t.argv.end(), {"-p", run.cfg.pid_arg});
+    else if (!run.cfg.pid_arg.empty())
+      t.whole_machine = true;
+    t.argv.insert(t.argv.end(), rt.args.begin(), rt.args.end());
+    if (has_option(spec, "svg")) {
+      t.own_svg = true;
+      t.argv.insert(t.argv.end(), {"--svg", "/proc/self/fd/" + std::to_string(kSvgFd)});
+    }
+    if (has_option(spec, "duration")) t.argv.insert(t.argv.end(), {"--duration", std::to_string(backstop_s) + "s"});
+    std::vector<std::string> check = t.argv;
+    check[0] = rt.name;
+    if (auto err = st->check(check)) {
+      // without -p a tool that requires one (threadpool) is reported as failed, as
+      // when it is run; an argument the tool refuses in any case refuses the runbook
+      std::vector<std::string> with_pid = check;
+      with_pid.insert(with_pid.begin() + 2, {"-p", std::to_string(getpid())});
+      if (run.cfg.pid_arg.empty() && has_pid && !st->check(with_pid)) {
+        if (t.error.empty()) t.error = "not run: " + err->message;
+      } else {
+        return Error{at + rt.name + ": " + err->message};
+      }
+    }
+    run.tools.push_back(std::move(t));
+  }
+  return std::nullopt;
+}
+
+}  // namespace runbook
