@@ -14,14 +14,16 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import BIN, SRC, check, finish, require_root, run  # noqa: E402
+from runbook_util import safe_tmpdir  # noqa: E402
 
 require_root()
 BUILD = os.path.dirname(os.path.abspath(BIN))
-TMP = tempfile.mkdtemp(prefix="bpfdiag-install-test-")
+# not under /tmp: the installed runbook trusts runbooks only in directories that only
+# root can write, every one from / down (runbook_util.safe_tmpdir)
+TMP = safe_tmpdir("bpfdiag-install-test-")
 
 
 def programs():
