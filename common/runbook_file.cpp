@@ -38,21 +38,32 @@ bool is_dir(const std::string& p) {
   return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// A directory anyone may write to but where the sticky bit keeps each entry to its
+// owner (/tmp, /var/tmp, /dev/shm): no one but an entry's owner can rename, replace or
+// remove it, so what lies below is as safe as the entry's own owner and mode, which
+// the next step of the walk checks.
+bool shared_sticky_dir(const struct stat& st) {
+  return S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) && st.st_uid == 0;
+}
+
 // Why a file or directory of a runbook's path may not be trusted ("" : it may).
-std::string untrusted_reason(const struct stat& st, const std::string& path) {
+// `in_shared`: it is an entry of a shared sticky directory.
+std::string untrusted_reason(const struct stat& st, const std::string& path, bool in_shared) {
   const uid_t me = getuid();
   if (st.st_uid != 0 && st.st_uid != me)
     return path + " is owned by uid " + std::to_string(st.st_uid) + (me == 0 ? ", not root" : ", not root or you");
-  if (st.st_mode & S_IWOTH)
-    return path + " is world-writable" +
-           (S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) ? " (sticky or not, anyone may have put files in it)" : "");
+  if (shared_sticky_dir(st)) return "";
+  if (st.st_mode & S_IWOTH) return path + " is world-writable";
   if (st.st_mode & S_IWGRP) return path + " is group-writable";
+  // a hard link someone else made to a file of ours, under a name of their choosing
+  if (in_shared && !S_ISDIR(st.st_mode) && st.st_nlink > 1)
+    return path + " has " + std::to_string(st.st_nlink) + " hard links in a shared directory";
   return "";
 }
 
 const char kRule[] =
     " (a runbook is code run as root: it and every directory above it must belong to root or you, writable by no one "
-    "else)";
+    "else but a root-owned sticky directory such as /tmp)";
 
 struct Fd {
   int fd = -1;
@@ -155,13 +166,15 @@ Result<int> open_trusted(const std::string& path, bool directory) {
   Fd cur{open("/", (parts.empty() ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC)};
   if (cur.fd < 0) return Error{std::string("/: ") + std::strerror(errno)};
   std::string at = "/";
+  bool in_shared = false;
   for (size_t i = 0;; ++i) {
     struct stat st;
     if (fstat(cur.fd, &st) != 0) return Error{at + ": " + std::strerror(errno)};
     const bool last = i == parts.size();
     if (!last && !S_ISDIR(st.st_mode)) return Error{at + ": not a directory"};
-    auto why = untrusted_reason(st, at);
+    auto why = untrusted_reason(st, at, in_shared);
     if (!why.empty()) return Error{"refused " + path + ": " + why + kRule};
+    in_shared = shared_sticky_dir(st);
     if (last) {
       if (directory && !S_ISDIR(st.st_mode)) return Error{path + ": not a directory"};
       if (!directory && !S_ISREG(st.st_mode)) return Error{path + ": not a regular file"};

@@ -92,15 +92,31 @@ marker2 = os.path.join(ATTACK, "MARKER")
 nobody_writes(ATTACK + "/evil.mk", makefile(marker2))
 nobody_writes(ATTACK + "/evil.runbook", "tool: make --file=%s/evil.mk\n" % ATTACK)
 r = run([RUNBOOK, os.path.join(ATTACK, "evil.runbook"), "-d", "1", "-o", os.path.join(SAFE, "out-a2")])
-refused(r, "runbook /tmp/.../evil.runbook (nobody's)", "refused", "/tmp is world-writable")
+refused(r, "runbook /tmp/.../evil.runbook (nobody's)", "refused", "is owned by uid 65534")
 check(not os.path.exists(marker2), "runbook PATH: the makefile did not run")
-# /tmp itself is refused for a runbook path, sticky or not (the error says so)
+# /tmp is root's sticky directory: nobody cannot rename or replace root's entries in it,
+# so a root-owned runbook there is as safe as its own owner and mode (a checkout or build
+# tree under /tmp keeps working), but a hard link nobody made to a root file is refused
 rootbook = os.path.join("/tmp", os.path.basename(SAFE) + ".runbook")
 with open(rootbook, "w") as f:
     f.write("tool: naptime\n")
 os.chmod(rootbook, 0o644)
-r = run([RUNBOOK, rootbook, "-d", "1", "-o", os.path.join(SAFE, "out-a2b")])
-refused(r, "a root-owned runbook directly in /tmp", "/tmp is world-writable (sticky")
+r = run([RUNBOOK, rootbook, "-d", "0.5", "-o", os.path.join(SAFE, "out-a2b")])
+check(r.returncode == 0 and os.path.exists(os.path.join(SAFE, "out-a2b", "report.md")),
+      "a root-owned runbook directly in sticky /tmp runs (rc %d: %r)" % (r.returncode, r.stderr.strip()[-300:]))
+linked = os.path.join(ATTACK, "linked.runbook")
+ln = subprocess.run(NOBODY + ["ln", rootbook, linked], capture_output=True, text=True)
+if ln.returncode == 0:  # fs.protected_hardlinks=0 lets nobody link root's file
+    r = run([RUNBOOK, linked, "-d", "0.5", "-o", os.path.join(SAFE, "out-a2c")])
+    refused(r, "nobody's hard link to a root runbook", "refused")
+    rootlink = os.path.join("/tmp", os.path.basename(SAFE) + "-hl.runbook")
+    subprocess.run(NOBODY + ["ln", rootbook, rootlink], check=True)
+    r = run([RUNBOOK, rootlink, "-d", "0.5", "-o", os.path.join(SAFE, "out-a2d")])
+    refused(r, "a hard link nobody made in /tmp to a root runbook", "hard links in a shared directory")
+    os.unlink(rootlink)
+else:
+    check("Operation not permitted" in ln.stderr,
+          "nobody cannot hard-link root's runbook (fs.protected_hardlinks): %r" % ln.stderr.strip())
 os.unlink(rootbook)
 
 # 3. a root-owned runbook in a safe directory naming a program that is not the suite's
