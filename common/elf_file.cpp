@@ -124,8 +124,10 @@ ElfHeaderCheck check_elf_headers(const UntrustedFile& f) {
   }
   if (in_hole(f.fd(), h.shoff, h.shoff ? h.shnum * shsz : 0) || in_hole(f.fd(), h.phoff, h.phnum * phsz))
     return refuse("header table in a hole of a sparse file");
+  // st_blocks 0 with data in it (we just read the header): a filesystem that does not
+  // count blocks (some FUSE ones), not a hole
   struct stat st {};
-  if (size > kSparseElfMinSize && fstat(f.fd(), &st) == 0 &&
+  if (size > kSparseElfMinSize && fstat(f.fd(), &st) == 0 && st.st_blocks > 0 &&
       uint64_t(st.st_blocks) * 512 < size / kMinElfAllocatedFraction)
     return refuse("sparse file (" + kib(uint64_t(st.st_blocks) * 512) + " allocated of " + kib(size) + ")");
   out.info = h;

@@ -43,7 +43,8 @@ constexpr uint64_t kMaxElfProgramHeaders = 4096;
 // A file larger than this whose allocated blocks (st_blocks * 512) are under
 // 1/kMinElfAllocatedFraction of its size is refused as sparse: libelf would read (and
 // allocate for) megabytes of holes. Real binaries and debug files are fully allocated
-// (every ELF file over 1 MiB here has allocated >= apparent size).
+// (every ELF file over 1 MiB here has allocated >= apparent size). Filesystems that
+// report no blocks at all (st_blocks 0, some FUSE ones) are not judged by this rule.
 constexpr uint64_t kSparseElfMinSize = 1ULL << 20;
 constexpr uint64_t kMinElfAllocatedFraction = 16;
 
