@@ -94,6 +94,20 @@ UntrustedOpen from_errno(int err) {
   return out;
 }
 
+// The name messages give a file opened by `path`: a /proc/PID/map_files/<range> link
+// says little, the path the kernel gives for it says which file it is.
+std::string shown_name(const std::string& path) {
+  if (path.compare(0, 6, "/proc/") != 0 || path.find("/map_files/") == std::string::npos) return path;
+  char buf[4096];
+  ssize_t n = readlink(path.c_str(), buf, sizeof buf);
+  if (n <= 0 || size_t(n) >= sizeof buf) return path;
+  std::string target(buf, size_t(n));
+  const std::string del = " (deleted)";
+  if (target.size() > del.size() && target.compare(target.size() - del.size(), del.size(), del) == 0)
+    target.resize(target.size() - del.size());
+  return target;
+}
+
 }  // namespace
 
 UntrustedOpen open_untrusted(const std::string& path, const UntrustedPolicy& pol) {
@@ -108,7 +122,9 @@ UntrustedOpen open_untrusted(const std::string& path, const UntrustedPolicy& pol
       out.refused = "is a symbolic link";
     return out;
   }
-  return validate_and_reopen(pfd, pol);
+  UntrustedOpen out = validate_and_reopen(pfd, pol);
+  if (out.file) out.file->set_name(shown_name(path));
+  return out;
 }
 
 UntrustedOpen open_in_proc_root(uint32_t pid, const std::string& path, const UntrustedPolicy& pol) {
@@ -123,7 +139,9 @@ UntrustedOpen open_in_proc_root(uint32_t pid, const std::string& path, const Unt
   int saved = errno;
   close(rfd);
   if (pfd < 0) return from_errno(saved);
-  return validate_and_reopen(pfd, pol);
+  UntrustedOpen out = validate_and_reopen(pfd, pol);
+  if (out.file) out.file->set_name(path);
+  return out;
 }
 
 bool warn_refused(const std::string& path, const std::string& reason) {

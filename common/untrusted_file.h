@@ -30,6 +30,8 @@
 #include <string>
 #include <string_view>
 
+typedef struct Elf Elf;
+
 namespace bpfdiag {
 
 constexpr uint64_t kMaxElfSize = 1ULL << 30;      // ELF images and debug files
@@ -51,6 +53,10 @@ class UntrustedFile {
   uint64_t ino() const { return ino_; }
   int64_t mtime_ns() const { return mtime_ns_; }
   uid_t uid() const { return uid_; }
+  // The path it was opened by, for messages (a /proc/PID/map_files link: the path the
+  // kernel names for it); set_name() when the caller knows a better one.
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
   // "/proc/self/fd/N": hands this exact inode to code that wants a path (libbcc,
   // the uprobe API) without a second walk of an attacker-controlled path.
   std::string fd_path() const;
@@ -62,6 +68,7 @@ class UntrustedFile {
   uint64_t size_, dev_, ino_;
   int64_t mtime_ns_;
   uid_t uid_;
+  std::string name_;
 };
 
 struct UntrustedPolicy {
@@ -93,6 +100,13 @@ bool warn_refused(const std::string& path, const std::string& reason);
 bool warn_refused_keyed(const std::string& key, const std::string& what, const std::string& reason);
 // Shorthand: warns when r.refused is set.
 void warn_if_refused(const std::string& path, const UntrustedOpen& r);
+
+// A libelf handle (ELF_C_READ, released with elf_end) of the ELF file `f`, opened only
+// after check_elf_headers (common/elf_file.h) accepted its headers; nullptr when `f` is
+// not an ELF file or was refused (then one warning line per file, counted in
+// elf_files_refused()). The one way the suite hands an untrusted file to libelf
+// (implemented in common/elf_file.cpp).
+Elf* open_elf_untrusted(const UntrustedFile& f);
 
 // Reads at most `max_bytes` of `f` from its start and calls `line` for each line
 // (without '\n'; a final unterminated line included). Lines longer than `max_line`

@@ -2,6 +2,9 @@
 #include "common/unwind_maps.h"
 
 #include <bcc/BPF.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 #include <bpf/bpf.h>
 
 #include <algorithm>
@@ -11,10 +14,12 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <tuple>
 
 #include "common/bpf_session.h"
 #include "common/btf.h"
 #include "common/cli.h"
+#include "common/elf_file.h"
 #include "common/embedded.h"
 #include "common/proc.h"
 #include "common/symbolize.h"
@@ -52,15 +57,48 @@ std::string with_unwind_header(const std::string& text) {
 }
 
 const std::vector<std::string>& unwind_dq_keys() {
-  static const std::vector<std::string> keys = {"ustack_truncated",  "ustack_no_cfi",        "ustack_no_mapping",
-                                                "ustack_unreadable", "binaries_without_cfi", "ustack_fp_frames"};
+  static const std::vector<std::string> keys = {
+      "ustack_truncated",     "ustack_no_cfi",    "ustack_no_mapping",   "ustack_unreadable",
+      "binaries_without_cfi", "ustack_fp_frames", "ustack_maps_capped",  "ustack_tables_capped",
+      "binaries_refused"};
   return keys;
 }
+
+namespace {
+
+// One executable file mapping of /proc/PID/maps.
+struct MapLine {
+  uint64_t start, end, off;
+};
+// The mappings of one file (same device and inode), in address order.
+struct MappedFile {
+  unsigned maj = 0, min = 0;
+  uint64_t inode = 0;
+  std::string path;
+  std::vector<MapLine> maps;
+  uint64_t code = 0;  // bytes mapped executable
+  int rank = 2;       // 0: the executable, 1: the C runtime (root-owned), 2: the rest
+};
+
+// libc, the dynamic loader and libpthread, by file name: the frames every stack
+// passes through (blocking calls, thread start).
+bool is_c_runtime(const std::string& path) {
+  std::string b = path.substr(path.rfind('/') + 1);
+  auto starts = [&](const char* p) { return b.compare(0, std::strlen(p), p) == 0; };
+  return starts("libc.so") || starts("libc-") || starts("ld-linux") || starts("ld-") || starts("libpthread");
+}
+
+std::string plural(uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+}  // namespace
 
 bool UnwindMaps::add_process(uint32_t tgid) {
   std::ifstream f("/proc/" + std::to_string(tgid) + "/maps");
   if (!f) return false;
-  std::vector<uw_map> maps;
+  std::vector<MappedFile> files;
+  std::map<std::tuple<unsigned, unsigned, uint64_t>, size_t> by_inode;
   std::string line;
   bool any = false;
   while (std::getline(f, line)) {
@@ -75,40 +113,106 @@ bool UnwindMaps::add_process(uint32_t tgid) {
     if (perms[2] != 'x' || inode == 0 || consumed <= 0 || size_t(consumed) >= line.size()) continue;
     std::string path = line.substr(consumed);
     if (path[0] != '/') continue;
-    if (maps.size() >= UW_MAX_MAPS) break;  // the rest: ustack_no_mapping
-    char mf[96];
-    std::snprintf(mf, sizeof mf, "/proc/%u/map_files/%" PRIx64 "-%" PRIx64, tgid, start, end);
+    auto [it, fresh] = by_inode.emplace(std::make_tuple(maj, min, inode), files.size());
+    if (fresh) {
+      MappedFile mf;
+      mf.maj = maj, mf.min = min, mf.inode = inode, mf.path = path;
+      files.push_back(std::move(mf));
+    }
+    MappedFile& mf = files[it->second];
+    mf.maps.push_back({start, end, off});
+    mf.code += end - start;
+  }
+  if (!any) return false;
+
+  // Which files come first when a cap bites (UW_MAX_MAPS mappings, rows per process or
+  // in all): the executable, then the C runtime, then by how much code they map. A
+  // process can map hundreds of files below its executable; the first 128 by address
+  // would leave its own code and libc without tables.
+  // Opened one at a time (a process may map thousands of files: no descriptor is kept).
+  auto open_file = [tgid](const MappedFile& mf) {
+    const MapLine& m0 = mf.maps.front();
+    char mpath[96];
+    std::snprintf(mpath, sizeof mpath, "/proc/%u/map_files/%" PRIx64 "-%" PRIx64, tgid, m0.start, m0.end);
     UntrustedPolicy magic;
     magic.follow_links = true;  // a kernel magic link, not a name the process chose
-    UntrustedOpen r = open_untrusted(mf, magic);
+    UntrustedOpen r = open_untrusted(mpath, magic);
+    std::string path = mf.path;
+    const std::string del = " (deleted)";
+    if (path.size() > del.size() && path.compare(path.size() - del.size(), del.size(), del) == 0)
+      path.resize(path.size() - del.size());
     if (!r.file && r.refused.empty()) {
-      const std::string del = " (deleted)";
-      if (path.size() > del.size() && path.compare(path.size() - del.size(), del.size(), del) == 0)
-        path.resize(path.size() - del.size());
       r = open_in_proc_root(tgid, path, UntrustedPolicy{});
       warn_if_refused(path, r);
     }
-    uw_map m{start, end, 0, 0, 0};
-    stats_.mappings++;
-    if (r.file) {
-      auto t = cache_.get(r.file);
-      auto bias = t ? t->bias_for(start, off) : std::nullopt;
-      if (t && bias && t->has_cfi) {
+    if (r.file) r.file->set_name(path);  // warnings name the file, not the magic link
+    return r.file;
+  };
+  std::string proc = "/proc/" + std::to_string(tgid);
+  struct stat exe {};
+  bool have_exe = stat((proc + "/exe").c_str(), &exe) == 0;
+  char exe_path[4096];
+  ssize_t exe_len = readlink((proc + "/exe").c_str(), exe_path, sizeof exe_path);
+  for (MappedFile& mf : files) {
+    if ((have_exe && major(exe.st_dev) == mf.maj && minor(exe.st_dev) == mf.min && exe.st_ino == mf.inode) ||
+        (exe_len > 0 && mf.path == std::string(exe_path, size_t(exe_len)))) {
+      mf.rank = 0;
+    } else if (is_c_runtime(mf.path)) {
+      // root-owned only: a file the target's owner made cannot claim the C runtime's place
+      auto f = open_file(mf);
+      if (f && f->uid() == 0) mf.rank = 1;
+    }
+  }
+  std::stable_sort(files.begin(), files.end(), [](const MappedFile& a, const MappedFile& b) {
+    if (a.rank != b.rank) return a.rank < b.rank;
+    return a.code > b.code;
+  });
+
+  std::vector<uw_map> maps;
+  ProcessCaps caps;
+  uint64_t budget = kMaxProcessRows;  // rows of the tables this process uses
+  uint64_t failed_fdes = UINT64_MAX;  // FDEs of the smallest table that did not fit
+  std::string cap_reason;
+  for (MappedFile& mf : files) {
+    std::shared_ptr<const UnwindTable> t;
+    bool capped = false;
+    // the mappings that get one of the process's UW_MAX_MAPS slots
+    size_t take = std::min<size_t>(mf.maps.size(), UW_MAX_MAPS - maps.size());
+    caps.maps_left += mf.maps.size() - take;
+    if (take == 0) continue;
+    auto file = open_file(mf);
+    if (file) {
+      // Over the budget before the table is built (.eh_frame_hdr lists at least one row
+      // per FDE): building it would cost the time and memory the caps are there to save.
+      auto fdes = elf_eh_frame_hdr_fdes(*file);
+      uint64_t global_left = kMaxTotalRows - std::min<uint64_t>(kMaxTotalRows, rows_.size());
+      // (a file with as many FDEs as one that did not fit will not fit either: copies)
+      if (fdes && (*fdes > budget || *fdes >= failed_fdes)) {
+        capped = true, cap_reason = "per process";
+      } else if (fdes && *fdes > global_left && !placed_files_.count(file->identity())) {
+        capped = true, cap_reason = "across processes";
+      } else {
+        t = cache_.get(file);
+      }
+      if (t && t->has_cfi) {
         auto p = placed_.find(t.get());
-        if (p == placed_.end()) {
+        uint64_t n = t->rows.size();
+        if (n > budget) {
+          capped = true, cap_reason = "per process";
+          if (fdes) failed_fdes = std::min(failed_fdes, *fdes);
+        } else if (p == placed_.end() && (n > global_left || (capacity_ && rows_.size() + n > capacity_))) {
+          capped = true, cap_reason = "across processes";
+        } else if (p == placed_.end()) {
           Placed pl;
           stats_.binaries++;
-          if (!capacity_ || rows_.size() + t->rows.size() <= capacity_) {
-            pl.lo = uint32_t(rows_.size());
-            pl.n = uint32_t(t->rows.size());
-            rows_.insert(rows_.end(), t->rows.begin(), t->rows.end());
-          }
+          pl.lo = uint32_t(rows_.size());
+          pl.n = uint32_t(n);
+          rows_.insert(rows_.end(), t->rows.begin(), t->rows.end());
           keep_.push_back(t);
-          p = placed_.emplace(t.get(), pl).first;
+          placed_.emplace(t.get(), pl);
         }
-        m.bias = *bias;
-        m.row_lo = p->second.lo;
-        m.row_n = p->second.n;
+        if (!capped) placed_files_.insert(file->identity());
+        if (!capped) budget -= n;
       } else if (t && !placed_.count(t.get())) {
         placed_.emplace(t.get(), Placed{});
         keep_.push_back(t);
@@ -116,19 +220,45 @@ bool UnwindMaps::add_process(uint32_t tgid) {
         stats_.binaries_without_cfi++;
       }
     }
-    maps.push_back(m);
+    for (size_t i = 0; i < take; ++i) {
+      const MapLine& ml = mf.maps[i];
+      uw_map m{ml.start, ml.end, 0, 0, 0};
+      auto bias = t && !capped ? t->bias_for(ml.start, ml.off) : std::nullopt;
+      if (bias && t->has_cfi) {
+        const Placed& pl = placed_.at(t.get());
+        m.bias = *bias;
+        m.row_lo = pl.lo;
+        m.row_n = pl.n;
+      }
+      if (capped) caps.tables_left++;
+      maps.push_back(m);
+    }
   }
-  if (!any) return false;
   std::sort(maps.begin(), maps.end(), [](const uw_map& a, const uw_map& b) { return a.start < b.start; });
   if (!procs_.count(tgid)) {
     stats_.processes++;
     slots_.emplace(tgid, uint32_t(slots_.size()));
   }
+  stats_.mappings += maps.size();
   procs_[tgid] = std::move(maps);
+  caps_[tgid] = caps;
   dirty_[tgid] = true;
   stats_.rows = rows_.size();
   stats_.table_bytes = rows_.size() * sizeof(uw_row);
   stats_.build_ms = cache_.build_ms();
+  std::string who = "process " + std::to_string(tgid);
+  if (caps.maps_left)
+    warn_refused_keyed("uw-maps:" + std::to_string(tgid),
+                       plural(caps.maps_left, "executable mapping", "executable mappings") + " of " + who,
+                       "more than " + std::to_string(UW_MAX_MAPS) +
+                           " per process, the executable and the C runtime first "
+                           "(data_quality.ustack_maps_capped)");
+  if (caps.tables_left)
+    warn_refused_keyed("uw-rows:" + std::to_string(tgid),
+                       "the unwind tables of " + plural(caps.tables_left, "mapping", "mappings") + " of " + who,
+                       "over the cap of " + std::to_string(cap_reason == "per process" ? kMaxProcessRows : kMaxTotalRows) +
+                           " rows " + cap_reason + ", the executable and the C runtime first "
+                           "(data_quality.ustack_tables_capped)");
   return true;
 }
 
@@ -225,6 +355,11 @@ nlohmann::json UnwindMaps::start_fields() const {
 
 Status UnwindMaps::add_dq(BpfSession& bpf, DataQuality& dq, CounterDeltas* deltas) const {
   dq.add("binaries_without_cfi", stats_.binaries_without_cfi);
+  uint64_t maps_left = 0, tables_left = 0;
+  for (auto& [tgid, c] : caps_) maps_left += c.maps_left, tables_left += c.tables_left;
+  dq.add("ustack_maps_capped", maps_left);
+  dq.add("ustack_tables_capped", tables_left);
+  dq.add("binaries_refused", elf_files_refused());
   return add_unwind_counters(bpf, dq, deltas);
 }
 

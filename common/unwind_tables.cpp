@@ -199,16 +199,8 @@ void build_rows(Elf* elf, UnwindTable& t) {
   dwarf_cfi_end(cfi);
 }
 
-Elf* open_elf(const UntrustedFile& f) {
-  elf_version(EV_CURRENT);
-  // ELF_C_READ (pread, no mmap): a file truncated under us gives errors, not SIGBUS
-  Elf* e = elf_begin(f.fd(), ELF_C_READ, nullptr);
-  if (e && elf_kind(e) != ELF_K_ELF) {
-    elf_end(e);
-    return nullptr;
-  }
-  return e;
-}
+// header counts and allocated blocks checked before libelf allocates (untrusted_file.h)
+Elf* open_elf(const UntrustedFile& f) { return open_elf_untrusted(f); }
 
 }  // namespace
 

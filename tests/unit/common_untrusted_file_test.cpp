@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <elf.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -6,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -236,4 +238,176 @@ TEST_CASE("elf_file: reads this test binary, not a FIFO or a text file") {
   write_file(d / "text", "not elf\n");
   CHECK(ElfFile::open(open_untrusted(d / "text", {}).file).get() == nullptr);
   CHECK(ElfFile::open(nullptr).get() == nullptr);
+}
+
+// --- ELF header caps (issue 19 item 4) --------------------------------------------------
+namespace {
+
+// An ELF header (64- or 32-bit, little-endian) with the given header-table fields,
+// then `extra` bytes of data; the file is truncated (holes) to `size` when larger.
+struct ElfSpec {
+  bool is64 = true;
+  uint64_t phoff = 0, shoff = 0;
+  uint16_t phnum = 0, shnum = 0, shstrndx = 0;
+  uint16_t phentsize = 0, shentsize = 0;  // 0: the class's size
+  uint64_t size = 0;
+  // section 0 (at shoff) for extended numbering
+  uint64_t s0_size = 0;
+  uint32_t s0_link = 0, s0_info = 0;
+  bool write_s0 = false;
+};
+
+void write_elf(const std::string& path, const ElfSpec& s) {
+  std::string img;
+  if (s.is64) {
+    Elf64_Ehdr e{};
+    std::memcpy(e.e_ident, ELFMAG, SELFMAG);
+    e.e_ident[EI_CLASS] = ELFCLASS64, e.e_ident[EI_DATA] = ELFDATA2LSB, e.e_ident[EI_VERSION] = EV_CURRENT;
+    e.e_type = ET_DYN, e.e_machine = EM_X86_64, e.e_version = EV_CURRENT, e.e_ehsize = sizeof e;
+    e.e_phoff = s.phoff, e.e_shoff = s.shoff, e.e_phnum = s.phnum, e.e_shnum = s.shnum, e.e_shstrndx = s.shstrndx;
+    e.e_phentsize = s.phentsize ? s.phentsize : sizeof(Elf64_Phdr);
+    e.e_shentsize = s.shentsize ? s.shentsize : sizeof(Elf64_Shdr);
+    img.assign(reinterpret_cast<const char*>(&e), sizeof e);
+  } else {
+    Elf32_Ehdr e{};
+    std::memcpy(e.e_ident, ELFMAG, SELFMAG);
+    e.e_ident[EI_CLASS] = ELFCLASS32, e.e_ident[EI_DATA] = ELFDATA2LSB, e.e_ident[EI_VERSION] = EV_CURRENT;
+    e.e_type = ET_DYN, e.e_machine = EM_386, e.e_version = EV_CURRENT, e.e_ehsize = sizeof e;
+    e.e_phoff = uint32_t(s.phoff), e.e_shoff = uint32_t(s.shoff), e.e_phnum = s.phnum, e.e_shnum = s.shnum;
+    e.e_shstrndx = s.shstrndx;
+    e.e_phentsize = s.phentsize ? s.phentsize : sizeof(Elf32_Phdr);
+    e.e_shentsize = s.shentsize ? s.shentsize : sizeof(Elf32_Shdr);
+    img.assign(reinterpret_cast<const char*>(&e), sizeof e);
+  }
+  if (s.write_s0) {
+    img.resize(std::max<size_t>(img.size(), s.shoff), '\0');
+    if (s.is64) {
+      Elf64_Shdr s0{};
+      s0.sh_size = s.s0_size, s0.sh_link = s.s0_link, s0.sh_info = s.s0_info;
+      img.append(reinterpret_cast<const char*>(&s0), sizeof s0);
+    } else {
+      Elf32_Shdr s0{};
+      s0.sh_size = uint32_t(s.s0_size), s0.sh_link = s.s0_link, s0.sh_info = s.s0_info;
+      img.append(reinterpret_cast<const char*>(&s0), sizeof s0);
+    }
+  }
+  write_file(path, img);
+  if (s.size > img.size()) REQUIRE(truncate(path.c_str(), off_t(s.size)) == 0);
+}
+
+ElfHeaderCheck check_path(const std::string& p) {
+  auto r = open_untrusted(p, {});
+  REQUIRE(r.file.get() != nullptr);
+  return check_elf_headers(*r.file);
+}
+
+}  // namespace
+
+TEST_CASE("elf_file: extended numbering claiming 16M section headers is refused before libelf") {
+  TempDir d;
+  // the issue's file: e_shnum 0, section 0 says 16.7M headers, 1 GiB - 4 KiB apparent
+  ElfSpec s;
+  s.shoff = 4096, s.write_s0 = true, s.s0_size = ((1ULL << 30) - 8192) / 64, s.shstrndx = SHN_XINDEX;
+  s.size = 4096 + s.s0_size * 64;
+  write_elf(d / "sparse", s);
+  struct stat st {};
+  REQUIRE(stat((d / "sparse").c_str(), &st) == 0);
+  CHECK(uint64_t(st.st_blocks) * 512 <= 64 * 1024);  // really sparse here
+  auto c = check_path(d / "sparse");
+  CHECK_FALSE(c.info.has_value());
+  CHECK(c.refused == std::to_string(s.s0_size) + " section headers (more than 65536)");
+
+  uint64_t before = elf_files_refused();
+  auto t0 = std::chrono::steady_clock::now();
+  std::string err = capture_stderr([&] {
+    auto r = open_untrusted(d / "sparse", {});
+    CHECK(ElfFile::open(r.file).get() == nullptr);
+    CHECK(ElfFile::open(open_untrusted(d / "sparse", {}).file).get() == nullptr);  // same file: no 2nd line
+  });
+  CHECK(seconds_since(t0) < 2.0);  // libelf allocated per header: 23 s, 4.3 GB
+  CHECK(elf_files_refused() == before + 1);
+  CHECK(err == std::string(program_invocation_short_name) + ": warning: ignoring " + (d / "sparse") + ": " +
+                   c.refused + "\n");
+
+  // 32-bit: the same through Elf32 headers
+  s.is64 = false, s.s0_size = 1000000, s.size = 4096 + 40 * 1000000ULL;
+  write_elf(d / "sparse32", s);
+  c = check_path(d / "sparse32");
+  CHECK(c.refused == "1000000 section headers (more than 65536)");
+}
+
+TEST_CASE("elf_file: extended numbering resolved from section 0 (shstrndx, phnum)") {
+  TempDir d;
+  ElfSpec s;
+  s.shoff = 64, s.write_s0 = true, s.s0_size = 3, s.s0_link = 2, s.shstrndx = SHN_XINDEX;
+  s.size = 64 + 3 * 64;
+  write_elf(d / "ok", s);
+  auto c = check_path(d / "ok");
+  REQUIRE(c.info.has_value());
+  CHECK(c.info->shnum == 3);
+  CHECK(c.info->shstrndx == 2);
+
+  s.shnum = 3, s.shstrndx = 1, s.phnum = PN_XNUM, s.s0_info = 100000, s.phoff = 64;
+  s.size = 64 + 100000ULL * 56;
+  write_elf(d / "phx", s);
+  c = check_path(d / "phx");
+  CHECK(c.refused == "100000 program headers (more than 4096)");
+  // PN_XNUM without section headers to say the count
+  ElfSpec n;
+  n.phnum = PN_XNUM, n.phoff = 64, n.size = 4096;
+  write_elf(d / "phnosh", n);
+  CHECK(check_path(d / "phnosh").refused == "extended numbering without section headers");
+}
+
+TEST_CASE("elf_file: header tables outside the file, of the wrong entry size, or in holes are refused") {
+  TempDir d;
+  ElfSpec s;
+  s.shoff = 4096, s.shnum = 100, s.size = 8192;  // 6400 bytes of headers from 4096
+  write_elf(d / "outside", s);
+  CHECK(check_path(d / "outside").refused == "section headers outside the file");
+  s = ElfSpec{};
+  s.shoff = 64, s.shnum = 2, s.shentsize = 32, s.size = 4096;
+  write_elf(d / "entsize", s);
+  CHECK(check_path(d / "entsize").refused == "section header entries of 32 bytes, not 64");
+  s = ElfSpec{};
+  s.phoff = 64, s.phnum = 2, s.phentsize = 40, s.size = 4096;
+  write_elf(d / "phentsize", s);
+  CHECK(check_path(d / "phentsize").refused == "program header entries of 40 bytes, not 56");
+  s = ElfSpec{};
+  s.phoff = 1ULL << 40, s.phnum = 1, s.size = 4096;
+  write_elf(d / "phfar", s);
+  CHECK(check_path(d / "phfar").refused == "program headers outside the file");
+  // 64 section headers at 256 KiB of a 512 KiB file that holds 64 bytes: a hole
+  s = ElfSpec{};
+  s.shoff = 256 * 1024, s.shnum = 64, s.size = 512 * 1024;
+  write_elf(d / "hole", s);
+  CHECK(check_path(d / "hole").refused == "header table in a hole of a sparse file");
+  // within the caps, but 64 MiB of which 4 KiB are allocated
+  s = ElfSpec{};
+  s.size = 64ULL << 20;
+  write_elf(d / "sparse", s);
+  CHECK(check_path(d / "sparse").refused.rfind("sparse file (", 0) == 0);
+  // not ELF at all: silent
+  write_file(d / "text", std::string(100, 'x'));
+  auto c = check_path(d / "text");
+  CHECK_FALSE(c.info.has_value());
+  CHECK(c.refused.empty());
+}
+
+TEST_CASE("elf_file: real files pass the header check; .eh_frame_hdr's FDE count") {
+  auto r = open_untrusted("/proc/self/exe", UntrustedPolicy{kMaxElfSize, true, std::nullopt});
+  REQUIRE(r.file.get() != nullptr);
+  auto c = check_elf_headers(*r.file);
+  REQUIRE(c.info.has_value());
+  CHECK(c.info->shnum > 10);
+  CHECK(c.info->phnum > 3);
+  auto fdes = elf_eh_frame_hdr_fdes(*r.file);
+  REQUIRE(fdes.has_value());
+  CHECK(*fdes > 100);  // this test binary: thousands of functions
+  for (const char* lib : {"/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"}) {
+    auto l = open_untrusted(lib, UntrustedPolicy{kMaxElfSize, true, std::nullopt});
+    REQUIRE(l.file.get() != nullptr);
+    CHECK(check_elf_headers(*l.file).info.has_value());
+    CHECK(elf_eh_frame_hdr_fdes(*l.file).value_or(0) > 0);
+  }
 }
