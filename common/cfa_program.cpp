@@ -181,7 +181,7 @@ struct Entry {
 int next_entry(const Section& s, uint64_t off, Entry& e) {
   if (off >= s.size || s.size - off <= 4) return 1;
   Reader r{s.data, size_t(off), s.size};
-  uint32_t len32;
+  uint32_t len32 = 0;
   r.fixed(len32);
   uint64_t length = len32;
   size_t offset_size = 4;
@@ -198,7 +198,7 @@ int next_entry(const Section& s, uint64_t off, Entry& e) {
   if (offset_size == 8) {
     r.fixed(id);
   } else {
-    uint32_t x;
+    uint32_t x = 0;
     r.fixed(x);
     id = x;
   }
@@ -464,48 +464,46 @@ const Cie* EhFrame::cie_at(uint64_t offset) {
 }
 
 const Fde* EhFrame::fde_at(uint64_t offset) {
-  auto it = by_offset_.find(offset);
-  if (it != by_offset_.end()) return it->second;
-  const Fde* out = nullptr;
   Entry e;
-  if (next_entry(s_, offset, e) == 0 && !e.is_cie) {
-    if (const Cie* cie = cie_at(e.cie_off)) {
-      auto f = std::make_unique<Fde>();
-      f->offset = offset;
-      f->cie = cie;
-      Reader r{s_.data, e.body, s_.size};
-      uint64_t range = 0;
-      bool ok = read_encoded(s_, 0, cie->fde_encoding, r, f->start) &&
-                read_encoded(s_, 0, cie->fde_encoding & 0x0f, r, range);
-      f->end = f->start + range;
-      ok = ok && f->start < f->end;  // a real code range
-      r.end = e.limit;
-      if (ok && cie->sized_aug) {
-        uint64_t len = 0;
-        ok = r.uleb(len) && len <= e.limit - r.pos;
-        r.pos += ok ? size_t(len) : 0;
-      } else if (ok) {
-        r.pos = cie->fde_aug_size > s_.size ? s_.size : r.pos + size_t(cie->fde_aug_size);
-      }
-      f->ins = r.pos;
-      f->ins_end = e.limit;
-      if (ok) {
-        // an FDE starting inside one already known is that one (libdw's tsearch)
-        auto in = by_start_.lower_bound(f->start);
-        if (in != by_start_.end() && in->first < f->end)
-          out = in->second.get();
-        else
-          out = by_start_.emplace(f->start, std::move(f)).first->second.get();
-      }
-    }
+  if (next_entry(s_, offset, e) != 0 || e.is_cie) return nullptr;
+  const Cie* cie = cie_at(e.cie_off);
+  if (!cie) return nullptr;
+  Fde f;
+  f.offset = offset;
+  f.cie = cie;
+  Reader r{s_.data, e.body, s_.size};
+  uint64_t range = 0;
+  if (!read_encoded(s_, 0, cie->fde_encoding, r, f.start) || !read_encoded(s_, 0, cie->fde_encoding & 0x0f, r, range))
+    return nullptr;
+  f.end = f.start + range;
+  if (f.start >= f.end) return nullptr;  // not a real code range
+  r.end = e.limit;
+  if (cie->sized_aug) {
+    uint64_t len = 0;
+    if (!r.uleb(len) || len > e.limit - r.pos) return nullptr;
+    r.pos += size_t(len);
+  } else {
+    r.pos = cie->fde_aug_size > s_.size ? s_.size : r.pos + size_t(cie->fde_aug_size);
   }
-  by_offset_.emplace(offset, out);
-  return out;
+  f.ins = r.pos;
+  f.ins_end = e.limit;
+  // an FDE starting inside one already known is that one (libdw's tsearch)
+  auto in = by_start_.lower_bound(f.start);
+  if (in != by_start_.end() && in->first < f.end) return &in->second;
+  last_ = by_start_.end();  // find()'s shortcut: its next FDE may have changed
+  return &by_start_.emplace_hint(in, f.start, f)->second;
 }
 
 const Fde* EhFrame::find(const HdrTable& hdr, uint64_t addr) {
-  auto it = by_start_.upper_bound(addr);  // a known FDE covering addr
-  if (it != by_start_.begin() && addr < std::prev(it)->second->end) return std::prev(it)->second.get();
+  // a known FDE covering addr: the one with the greatest start <= addr (usually the
+  // one found last, row after row)
+  auto it = last_;
+  if (it == by_start_.end() || it->first > addr || last_next_ <= addr) {
+    auto up = by_start_.upper_bound(addr);
+    it = up == by_start_.begin() ? by_start_.end() : std::prev(up);
+    if (it != by_start_.end()) last_ = it, last_next_ = up == by_start_.end() ? ~uint64_t(0) : up->first;
+  }
+  if (it != by_start_.end() && addr < it->second.end) return &it->second;
   uint64_t at = hdr.search(addr);
   if (at == ~uint64_t(0)) return nullptr;
   const Fde* f = fde_at(at - s_.vaddr);

@@ -123,9 +123,10 @@ class EhFrame {
   const Cie* cie_at(uint64_t offset);
   const Fde* fde_at(uint64_t offset);
   Section s_;
-  std::map<uint64_t, std::unique_ptr<Cie>> cies_;      // by offset
-  std::map<uint64_t, std::unique_ptr<Fde>> by_start_;  // interned FDEs by start
-  std::map<uint64_t, const Fde*> by_offset_;
+  std::map<uint64_t, std::unique_ptr<Cie>> cies_;  // by offset
+  std::map<uint64_t, Fde> by_start_;               // FDEs found so far, by start
+  std::map<uint64_t, Fde>::const_iterator last_ = by_start_.end();  // the last one find() gave
+  uint64_t last_next_ = 0;  // the start of the FDE after last_ (UINT64_MAX: none)
 };
 
 // One FDE's program run once, row by row: query(pc) for increasing pcs (the first

@@ -13,6 +13,7 @@
 //   UnwindTableCache cache;
 //   auto t = cache.get(file);      // shared by build-id (else by file identity)
 //   t->rows, t->loads, t->has_cfi, t->st (counts, build time)
+//   cache.totals()                 // capped/malformed counts over every table built
 //   build_unwind_table(file)       // uncached (tests)
 #pragma once
 #include <linux/types.h>
@@ -81,11 +82,15 @@ class UnwindTableCache {
   std::shared_ptr<const UnwindTable> get(const std::shared_ptr<UntrustedFile>& f);
   size_t tables() const { return by_key_.size(); }
   double build_ms() const { return build_ms_; }  // total spent building
+  // The hostile-CFI counters (fdes_malformed, fde_rows_capped, file_rows_capped,
+  // work_capped) summed over every table built, for data_quality and a warning.
+  const UnwindTableStats& totals() const { return totals_; }
 
  private:
   std::map<std::string, std::shared_ptr<const UnwindTable>> by_key_;  // "b:<id>" or "f:<identity>"
   std::map<std::string, std::string> identity_to_key_;
   double build_ms_ = 0;
+  UnwindTableStats totals_;
 };
 
 }  // namespace bpfdiag

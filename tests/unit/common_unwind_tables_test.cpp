@@ -679,6 +679,10 @@ TEST_CASE("unwind tables: one FDE with 240k rows builds in linear time, capped p
   lim.rows_per_fde = 100;
   auto per_fde = build_unwind_table(*f2, lim);
   CHECK(per_fde->st.fde_rows_capped == 4);
+  UnwindTableCache cache;  // sums the counters over the tables it builds
+  CHECK(cache.get(f)->st.fde_rows_capped == 1);
+  CHECK(cache.get(f2)->st.fde_rows_capped == 0);
+  CHECK(cache.totals().fde_rows_capped == 1);
   CHECK(per_fde->rows.size() <= 4 * 102 + 1);
   lim = UnwindTableLimits();
   lim.rows_per_file = 1500;
