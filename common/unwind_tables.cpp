@@ -164,7 +164,7 @@ bool cfi_sections(Elf* elf, cfa::Section& eh, cfa::Section& hdr, std::string& er
     if (!gelf_getshdr(scn, &sh)) continue;
     const char* n = elf_strptr(elf, shstrndx, sh.sh_name);
     if (!n) continue;
-    bool is_hdr = !strcmp(n, ".eh_frame_hdr") && sh.sh_type == SHT_PROGBITS && !hdr.data;
+    bool is_hdr = !strcmp(n, ".eh_frame_hdr") && (sh.sh_type == SHT_PROGBITS || sh.sh_type == SHT_X86_64_UNWIND) && !hdr.data;
     bool is_eh = !strcmp(n, ".eh_frame") && !have_eh;
     if (!is_hdr && !is_eh) continue;
     Elf_Data* d = sh.sh_type == SHT_NOBITS ? nullptr : elf_rawdata(scn, nullptr);

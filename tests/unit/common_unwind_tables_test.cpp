@@ -68,7 +68,8 @@ bool fde_starts(Elf* elf, std::vector<uint64_t>& starts, uint64_t& ehf_size, std
     if (!gelf_getshdr(scn, &sh)) continue;
     const char* n = elf_strptr(elf, shstrndx, sh.sh_name);
     if (!n) continue;
-    if (!strcmp(n, ".eh_frame_hdr") && sh.sh_type == SHT_PROGBITS)
+    // (SHT_X86_64_UNWIND too, as the new builder takes it: lld's type, libLLVM's sections)
+    if (!strcmp(n, ".eh_frame_hdr") && (sh.sh_type == SHT_PROGBITS || sh.sh_type == SHT_X86_64_UNWIND))
       hdr = elf_getdata(scn, nullptr), hdr_addr = sh.sh_addr;
     if (!strcmp(n, ".eh_frame")) ehf_size = sh.sh_size;
   }
@@ -263,7 +264,8 @@ std::string sleb(int64_t v) {
 
 // CIE: "zR", code align 1, data align -8, RA column 16, FDE pointers pcrel|sdata4;
 // initial rules CFA = rsp+8, RA at CFA-8 (unless cie_program is given).
-std::string crafted_elf(const std::vector<CraftedFde>& fdes, const std::string* cie_program = nullptr) {
+std::string crafted_elf(const std::vector<CraftedFde>& fdes, const std::string* cie_program = nullptr,
+                        uint32_t section_type = SHT_PROGBITS) {
   const uint64_t kHdr = 0x200;
   std::string eh;  // .eh_frame, at vaddr kEh (after the header)
   std::string cie;
@@ -320,8 +322,8 @@ std::string crafted_elf(const std::vector<CraftedFde>& fdes, const std::string* 
     put(img, size, 8), put(img, 0, 4), put(img, 0, 4), put(img, 8, 8), put(img, 0, 8);
   };
   img.append(64, '\0');  // null section
-  shdr(1, SHT_PROGBITS, SHF_ALLOC, kHdr, kHdr, hdr.size());
-  shdr(15, SHT_PROGBITS, SHF_ALLOC, kEh, kEh, eh.size());
+  shdr(1, section_type, SHF_ALLOC, kHdr, kHdr, hdr.size());
+  shdr(15, section_type, SHF_ALLOC, kEh, kEh, eh.size());
   shdr(25, SHT_STRTAB, 0, 0, shstr_off, shstr.size());
   std::string e("\x7f" "ELF\x02\x01\x01", 7);
   e.resize(16, '\0');
@@ -696,6 +698,22 @@ TEST_CASE("unwind tables: one FDE with 240k rows builds in linear time, capped p
   // the rows before the cap are the uncapped table's
   CHECK(std::equal(per_file->rows.begin(), per_file->rows.end() - 1, full->rows.begin(),
                    [](const uw_row& a, const uw_row& b) { return memcmp(&a, &b, sizeof a) == 0; }));
+}
+
+TEST_CASE("unwind tables: lld's SHT_X86_64_UNWIND sections (libLLVM, libclang) have tables") {
+  // binutils' ld types .eh_frame/.eh_frame_hdr SHT_PROGBITS, lld SHT_X86_64_UNWIND;
+  // the libdw builder took only the first (no rows for libLLVM-14/15, libclang-cpp)
+  std::vector<CraftedFde> fdes = {{0x10000, 0x100, rows_program(5)}};
+  TempFile progbits(crafted_elf(fdes)), unwind(crafted_elf(fdes, nullptr, SHT_X86_64_UNWIND));
+  auto a = open_file(progbits.path), b = open_file(unwind.path);
+  REQUIRE(a);
+  REQUIRE(b);
+  auto ta = build_unwind_table(*a), tb = build_unwind_table(*b);
+  REQUIRE(ta->has_cfi);
+  CHECK(tb->has_cfi);
+  std::string first;
+  CHECK(same_rows(tb->rows, ta->rows, first));
+  CHECK(tb->rows.size() == 7);  // 5 rules + the CIE's + NONE past the end
 }
 
 TEST_CASE("unwind tables: malformed CFA programs end their FDE's rows, counted") {
