@@ -272,10 +272,10 @@ constexpr uint64_t kMaxRegs = INT32_MAX / 8;
 
 }  // namespace
 
-bool decode_ops(const uint8_t* p, size_t len, bool elf64, bool cfap, bool valuep, std::vector<Op>& out) {
-  out.clear();
+bool decode_ops(const uint8_t* p, size_t len, bool elf64, bool cfap, bool valuep, Ops& out) {
+  out = Ops{};
   if (len == 0) return true;
-  if (cfap) out.push_back(Op{DW_OP_call_frame_cfa, 0, 0});
+  if (cfap) out.push(Op{DW_OP_call_frame_cfa, 0, 0});
   Reader r{p, 0, len};
   while (r.pos < r.end) {
     Op op;
@@ -374,9 +374,9 @@ bool decode_ops(const uint8_t* p, size_t len, bool elf64, bool cfap, bool valuep
       }
     }
     if (!ok) return false;
-    out.push_back(op);
+    out.push(op);
   }
-  if (valuep) out.push_back(Op{DW_OP_stack_value, 0, 0});
+  if (valuep) out.push(Op{DW_OP_stack_value, 0, 0});
   return true;
 }
 
@@ -527,21 +527,33 @@ bool EhFrame::initial_state(const Cie& c) {
   return cie.init > 0;
 }
 
-bool EhFrame::reg_ops(const RegRule& rule, std::vector<Op>& ops) const {
+bool EhFrame::cached_ops(uint64_t key, const uint8_t* p, size_t len, bool cfap, bool valuep, Ops& ops) const {
+  auto it = ops_cache_.find(key);
+  if (it == ops_cache_.end()) {
+    Ops o;
+    bool ok = decode_ops(p, len, s_.elf64, cfap, valuep, o);
+    it = ops_cache_.emplace(key, std::make_pair(ok, o)).first;
+  }
+  ops = it->second.second;
+  return it->second.first;
+}
+
+bool EhFrame::reg_ops(const RegRule& rule, Ops& ops) const {
   Reader r{s_.data, size_t(rule.value), s_.size};
   uint64_t len;
   if (rule.value < 0 || !r.uleb(len) || len > s_.size - r.pos) return false;
-  return decode_ops(s_.data + r.pos, size_t(len), s_.elf64, true, rule.kind == kValExpression, ops);
+  bool valuep = rule.kind == kValExpression;
+  return cached_ops(uint64_t(rule.value) * 4 + 1 + valuep, s_.data + r.pos, size_t(len), true, valuep, ops);
 }
 
-bool EhFrame::cfa_ops(const State& st, std::vector<Op>& ops) const {
-  ops.clear();
+bool EhFrame::cfa_ops(const State& st, Ops& ops) const {
+  ops = Ops{};
   switch (st.cfa) {
     case kCfaUndefined: return true;
-    case kCfaOffset: ops.push_back(Op{DW_OP_bregx, st.cfa_reg, st.cfa_off}); return true;
+    case kCfaOffset: ops.push(Op{DW_OP_bregx, st.cfa_reg, st.cfa_off}); return true;
     case kCfaExpr:
       if (st.expr_off > s_.size || st.expr_len > s_.size - st.expr_off) return false;
-      return decode_ops(s_.data + st.expr_off, size_t(st.expr_len), s_.elf64, false, false, ops);
+      return cached_ops(st.expr_off * 4, s_.data + st.expr_off, size_t(st.expr_len), false, false, ops);
     default: return false;
   }
 }

@@ -24,6 +24,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace bpfdiag::cfa {
@@ -70,16 +72,26 @@ struct Fde {
   size_t ins = 0, ins_end = 0;  // instructions (section offsets)
 };
 
-// A DWARF expression op as libdw's parser gives it (what classify() looks at).
+// A DWARF expression op as libdw's parser gives it.
 struct Op {
   uint8_t atom = 0;
   uint64_t number = 0, number2 = 0;
+};
+// What the table needs of an op list: its length and first three ops (the CFA is
+// bregN, the .plt expression is 9 ops from breg7 breg16, "at CFA+N" is 1-3 ops).
+struct Ops {
+  size_t n = 0;
+  Op op[3];
+  void push(const Op& o) {
+    if (n < 3) op[n] = o;
+    ++n;
+  }
 };
 // Decodes an expression as libdw does for CFI (no .debug_info: ops that reference it
 // are malformed). cfap: DW_OP_call_frame_cfa first (register rules); valuep: a
 // DW_OP_stack_value last (val_expression). False when malformed. An empty block gives
 // no ops (and neither cfap nor valuep ops), as in libdw.
-bool decode_ops(const uint8_t* p, size_t len, bool elf64, bool cfap, bool valuep, std::vector<Op>& out);
+bool decode_ops(const uint8_t* p, size_t len, bool elf64, bool cfap, bool valuep, Ops& out);
 
 // .eh_frame_hdr's binary-search table: version 1, entries (datarel|sdata4 pairs, what
 // every toolchain emits; anything else is refused).
@@ -110,8 +122,10 @@ class EhFrame {
   bool initial_state(const Cie& cie);
   // Ops of a register rule's expression / the CFA expression (libdw's
   // dwarf_frame_register / dwarf_frame_cfa); false when malformed.
-  bool reg_ops(const RegRule& r, std::vector<Op>& ops) const;
-  bool cfa_ops(const State& s, std::vector<Op>& ops) const;
+  // Each expression is decoded once (cached by its offset): a row costs O(1) however
+  // long the expression its rule names.
+  bool reg_ops(const RegRule& r, Ops& ops) const;
+  bool cfa_ops(const State& s, Ops& ops) const;
   // Executes [pos, end) of a program on st; `stack` holds remembered states. Stops
   // after an instruction that moved loc (returns 1, loc updated), at the end (0), or
   // on a malformed one (-1). in_cie: a CIE's initial instructions (no loc moves, no
@@ -127,6 +141,8 @@ class EhFrame {
   std::map<uint64_t, Fde> by_start_;               // FDEs found so far, by start
   std::map<uint64_t, Fde>::const_iterator last_ = by_start_.end();  // the last one find() gave
   uint64_t last_next_ = 0;  // the start of the FDE after last_ (UINT64_MAX: none)
+  bool cached_ops(uint64_t key, const uint8_t* p, size_t len, bool cfap, bool valuep, Ops& ops) const;
+  mutable std::unordered_map<uint64_t, std::pair<bool, Ops>> ops_cache_;  // by offset * 4 + kind
 };
 
 // One FDE's program run once, row by row: query(pc) for increasing pcs (the first

@@ -48,8 +48,9 @@ struct Rule {
 };
 
 // "saved at CFA+N": [DW_OP_call_frame_cfa] or [.., plus_uconst N | consts N, plus]
-bool at_cfa(const std::vector<cfa::Op>& ops, int64_t& off) {
-  size_t n = ops.size();
+bool at_cfa(const cfa::Ops& o, int64_t& off) {
+  size_t n = o.n;
+  const cfa::Op* ops = o.op;
   if (n < 1 || ops[0].atom != DW_OP_call_frame_cfa) return false;
   if (n == 1) return off = 0, true;
   if (n == 2 && ops[1].atom == DW_OP_plus_uconst) return off = int64_t(ops[1].number), true;
@@ -61,30 +62,32 @@ bool at_cfa(const std::vector<cfa::Op>& ops, int64_t& off) {
 // A register rule as DWARF ops (libdw's dwarf_frame_register, which the rules below
 // were written against): false when its expression is malformed; `same` for "same
 // value" (no location), no ops for undefined.
-bool reg_location(const cfa::EhFrame& ehf, const cfa::RegRule& r, std::vector<cfa::Op>& ops, bool& same) {
-  ops.clear();
+bool reg_location(const cfa::EhFrame& ehf, const cfa::RegRule& r, cfa::Ops& ops, bool& same) {
+  ops = cfa::Ops{};
   same = false;
   switch (r.kind) {
     case cfa::kSameValue: same = true; return true;
     case cfa::kOffset:
     case cfa::kValOffset:
-      ops.push_back({DW_OP_call_frame_cfa, 0, 0});
-      if (r.value != 0) ops.push_back({DW_OP_plus_uconst, uint64_t(r.value), 0});
-      if (r.kind == cfa::kValOffset) ops.push_back({DW_OP_stack_value, 0, 0});
+      ops.push({DW_OP_call_frame_cfa, 0, 0});
+      if (r.value != 0) ops.push({DW_OP_plus_uconst, uint64_t(r.value), 0});
+      if (r.kind == cfa::kValOffset) ops.push({DW_OP_stack_value, 0, 0});
       return true;
-    case cfa::kRegister: ops.push_back({DW_OP_regx, uint64_t(r.value), 0}); return true;
+    case cfa::kRegister: ops.push({DW_OP_regx, uint64_t(r.value), 0}); return true;
     case cfa::kExpression:
     case cfa::kValExpression: return ehf.reg_ops(r, ops);
     default: return true;  // unspecified, undefined
   }
 }
 
-Rule classify(const cfa::EhFrame& ehf, const cfa::State& s, std::vector<cfa::Op>& ops, UnwindTableStats& st) {
+Rule classify(const cfa::EhFrame& ehf, const cfa::State& s, UnwindTableStats& st) {
   Rule r{UW_CFA_NONE, 0, UW_RBP_SAME, 0};
   int reg = -1;
   int64_t off = 0;
-  if (!ehf.cfa_ops(s, ops)) ops.clear();
-  size_t n = ops.size();
+  cfa::Ops o;
+  if (!ehf.cfa_ops(s, o)) o = cfa::Ops{};
+  size_t n = o.n;
+  const cfa::Op* ops = o.op;
   if (n == 1) {
     if (ops[0].atom == DW_OP_bregx) reg = int(ops[0].number), off = int64_t(ops[0].number2);
     else if (ops[0].atom >= DW_OP_breg0 && ops[0].atom <= DW_OP_breg31)
@@ -101,22 +104,22 @@ Rule classify(const cfa::EhFrame& ehf, const cfa::State& s, std::vector<cfa::Op>
     return r;
   }
   bool same = false;
-  if (reg_location(ehf, s.ra, ops, same)) {  // (a malformed expression: not checked)
-    if (ops.empty() && !same) {  // undefined: the outermost frame
+  if (reg_location(ehf, s.ra, o, same)) {  // (a malformed expression: not checked)
+    if (o.n == 0 && !same) {  // undefined: the outermost frame
       st.ra_undefined++;
       r.cfa_type = UW_CFA_END;
       return r;
     }
-    if (!at_cfa(ops, off) || off != -8) {
+    if (!at_cfa(o, off) || off != -8) {
       st.ra_not_cfa_minus_8++;
       r.cfa_type = UW_CFA_NONE;
       return r;
     }
   }
-  bool ok = reg_location(ehf, s.rbp, ops, same);
+  bool ok = reg_location(ehf, s.rbp, o, same);
   if (ok && same) {
     r.rbp_type = UW_RBP_SAME;
-  } else if (ok && at_cfa(ops, off) && off % 8 == 0 && off / 8 >= -128 && off / 8 <= 127) {
+  } else if (ok && at_cfa(o, off) && off % 8 == 0 && off / 8 >= -128 && off / 8 <= 127) {
     r.rbp_type = UW_RBP_AT_CFA, r.rbp_off = off;
   } else {
     r.rbp_type = UW_RBP_UNDEF, st.rbp_unsupported++;
@@ -221,7 +224,6 @@ void build_rows(Elf* elf, UnwindTable& t, const UnwindTableLimits& lim) {
     push(pc, r);
     return true;
   };
-  std::vector<cfa::Op> scratch;
   std::optional<cfa::Pass> pass;  // the FDE being run, resumed row after row
   uint64_t work = 0, budget = kWorkPerEhFrameByte * eh.size + (1 << 20);
   auto consumed = [&] { return pass ? uint64_t(pass->consumed()) : 0; };
@@ -266,7 +268,7 @@ void build_rows(Elf* elf, UnwindTable& t, const UnwindTableLimits& lim) {
         break;
       }
       size_t before = rows.size();
-      if (!emit(pc, classify(ehf, pass->state(), scratch, st))) break;
+      if (!emit(pc, classify(ehf, pass->state(), st))) break;
       fde_rows += rows.size() - before;
       if (e <= pc) break;
       pc = e;

@@ -700,6 +700,23 @@ TEST_CASE("unwind tables: one FDE with 240k rows builds in linear time, capped p
                    [](const uw_row& a, const uw_row& b) { return memcmp(&a, &b, sizeof a) == 0; }));
 }
 
+TEST_CASE("unwind tables: a long expression named by every row is decoded once") {
+  // def_cfa_expression and DW_CFA_expression (RBP) of 300 KB each (DW_OP_nop), then
+  // 100k one-byte advances: each row's rules name both expressions
+  std::string nops(300000, '\x96');
+  std::string program = "\x0f" + uleb(nops.size()) + nops + "\x10\x06" + uleb(nops.size()) + nops;
+  for (int k = 0; k < 100000; ++k) program += "\x41";
+  TempFile tf(crafted_elf({{0x10000, 200000, program}}));
+  auto f = open_file(tf.path);
+  REQUIRE(f);
+  auto t0 = std::chrono::steady_clock::now();
+  auto t = build_unwind_table(*f);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("100k rows over two 300 KB expressions: " << ms << " ms");
+  CHECK(ms < 2000);  // decoding per row: 60 G op reads
+  CHECK(t->st.cfa_unsupported == 100001);  // 300k nops: no CFA the table can express
+}
+
 TEST_CASE("unwind tables: lld's SHT_X86_64_UNWIND sections (libLLVM, libclang) have tables") {
   // binutils' ld types .eh_frame/.eh_frame_hdr SHT_PROGBITS, lld SHT_X86_64_UNWIND;
   // the libdw builder took only the first (no rows for libLLVM-14/15, libclang-cpp)
