@@ -1,6 +1,10 @@
-// Unwind tables from .eh_frame with libdw's CFI interpreter (see unwind_tables.h).
-// From docs/design/unwinding-proto/ehtab.cpp (issue 11 design study).
+// Unwind tables from .eh_frame: common/cfa_program runs each FDE's CFA program once,
+// classify() turns each row's rules into a uw_row (see unwind_tables.h). First built on
+// libdw's dwarf_cfi_addrframe (docs/design/unwinding-proto/ehtab.cpp, issue 11), which
+// re-ran the program for every row; the unit test compares both on real files.
 #include "common/unwind_tables.h"
+
+#include "common/cfa_program.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -10,6 +14,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <cstring>
 
 namespace bpfdiag {
@@ -17,37 +23,19 @@ namespace bpfdiag {
 namespace {
 constexpr int kRSP = 7, kRBP = 6, kRA = 16;  // DWARF x86-64 register numbers
 
-// .eh_frame_hdr's sorted FDE initial locations (table_enc datarel|sdata4, what every
-// toolchain emits) and the size of .eh_frame.
-bool fde_starts(Elf* elf, std::vector<uint64_t>& starts, uint64_t& ehf_size, std::string& err) {
-  size_t shstrndx;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return err = "no section names", false;
-  Elf_Scn* scn = nullptr;
-  Elf_Data* hdr = nullptr;
-  uint64_t hdr_addr = 0;
-  while ((scn = elf_nextscn(elf, scn))) {
-    GElf_Shdr sh;
-    if (!gelf_getshdr(scn, &sh)) continue;
-    const char* n = elf_strptr(elf, shstrndx, sh.sh_name);
-    if (!n) continue;
-    if (!strcmp(n, ".eh_frame_hdr") && sh.sh_type == SHT_PROGBITS)
-      hdr = elf_getdata(scn, nullptr), hdr_addr = sh.sh_addr;
-    if (!strcmp(n, ".eh_frame")) ehf_size = sh.sh_size;
-  }
-  if (!hdr || !hdr->d_buf || hdr->d_size < 12) return err = "no .eh_frame_hdr", false;
-  auto* p = static_cast<const uint8_t*>(hdr->d_buf);
-  if (p[0] != 1 || p[2] != 0x03 || p[3] != 0x3b) return err = "unsupported .eh_frame_hdr encoding", false;
-  uint32_t count;
-  memcpy(&count, p + 8, 4);
-  if (12 + uint64_t(count) * 8 > hdr->d_size) return err = "truncated .eh_frame_hdr", false;
-  starts.reserve(count);
-  for (uint32_t i = 0; i < count; ++i) {
-    int32_t loc;
-    memcpy(&loc, p + 12 + uint64_t(i) * 8, 4);
-    starts.push_back(hdr_addr + int64_t(loc));
-  }
-  return true;
-}
+// Caps on what one file can make us build (issue 19: a crafted FDE whose program had
+// 300k rows took 211 s with the old O(rows²) builder; the build is now linear, these
+// bound the table). Measured here (rows as emitted, one per rule change): the FDE with
+// most rows has 2,636 (libclang-cpp.so.14), then 544 (libLLVM-15), 509 (libjvm 17), 44
+// (libc); the files with most rows: libclang-cpp.so.14 1,000,498, libLLVM-15.so.1
+// 979,067, libjvm.so (temurin 25) 230,774, mariadbd 149,747, libc 28,273. The caps
+// leave 25x and 4x of room.
+constexpr uint64_t kMaxRowsPerFde = 1 << 16;
+constexpr uint64_t kMaxRowsPerFile = 1 << 22;  // 32 MiB of rows
+// CFA-program bytes interpreted per file, as a multiple of .eh_frame's size (each FDE's
+// program runs once, so real files use 1x; more only if lookups alternate between
+// overlapping FDEs, which restarts their programs).
+constexpr uint64_t kWorkPerEhFrameByte = 4;
 
 struct Rule {
   uint8_t cfa_type;
@@ -60,7 +48,9 @@ struct Rule {
 };
 
 // "saved at CFA+N": [DW_OP_call_frame_cfa] or [.., plus_uconst N | consts N, plus]
-bool at_cfa(Dwarf_Op* ops, size_t n, int64_t& off) {
+bool at_cfa(const cfa::Ops& o, int64_t& off) {
+  size_t n = o.n;
+  const cfa::Op* ops = o.op;
   if (n < 1 || ops[0].atom != DW_OP_call_frame_cfa) return false;
   if (n == 1) return off = 0, true;
   if (n == 2 && ops[1].atom == DW_OP_plus_uconst) return off = int64_t(ops[1].number), true;
@@ -69,13 +59,36 @@ bool at_cfa(Dwarf_Op* ops, size_t n, int64_t& off) {
   return false;
 }
 
-Rule classify(Dwarf_Frame* fr, UnwindTableStats& st) {
+// A register rule as DWARF ops (libdw's dwarf_frame_register, which the rules below
+// were written against): false when its expression is malformed; `same` for "same
+// value" (no location), no ops for undefined.
+bool reg_location(const cfa::EhFrame& ehf, const cfa::RegRule& r, cfa::Ops& ops, bool& same) {
+  ops = cfa::Ops{};
+  same = false;
+  switch (r.kind) {
+    case cfa::kSameValue: same = true; return true;
+    case cfa::kOffset:
+    case cfa::kValOffset:
+      ops.push({DW_OP_call_frame_cfa, 0, 0});
+      if (r.value != 0) ops.push({DW_OP_plus_uconst, uint64_t(r.value), 0});
+      if (r.kind == cfa::kValOffset) ops.push({DW_OP_stack_value, 0, 0});
+      return true;
+    case cfa::kRegister: ops.push({DW_OP_regx, uint64_t(r.value), 0}); return true;
+    case cfa::kExpression:
+    case cfa::kValExpression: return ehf.reg_ops(r, ops);
+    default: return true;  // unspecified, undefined
+  }
+}
+
+Rule classify(const cfa::EhFrame& ehf, const cfa::State& s, UnwindTableStats& st) {
   Rule r{UW_CFA_NONE, 0, UW_RBP_SAME, 0};
-  Dwarf_Op* ops = nullptr;
-  size_t n = 0;
   int reg = -1;
   int64_t off = 0;
-  if (dwarf_frame_cfa(fr, &ops, &n) == 0 && n == 1) {
+  cfa::Ops o;
+  if (!ehf.cfa_ops(s, o)) o = cfa::Ops{};
+  size_t n = o.n;
+  const cfa::Op* ops = o.op;
+  if (n == 1) {
     if (ops[0].atom == DW_OP_bregx) reg = int(ops[0].number), off = int64_t(ops[0].number2);
     else if (ops[0].atom >= DW_OP_breg0 && ops[0].atom <= DW_OP_breg31)
       reg = ops[0].atom - DW_OP_breg0, off = int64_t(ops[0].number);
@@ -90,23 +103,23 @@ Rule classify(Dwarf_Frame* fr, UnwindTableStats& st) {
     st.cfa_unsupported++;  // e.g. the signal trampoline's expressions
     return r;
   }
-  Dwarf_Op mem[3];
-  if (dwarf_frame_register(fr, kRA, mem, &ops, &n) == 0) {
-    if (n == 0 && ops == mem) {  // undefined: the outermost frame
+  bool same = false;
+  if (reg_location(ehf, s.ra, o, same)) {  // (a malformed expression: not checked)
+    if (o.n == 0 && !same) {  // undefined: the outermost frame
       st.ra_undefined++;
       r.cfa_type = UW_CFA_END;
       return r;
     }
-    if (!at_cfa(ops, n, off) || off != -8) {
+    if (!at_cfa(o, off) || off != -8) {
       st.ra_not_cfa_minus_8++;
       r.cfa_type = UW_CFA_NONE;
       return r;
     }
   }
-  if (dwarf_frame_register(fr, kRBP, mem, &ops, &n) == 0 && n == 0 && ops == nullptr) {
+  bool ok = reg_location(ehf, s.rbp, o, same);
+  if (ok && same) {
     r.rbp_type = UW_RBP_SAME;
-  } else if (dwarf_frame_register(fr, kRBP, mem, &ops, &n) == 0 && at_cfa(ops, n, off) && off % 8 == 0 &&
-             off / 8 >= -128 && off / 8 <= 127) {
+  } else if (ok && at_cfa(o, off) && off % 8 == 0 && off / 8 >= -128 && off / 8 <= 127) {
     r.rbp_type = UW_RBP_AT_CFA, r.rbp_off = off;
   } else {
     r.rbp_type = UW_RBP_UNDEF, st.rbp_unsupported++;
@@ -141,26 +154,57 @@ void read_loads(Elf* elf, UnwindTable& t) {
   }
 }
 
-void build_rows(Elf* elf, UnwindTable& t) {
-  std::vector<uint64_t> starts;
-  UnwindTableStats& st = t.st;
-  if (!fde_starts(elf, starts, st.eh_frame_bytes, t.error)) return;
-  Dwarf_CFI* cfi = dwarf_getcfi_elf(elf);
-  if (!cfi) {
-    t.error = "no CFI";
-    return;
+// The raw bytes of .eh_frame (the first, as libdw takes it) and .eh_frame_hdr.
+bool cfi_sections(Elf* elf, cfa::Section& eh, cfa::Section& hdr, std::string& err) {
+  size_t shstrndx;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return err = "no section names", false;
+  GElf_Ehdr ehdr;
+  if (!gelf_getehdr(elf, &ehdr)) return err = "no ELF header", false;
+  Elf_Scn* scn = nullptr;
+  bool have_eh = false;
+  while ((scn = elf_nextscn(elf, scn))) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh)) continue;
+    const char* n = elf_strptr(elf, shstrndx, sh.sh_name);
+    if (!n) continue;
+    bool is_hdr = !strcmp(n, ".eh_frame_hdr") && (sh.sh_type == SHT_PROGBITS || sh.sh_type == SHT_X86_64_UNWIND) && !hdr.data;
+    bool is_eh = !strcmp(n, ".eh_frame") && !have_eh;
+    if (!is_hdr && !is_eh) continue;
+    Elf_Data* d = sh.sh_type == SHT_NOBITS ? nullptr : elf_rawdata(scn, nullptr);
+    cfa::Section& s = is_hdr ? hdr : eh;
+    if (is_eh) have_eh = true;
+    s.elf64 = ehdr.e_ident[EI_CLASS] == ELFCLASS64;
+    s.vaddr = sh.sh_addr;
+    if (d && d->d_buf) s.data = static_cast<const uint8_t*>(d->d_buf), s.size = d->d_size;
   }
+  if (!hdr.data || hdr.size < 12) return err = "no .eh_frame_hdr", false;
+  if (!eh.data) return err = "no CFI", false;
+  return true;
+}
+
+void build_rows(Elf* elf, UnwindTable& t, const UnwindTableLimits& lim) {
+  UnwindTableStats& st = t.st;
+  cfa::Section eh, hs;
+  bool ok = cfi_sections(elf, eh, hs, t.error);
+  st.eh_frame_bytes = eh.size;
+  if (!ok) return;
+  cfa::HdrTable hdr;
+  if (!hdr.parse(hs, eh.vaddr, t.error)) return;
+  std::vector<uint64_t> starts(hdr.size());
+  for (size_t i = 0; i < starts.size(); ++i) starts[i] = hdr.start(i);
   std::sort(starts.begin(), starts.end());
   st.fdes = starts.size();
   if (!starts.empty() && starts.back() > UINT32_MAX) {
     t.error = "code above 4 GiB (rows hold 32-bit addresses)";
-    dwarf_cfi_end(cfi);
     return;
   }
+  cfa::EhFrame ehf(eh);
   auto& rows = t.rows;
+  const Rule kNone{UW_CFA_NONE, 0, UW_RBP_SAME, 0};
   Rule last{0xff, 0, 0, 0};
-  auto emit = [&](uint64_t pc, const Rule& r) {
-    if (!rows.empty() && r == last) return;  // the same rule continues: no new row
+  bool full = false;  // rows_per_file reached (or the work budget): a NONE row ends the table
+  bool over_budget = false;
+  auto push = [&](uint64_t pc, const Rule& r) {
     uw_row row{};
     row.pc = uint32_t(pc);
     row.cfa_off = int16_t(r.cfa_off);
@@ -169,34 +213,75 @@ void build_rows(Elf* elf, UnwindTable& t) {
     rows.push_back(row);
     last = r;
   };
-  // Each FDE row by row (dwarf_frame_info gives the row's [start, end)) up to the
-  // next FDE's start; where the previous FDE ended before it, a NONE row (gap).
+  auto emit = [&](uint64_t pc, const Rule& r) {
+    if (full) return false;
+    if (!rows.empty() && r == last) return true;  // the same rule continues: no new row
+    if (rows.size() + 2 > lim.rows_per_file) {      // room for the NONE row that ends the table
+      full = true;
+      if (!(last == kNone)) push(pc, kNone);
+      return false;
+    }
+    push(pc, r);
+    return true;
+  };
+  std::optional<cfa::Pass> pass;  // the FDE being run, resumed row after row
+  uint64_t work = 0, budget = kWorkPerEhFrameByte * eh.size + (1 << 20);
+  auto consumed = [&] { return pass ? uint64_t(pass->consumed()) : 0; };
+  // Each FDE row by row (a query gives the row's end) up to the next FDE's start; where
+  // the previous FDE ended before it, a NONE row (gap).
   uint64_t end = 0;
-  for (size_t i = 0; i < starts.size(); ++i) {
+  for (size_t i = 0; i < starts.size() && !full; ++i) {
     uint64_t pc = starts[i];
     if (pc < end) continue;  // overlapping FDE (the previous one covered it)
     if (end && end < pc) {
       st.gaps++;
-      emit(end, Rule{UW_CFA_NONE, 0, UW_RBP_SAME, 0});
+      if (!emit(end, kNone)) break;
     }
     uint64_t limit = i + 1 < starts.size() ? starts[i + 1] : UINT64_MAX;
-    while (pc < limit) {
-      Dwarf_Frame* fr = nullptr;
-      if (dwarf_cfi_addrframe(cfi, pc, &fr) != 0) break;  // past the FDE's end
-      Dwarf_Addr s = 0, e = 0;
-      bool sig = false;
-      dwarf_frame_info(fr, &s, &e, &sig);
-      emit(pc, classify(fr, st));
-      free(fr);
+    size_t fde_rows = 0;
+    while (pc < limit && pc <= UINT32_MAX) {
+      const cfa::Fde* f = ehf.find(hdr, pc);
+      if (!f || !ehf.initial_state(*f->cie)) {  // past the FDE's end, or malformed
+        if (pc == starts[i]) st.fdes_malformed++;
+        break;
+      }
+      if (!pass || &pass->fde() != f) {
+        work += consumed();
+        pass.emplace(ehf, *f);
+      }
+      uint64_t e = 0;
+      bool ok = pass->query(pc, e);
+      if (work + consumed() > budget) {  // only overlapping FDEs get here
+        st.work_capped++;
+        emit(pc, kNone);
+        full = over_budget = true;
+        break;
+      }
+      if (!ok) {  // malformed from this row on
+        st.fdes_malformed++;
+        break;
+      }
+      if (fde_rows >= lim.rows_per_fde) {  // the rest of this FDE: no table
+        st.fde_rows_capped++;
+        emit(pc, kNone);
+        pc = std::min(limit, f->end);
+        break;
+      }
+      size_t before = rows.size();
+      if (!emit(pc, classify(ehf, pass->state(), st))) break;
+      fde_rows += rows.size() - before;
       if (e <= pc) break;
       pc = e;
     }
     end = std::max(end, pc);
   }
-  if (end && end <= UINT32_MAX) emit(end, Rule{UW_CFA_NONE, 0, UW_RBP_SAME, 0});  // past the last FDE
+  if (full) {
+    if (!over_budget) st.file_rows_capped++;
+  } else if (end && end <= UINT32_MAX) {
+    emit(end, kNone);  // past the last FDE
+  }
   st.rows = rows.size();
   t.has_cfi = !rows.empty();
-  dwarf_cfi_end(cfi);
 }
 
 // header counts and allocated blocks checked before libelf allocates (untrusted_file.h)
@@ -211,7 +296,9 @@ std::optional<uint64_t> UnwindTable::bias_for(uint64_t start, uint64_t offset) c
   return std::nullopt;
 }
 
-std::shared_ptr<const UnwindTable> build_unwind_table(const UntrustedFile& f) {
+UnwindTableLimits::UnwindTableLimits() : rows_per_fde(kMaxRowsPerFde), rows_per_file(kMaxRowsPerFile) {}
+
+std::shared_ptr<const UnwindTable> build_unwind_table(const UntrustedFile& f, const UnwindTableLimits& limits) {
   auto t0 = std::chrono::steady_clock::now();
   auto t = std::make_shared<UnwindTable>();
   Elf* elf = open_elf(f);
@@ -220,7 +307,7 @@ std::shared_ptr<const UnwindTable> build_unwind_table(const UntrustedFile& f) {
   } else {
     t->build_id = build_id_of(elf);
     read_loads(elf, *t);
-    build_rows(elf, *t);
+    build_rows(elf, *t, limits);
     elf_end(elf);
   }
   t->st.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -242,6 +329,10 @@ std::shared_ptr<const UnwindTable> UnwindTableCache::get(const std::shared_ptr<U
   if (it == by_key_.end()) {
     auto t = build_unwind_table(*f);
     build_ms_ += t->st.build_ms;
+    totals_.fdes_malformed += t->st.fdes_malformed;
+    totals_.fde_rows_capped += t->st.fde_rows_capped;
+    totals_.file_rows_capped += t->st.file_rows_capped;
+    totals_.work_capped += t->st.work_capped;
     it = by_key_.emplace(key, t).first;
   }
   identity_to_key_[ident] = key;
