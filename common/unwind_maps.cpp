@@ -60,7 +60,7 @@ const std::vector<std::string>& unwind_dq_keys() {
   static const std::vector<std::string> keys = {
       "ustack_truncated",     "ustack_no_cfi",    "ustack_no_mapping",   "ustack_unreadable",
       "binaries_without_cfi", "ustack_fp_frames", "ustack_maps_capped",  "ustack_tables_capped",
-      "binaries_refused"};
+      "binaries_refused",     "cfi_capped"};
   return keys;
 }
 
@@ -79,6 +79,22 @@ struct MappedFile {
   uint64_t code = 0;  // bytes mapped executable
   int rank = 2;       // 0: the executable, 1: the C runtime (root-owned), 2: the rest
 };
+
+// One warning per file whose table a hostile-CFI guard cut short (common/unwind_tables).
+void warn_cfi_capped(const UnwindTable& t, const std::string& path) {
+  const UnwindTableStats& s = t.st;
+  if (!s.fdes_malformed && !s.fde_rows_capped && !s.file_rows_capped && !s.work_capped) return;
+  std::string why;
+  auto add = [&](uint64_t n, const std::string& what) {
+    if (n) why += (why.empty() ? "" : ", ") + what;
+  };
+  add(s.fdes_malformed, std::to_string(s.fdes_malformed) + " malformed FDEs");
+  add(s.fde_rows_capped, std::to_string(s.fde_rows_capped) + " FDEs over the per-function row cap");
+  add(s.file_rows_capped, "over the per-file row cap");
+  add(s.work_capped, "over the per-file work budget");
+  warn_refused_keyed("uw-cfi:" + path, "part of the unwind table of " + path,
+                     "cut short: " + why + " (data_quality.cfi_capped)");
+}
 
 // libc, the dynamic loader and libpthread, by file name: the frames every stack
 // passes through (blocking calls, thread start).
@@ -194,6 +210,7 @@ bool UnwindMaps::add_process(uint32_t tgid) {
       } else {
         t = cache_.get(file);
       }
+      if (t) warn_cfi_capped(*t, mf.path);
       if (t && t->has_cfi) {
         auto p = placed_.find(t.get());
         uint64_t n = t->rows.size();
@@ -360,6 +377,8 @@ Status UnwindMaps::add_dq(BpfSession& bpf, DataQuality& dq, CounterDeltas* delta
   dq.add("ustack_maps_capped", maps_left);
   dq.add("ustack_tables_capped", tables_left);
   dq.add("binaries_refused", elf_files_refused());
+  const UnwindTableStats& cut = cache_.totals();
+  dq.add("cfi_capped", cut.fdes_malformed + cut.fde_rows_capped + cut.file_rows_capped + cut.work_capped);
   return add_unwind_counters(bpf, dq, deltas);
 }
 
