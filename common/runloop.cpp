@@ -20,6 +20,7 @@ const int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 // Shared with the signal handler: lock-free atomics only.
 std::atomic<int> g_stop_signal{0};
+std::atomic<uint64_t> g_stop_ns{0};         // CLOCK_MONOTONIC of the first stop signal
 std::atomic<bool> g_running{false};       // the run loop has started
 std::atomic<bool> g_boundary{false};      // SIGUSR1: a report boundary was asked for
 std::atomic<uint64_t> g_boundaries{0};     // boundaries reported so far
@@ -83,6 +84,9 @@ void on_stop_signal(int sig) {
     remove_temp_paths();
     _exit(128 + sig);
   }
+  struct timespec ts;  // clock_gettime is async-signal-safe
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  g_stop_ns.store(static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec);
   errno = saved;
 }
 
@@ -105,6 +109,7 @@ uint64_t realtime_ns() {
 void install_stop_handlers() {
   g_running.store(false);  // a fresh start (e.g. a forked child of a finished run)
   g_stop_signal.store(0);
+  g_stop_ns.store(0);
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop_signal;
@@ -126,6 +131,11 @@ void install_stop_handlers() {
 void enter_reporting() { g_running.store(true); }
 
 int stop_signal() { return g_running.load() ? g_stop_signal.load() : 0; }
+
+bool past_stop_deadline() {
+  const uint64_t t = g_stop_ns.load();
+  return t != 0 && g_running.load() && monotonic_ns() >= t + kStopBudgetNs;
+}
 
 StopSignalsBlocked::StopSignalsBlocked() {
   sigset_t set = stop_set();
