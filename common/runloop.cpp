@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@ const int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 // Shared with the signal handler: lock-free atomics only.
 std::atomic<int> g_stop_signal{0};
+std::atomic<uint64_t> g_stop_ns{0};         // CLOCK_MONOTONIC of the first stop signal
 std::atomic<bool> g_running{false};       // the run loop has started
 std::atomic<bool> g_boundary{false};      // SIGUSR1: a report boundary was asked for
 std::atomic<uint64_t> g_boundaries{0};     // boundaries reported so far
@@ -83,6 +85,9 @@ void on_stop_signal(int sig) {
     remove_temp_paths();
     _exit(128 + sig);
   }
+  struct timespec ts;  // clock_gettime is async-signal-safe
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  g_stop_ns.store(static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec);
   errno = saved;
 }
 
@@ -105,6 +110,7 @@ uint64_t realtime_ns() {
 void install_stop_handlers() {
   g_running.store(false);  // a fresh start (e.g. a forked child of a finished run)
   g_stop_signal.store(0);
+  g_stop_ns.store(0);
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop_signal;
@@ -126,6 +132,11 @@ void install_stop_handlers() {
 void enter_reporting() { g_running.store(true); }
 
 int stop_signal() { return g_running.load() ? g_stop_signal.load() : 0; }
+
+bool past_stop_deadline() {
+  const uint64_t t = g_stop_ns.load();
+  return t != 0 && g_running.load() && monotonic_ns() >= t + kStopBudgetNs;
+}
 
 StopSignalsBlocked::StopSignalsBlocked() {
   sigset_t set = stop_set();
@@ -196,6 +207,11 @@ int run_loop(const Schedule& s, const RunHooks& hooks) {
       if (next_tick <= now) next_tick = now + *s.interval_ns;
     }
   }
+  // Ctrl-C promises the report within about a second, and the loads a tool runs under
+  // (thousands of runnable threads) would otherwise starve it of CPU for many: the
+  // final report after a stop signal runs at the highest priority (root tracers may;
+  // an EPERM leaves the priority as it was). Only this thread, only for the report.
+  if (sig) setpriority(PRIO_PROCESS, 0, -20);
   if (hooks.report) hooks.report(true);
   return sig;
 }

@@ -30,6 +30,13 @@ void install_stop_handlers();
 void enter_reporting();
 // The stop signal received since the run loop started, or 0.
 int stop_signal();
+// A stop signal asks for the final report within about a second: work the report can
+// do without (loading symbol tables of processes and files not seen before) stops
+// kStopBudgetNs after the signal, and what it would have named is shown unnamed and
+// counted (symbolize_skipped). True once that budget is spent; never for a run that
+// ends by its duration or count.
+constexpr uint64_t kStopBudgetNs = 500000000ULL;
+bool past_stop_deadline();
 // Paths a stop signal before the run loop removes (a directory with everything in it,
 // however far it has been written); replaces any earlier list. An empty list clears it.
 void register_temp_paths(const std::vector<std::string>& paths);

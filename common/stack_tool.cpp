@@ -36,6 +36,7 @@ std::string stack_parts_text(const StackToolConfig& c) {
 void add_symbolizer_dq(DataQuality& dq, const Symbolizer::Stats& before, const Symbolizer::Stats& after) {
   dq.add("unknown_frames", (after.user_unknown + after.kernel_unknown) - (before.user_unknown + before.kernel_unknown));
   dq.add("processes_gone_before_seen", after.pids_unreadable - before.pids_unreadable);
+  dq.add("symbolize_skipped", after.symbolize_skipped - before.symbolize_skipped);
 }
 
 void write_folded_report(std::ostream& os, std::ostream& err, const std::vector<std::string>& lines,

@@ -42,6 +42,7 @@ struct Symbolizer::Process {
   std::vector<PerfMapSym> perfmap;  // sorted by addr
   uint64_t loaded_ns = 0;    // when the snapshot was taken (CLOCK_MONOTONIC)
   uint64_t start_time = 0;   // /proc/PID/stat starttime (0: process already gone)
+  bool partial = false;      // mappings or symbol tables skipped after a stop signal
 };
 
 // Start time of pid (field 22 of /proc/PID/stat, clock ticks since boot): tells a
@@ -72,6 +73,12 @@ bool Symbolizer::remembered(uint32_t pid) const { return procs_.count(pid) != 0;
 bool Symbolizer::remember(uint32_t pid) {
   if (procs_.count(pid)) return true;
   auto p = std::make_unique<Process>();
+  if (past_stop_deadline()) {  // the final report is due: no new snapshots
+    p->partial = true;
+    p->loaded_ns = monotonic_ns();
+    procs_[pid] = std::move(p);
+    return false;
+  }
   if (!load_process(pid, *p)) {
     stats_.pids_unreadable++;
     procs_[pid] = std::move(p);  // remember the failure too: don't retry every event
@@ -83,7 +90,7 @@ bool Symbolizer::remember(uint32_t pid) {
 
 bool Symbolizer::refresh(uint32_t pid) {
   auto p = std::make_unique<Process>();
-  if (!load_process(pid, *p)) {
+  if (past_stop_deadline() || !load_process(pid, *p)) {
     auto it = procs_.find(pid);
     if (it != procs_.end()) it->second->loaded_ns = monotonic_ns();  // rate-limit retries
     return false;
@@ -196,6 +203,10 @@ std::shared_ptr<ElfSymbols> Symbolizer::elf_for(uint32_t pid, const std::string&
   std::string key = r.file->identity();
   auto it = elf_cache_.find(key);
   if (it != elf_cache_.end()) return it->second;
+  if (past_stop_deadline()) {  // the final report is due: no new symbol tables
+    skipped_elf_ = true;
+    return nullptr;
+  }
   auto e = ElfSymbols::load(r.file, opt_.debug_files);
   elf_cache_[key] = e;
   return e;
@@ -231,6 +242,7 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
   if (!any) return false;
   p.start_time = proc_start_time(pid);
   std::map<std::string, size_t> index;  // path -> module index
+  skipped_elf_ = false;
   for (auto& r : raws) {
     if (index.count(r.path)) continue;
     char mf[96];
@@ -250,6 +262,7 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
     index[r.path] = p.modules.size();
     p.modules.push_back(std::move(m));
   }
+  p.partial = skipped_elf_;
   std::sort(p.modules.begin(), p.modules.end(), [](auto& a, auto& b) { return a.lo < b.lo; });
   p.modules.shrink_to_fit();
   p.maps.shrink_to_fit();
@@ -309,7 +322,13 @@ SymbolInfo Symbolizer::lookup_in_process(uint32_t pid, uint64_t addr, bool want_
 
 SymbolInfo Symbolizer::lookup_user(uint32_t pid, uint64_t addr) {
   SymbolInfo s = lookup_in_process(pid, addr, false);
-  if (!s.found) stats_.user_unknown++;
+  if (!s.found) {
+    auto it = procs_.find(pid);
+    if (it != procs_.end() && it->second->partial)
+      stats_.symbolize_skipped++;
+    else
+      stats_.user_unknown++;
+  }
   return s;
 }
 

@@ -101,6 +101,9 @@ class Symbolizer {
     uint64_t user_unknown = 0;    // user addresses with no symbol
     uint64_t pids_unreadable = 0; // remember() failed: process gone before first sight
     uint64_t pids_forgotten = 0;  // exited processes dropped by forget_exited()
+    // user frames left unnamed because their process's mappings or file's symbols
+    // were not loaded: a stop signal's budget was spent (past_stop_deadline())
+    uint64_t symbolize_skipped = 0;
   };
 
   Symbolizer();
@@ -169,6 +172,7 @@ class Symbolizer {
   std::map<std::string, std::shared_ptr<ElfSymbols>> elf_cache_;
   std::unordered_map<std::string, std::weak_ptr<const std::string>> paths_;  // interned
   uint64_t last_gc_ns_ = 0;
+  bool skipped_elf_ = false;  // load_process: some file's symbols were skipped (deadline)
 };
 
 }  // namespace bpfdiag

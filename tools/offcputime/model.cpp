@@ -14,12 +14,13 @@ const std::vector<std::string>& dq_keys() {
   // seen_full: a new process was not announced (symbols only, no time lost);
   // overflow_stacks: stacks kept in the overflow map (not lost); unknown_frames:
   // frames no symbol names; processes_gone_before_seen: exited before their maps
-  // could be read; dropped_periods: off-CPU periods whose switch-in was not seen;
+  // could be read; symbolize_skipped: user frames left unnamed because the report was
+  // due (Ctrl-C) before their symbols were loaded; dropped_periods: off-CPU periods whose switch-in was not seen;
   // recovered_periods: of those, the ones ended at the arrival the scheduler recorded
   // (bpf_sources/arrival.h: counted in full, not lost).
   static const std::vector<std::string> keys = [] {
     std::vector<std::string> k = {"seen_full", "overflow_stacks", "unknown_frames", "processes_gone_before_seen",
-                                  "dropped_periods", "recovered_periods"};
+                                  "symbolize_skipped", "dropped_periods", "recovered_periods"};
     for (auto& u : unwind_dq_keys()) k.push_back(u);  // --unwind=dwarf (zero with fp)
     return k;
   }();
@@ -77,6 +78,11 @@ std::vector<std::string> warnings(const Config& c, const DataQuality& dq) {
                 std::to_string(c.map_entries) + " live processes were already tracked (no periods were " +
                 "dropped; their stacks may show [unknown] if they exited early); try --map-entries " +
                 std::to_string(bigger_maps));
+  auto sk = dq.extra.find("symbolize_skipped");
+  if (sk != dq.extra.end() && sk->second)
+    w.push_back("warning: " + std::to_string(sk->second) + " user frames were left unnamed: the report " +
+                "was due (stop signal) before their symbols were loaded; give a duration (e.g. " +
+                "offcputime 10) to name them all");
   return w;
 }
 
