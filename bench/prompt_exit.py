@@ -8,7 +8,11 @@ Asserted per run: exit within 1.5 s of SIGINT (the promise is ~1 s: a 500 ms sym
 loading budget plus rendering; the extra 0.5 s absorbs the scheduler on this 2-CPU
 machine under the same load), exit code 0, and a final report (offcputime.summary record
 with a data_quality object carrying symbolize_skipped; in text mode the data quality
-line)."""
+line).
+
+Not in CI yet: the goal does not hold (3-7 s after SIGINT on this 2-CPU machine at load
+~160, from 25-30 s). Run by hand as root after a build: python3 bench/prompt_exit.py
+(BIN and WORKLOADS default to build/bin and build/workloads)."""
 import json
 import os
 import signal
@@ -16,7 +20,11 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))
+os.environ.setdefault("BIN", os.path.join(HERE, "..", "build", "bin"))
+os.environ.setdefault("WORKLOADS", os.path.join(HERE, "..", "build", "workloads"))
+os.environ.setdefault("SRC", os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 from harness import (check, finish, require_built, require_root, start, stop, tool, wait_attached,  # noqa: E402
                      workload)
 
