@@ -201,19 +201,80 @@ window.flame={zoom:function(name){var f=frames.filter(function(g){return g._name
 }  // namespace
 
 Result<std::vector<FoldedLine>> read_folded(const std::string& text) {
-  std::vector<FoldedLine> out;
   std::istringstream is(text);
+  FoldedLimits whole{UINT64_MAX, SIZE_MAX, SIZE_MAX};  // text already in memory: no bounds
+  FoldedReadStats st;
+  return read_folded_stream(is, whole, st);
+}
+
+Result<std::vector<FoldedLine>> read_folded_stream(std::istream& in, const FoldedLimits& lim, FoldedReadStats& st) {
+  std::vector<FoldedLine> out;
   std::string line;
-  size_t n = 0;
-  while (std::getline(is, line)) {
+  bool skipping = false;  // inside a line over max_line: drop bytes up to its newline
+  uint64_t total = 0, n = 0;
+  std::vector<char> buf(1 << 16);
+  auto finish_line = [&]() -> Status {
     ++n;
+    if (skipping) {
+      skipping = false;
+      ++st.long_lines;
+      return std::nullopt;
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (line.find_first_not_of(" \t") == std::string::npos) return std::nullopt;
     auto f = parse_folded(line);
     if (!f) return Error{"line " + std::to_string(n) + ": " + f.error()};
+    if (f->frames.size() > lim.max_frames) {
+      ++st.deep_stacks;
+      return std::nullopt;
+    }
+    ++st.lines;
     out.push_back(std::move(*f));
+    return std::nullopt;
+  };
+  for (;;) {
+    size_t want = buf.size();
+    if (total + want > lim.max_bytes) want = static_cast<size_t>(lim.max_bytes - total);
+    if (want == 0) {
+      st.cut = in.peek() != std::char_traits<char>::eof();
+      break;
+    }
+    in.read(buf.data(), static_cast<std::streamsize>(want));
+    size_t got = static_cast<size_t>(in.gcount());
+    if (got == 0) break;
+    total += got;
+    size_t pos = 0;
+    while (pos < got) {
+      const char* nl = static_cast<const char*>(std::memchr(buf.data() + pos, '\n', got - pos));
+      size_t end = nl ? static_cast<size_t>(nl - buf.data()) : got;
+      if (!skipping) {
+        if (line.size() + (end - pos) > lim.max_line) {
+          skipping = true;
+          line.clear();
+          line.shrink_to_fit();
+        } else {
+          line.append(buf.data() + pos, end - pos);
+        }
+      }
+      if (!nl) break;
+      if (auto e = finish_line()) return Error{e->message};
+      line.clear();
+      pos = end + 1;
+    }
   }
+  if (skipping || !line.empty())
+    if (auto e = finish_line()) return Error{e->message};
   return out;
+}
+
+std::string FoldedReadStats::warning(const FoldedLimits& lim) const {
+  std::string w;
+  auto add = [&](const std::string& s) { w += (w.empty() ? "" : "; ") + s; };
+  if (long_lines) add("skipped " + std::to_string(long_lines) + " lines longer than " + std::to_string(lim.max_line) + " bytes");
+  if (deep_stacks)
+    add("skipped " + std::to_string(deep_stacks) + " stacks deeper than " + std::to_string(lim.max_frames) + " frames");
+  if (cut) add("read only the first " + std::to_string(lim.max_bytes) + " bytes of the input");
+  return w;
 }
 
 namespace {

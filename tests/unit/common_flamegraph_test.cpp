@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "common/flamegraph.h"
@@ -70,4 +71,42 @@ TEST_CASE("read_folded: a malformed line is named") {
   auto r = read_folded("a;b 1\na;b notanumber\n");
   REQUIRE_FALSE(r);
   CHECK(r.error().find("line 2") != std::string::npos);
+}
+
+TEST_CASE("read_folded_stream: long lines, deep stacks and the byte cap are skipped and counted") {
+  FoldedLimits lim;
+  lim.max_line = 64;
+  lim.max_frames = 5;
+  std::string deep = "c";
+  for (int i = 0; i < 6; ++i) deep += ";f" + std::to_string(i);
+  std::string text = "a;b 1\n" + std::string(100000, 'x') + " 7\n" + deep + " 3\na;c 2\n" + std::string(65, 'y');
+  std::istringstream in(text);
+  FoldedReadStats st;
+  auto r = read_folded_stream(in, lim, st);
+  REQUIRE(r);
+  REQUIRE(r->size() == 2);  // a;b and a;c: the long line, the deep stack and the unterminated long tail skipped
+  CHECK((*r)[1].frames == std::vector<std::string>{"a", "c"});
+  CHECK(st.lines == 2);
+  CHECK(st.long_lines == 2);
+  CHECK(st.deep_stacks == 1);
+  CHECK_FALSE(st.cut);
+  CHECK(st.warning(lim).find("skipped 2 lines longer than 64 bytes; skipped 1 stacks deeper than 5 frames") == 0);
+
+  // a malformed line is still an error, counted in input lines (skipped ones included)
+  std::istringstream bad(std::string(100, 'x') + "\na;b zz\n");
+  FoldedReadStats st2;
+  auto e = read_folded_stream(bad, lim, st2);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().find("line 2") != std::string::npos);
+
+  // the byte cap: what is past it is not read, and that is said
+  FoldedLimits small;
+  small.max_bytes = 12;
+  std::istringstream capped("a;b 1\na;c 2\na;d 3\n");
+  FoldedReadStats st3;
+  auto c = read_folded_stream(capped, small, st3);
+  REQUIRE(c);
+  CHECK(c->size() == 2);
+  CHECK(st3.cut);
+  CHECK(st3.warning(small) == "read only the first 12 bytes of the input");
 }

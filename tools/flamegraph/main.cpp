@@ -78,17 +78,23 @@ Result<Config> parse(int argc, char** argv) {
   return c;
 }
 
+// Folded stacks within the suite's bounds (FoldedLimits); what was skipped gets one
+// warning line.
 Result<std::vector<FoldedLine>> read_input(const std::string& path) {
-  std::stringstream text;
-  if (path.empty() || path == "-") {
-    text << std::cin.rdbuf();
+  const std::string name = path.empty() || path == "-" ? std::string("stdin") : path;
+  FoldedLimits lim;
+  FoldedReadStats st;
+  Result<std::vector<FoldedLine>> stacks = Error{""};
+  if (name == "stdin") {
+    stacks = read_folded_stream(std::cin, lim, st);
   } else {
     std::ifstream in(path);
     if (!in) return Error{"cannot read " + path};
-    text << in.rdbuf();
+    stacks = read_folded_stream(in, lim, st);
   }
-  auto stacks = read_folded(text.str());
-  if (!stacks) return Error{(path.empty() ? std::string("stdin") : path) + ": " + stacks.error()};
+  if (!stacks) return Error{name + ": " + stacks.error()};
+  auto w = st.warning(lim);
+  if (!w.empty()) std::fprintf(stderr, "flamegraph: warning: %s: %s\n", name.c_str(), w.c_str());
   return stacks;
 }
 
