@@ -242,10 +242,15 @@ struct CachedFile {
 
 // The cached objects in `dir` (regular files named *.bpfobj); with sweep_tmp, temporary
 // files a killed writer left (over a minute old) are removed on the way.
-std::vector<CachedFile> list_objects(const std::string& dir, bool sweep_tmp) {
+std::vector<CachedFile> list_objects(int dir_fd, bool sweep_tmp) {
   std::vector<CachedFile> files;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return files;
+  int fd = dup(dir_fd);  // fdopendir owns its descriptor; the offset is shared: rewind
+  DIR* d = fd >= 0 ? fdopendir(fd) : nullptr;
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return files;
+  }
+  rewinddir(d);
   const time_t now = time(nullptr);
   while (struct dirent* e = readdir(d)) {
     std::string name = e->d_name;
@@ -266,17 +271,19 @@ std::vector<CachedFile> list_objects(const std::string& dir, bool sweep_tmp) {
 
 // Keeps the directory to kMaxCachedObjects files (modes and map sizes each make an
 // object of their own), and sweeps stale temporary files.
-void evict_oldest(const std::string& dir) {
-  std::vector<CachedFile> files = list_objects(dir, /*sweep_tmp=*/true);
+void evict_oldest(int dir_fd) {
+  std::vector<CachedFile> files = list_objects(dir_fd, /*sweep_tmp=*/true);
   if (files.size() <= kMaxCachedObjects) return;
   std::sort(files.begin(), files.end(),
             [](const CachedFile& a, const CachedFile& b) { return a.used_ns < b.used_ns; });
-  for (size_t i = 0; i + kMaxCachedObjects < files.size(); ++i) unlink((dir + "/" + files[i].name).c_str());
+  for (size_t i = 0; i + kMaxCachedObjects < files.size(); ++i) unlinkat(dir_fd, files[i].name.c_str(), 0);
 }
 
 // The cache directory (created if missing) and whether the tools may use it: off with
 // BPFDIAG_CACHE=0, else only if it is a directory of this user's nobody else can write.
-BpfObjectCacheState check_dir() {
+// The directory is opened once (no symbolic link followed, not even as the last
+// component) and checked on that descriptor, which *fd receives when usable.
+BpfObjectCacheState check_dir(std::shared_ptr<const int>* fd_out) {
   BpfObjectCacheState s;
   auto unusable = [&](std::string why) {
     s.why = std::move(why);
@@ -289,28 +296,39 @@ BpfObjectCacheState check_dir() {
   if (s.off) return unusable("turned off (BPFDIAG_CACHE=0)");
   if (mkdir(s.dir.c_str(), 0700) != 0 && errno != EEXIST)
     return unusable(std::string("cannot be created: ") + std::strerror(errno));
+  int fd = ::open(s.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP || errno == ENOTDIR) return unusable("is not a directory (a symbolic link or a file)");
+    return unusable(std::string("cannot be read: ") + std::strerror(errno));
+  }
+  auto held = std::shared_ptr<const int>(new int(fd), [](const int* p) {
+    close(*p);
+    delete p;
+  });
   struct stat st;
-  if (lstat(s.dir.c_str(), &st) != 0) return unusable(std::string("cannot be read: ") + std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return unusable("is not a directory (a symbolic link or a file)");
+  if (fstat(fd, &st) != 0) return unusable(std::string("cannot be read: ") + std::strerror(errno));
   if (st.st_uid != geteuid())
     return unusable("belongs to uid " + std::to_string(st.st_uid) + ", not to this user");
   if (!private_to_us(st)) return unusable("is writable by group or others");
   s.usable = true;
+  if (fd_out) *fd_out = std::move(held);
   return s;
 }
 
 }  // namespace
 
 std::optional<BpfObjectCache> BpfObjectCache::open() {
-  BpfObjectCacheState s = check_dir();
+  std::shared_ptr<const int> fd;
+  BpfObjectCacheState s = check_dir(&fd);
   if (!s.usable) return std::nullopt;
-  return BpfObjectCache(s.dir);
+  return BpfObjectCache(s.dir, std::move(fd));
 }
 
 BpfObjectCacheState BpfObjectCache::state() {
-  BpfObjectCacheState s = check_dir();
+  std::shared_ptr<const int> fd;
+  BpfObjectCacheState s = check_dir(&fd);
   if (!s.usable) return s;
-  for (const auto& f : list_objects(s.dir, /*sweep_tmp=*/false)) {
+  for (const auto& f : list_objects(*fd, /*sweep_tmp=*/false)) {
     s.objects++;
     s.bytes += f.bytes;
   }
@@ -328,14 +346,14 @@ std::string BpfObjectCache::key(const std::string& text, const std::vector<std::
   return k;
 }
 
-std::string BpfObjectCache::path_for(const std::string& key) const {
+std::string BpfObjectCache::name_for(const std::string& key) {
   char name[32];
   std::snprintf(name, sizeof name, "%016llx", static_cast<unsigned long long>(fnv1a(key)));
-  return dir_ + "/" + name + kSuffix;
+  return name + std::string(kSuffix);
 }
 
 std::optional<BpfObject> BpfObjectCache::get(const std::string& key) const {
-  int fd = ::open(path_for(key).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = ::openat(*fd_, name_for(key).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   struct stat st;
   std::string bytes;
@@ -355,13 +373,13 @@ std::optional<BpfObject> BpfObjectCache::get(const std::string& key) const {
   return o;
 }
 
-void BpfObjectCache::remove(const std::string& key) const { unlink(path_for(key).c_str()); }
+void BpfObjectCache::remove(const std::string& key) const { unlinkat(*fd_, name_for(key).c_str(), 0); }
 
 void BpfObjectCache::put(const std::string& key, const BpfObject& o) const {
   std::string bytes = serialize_bpf_object(o, key);
   std::random_device rd;
-  std::string tmp = dir_ + "/.tmp." + std::to_string(getpid()) + "." + std::to_string(rd());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  std::string tmp = ".tmp." + std::to_string(getpid()) + "." + std::to_string(rd());
+  int fd = ::openat(*fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return;
   size_t done = 0;
   while (done < bytes.size()) {
@@ -370,11 +388,11 @@ void BpfObjectCache::put(const std::string& key, const BpfObject& o) const {
     done += static_cast<size_t>(n);
   }
   bool ok = close(fd) == 0 && done == bytes.size();
-  if (!ok || rename(tmp.c_str(), path_for(key).c_str()) != 0) {
-    unlink(tmp.c_str());
+  if (!ok || renameat(*fd_, tmp.c_str(), *fd_, name_for(key).c_str()) != 0) {
+    unlinkat(*fd_, tmp.c_str(), 0);
     return;
   }
-  evict_oldest(dir_);
+  evict_oldest(*fd_);
 }
 
 }  // namespace bpfdiag

@@ -9,6 +9,7 @@
 // cflags, libbcc and the running kernel, all of which are the cache key.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,15 +85,19 @@ class BpfObjectCache {
   // possible CPUs, and the cache format.
   static std::string key(const std::string& text, const std::vector<std::string>& cflags);
 
+  // Every file operation is relative to the directory's descriptor, opened and checked
+  // once in open(): the path is never walked again (a directory swapped for a link or
+  // another one after the check is not followed).
   std::optional<BpfObject> get(const std::string& key) const;
   void put(const std::string& key, const BpfObject& o) const;
   void remove(const std::string& key) const;
   const std::string& dir() const { return dir_; }
 
  private:
-  explicit BpfObjectCache(std::string dir) : dir_(std::move(dir)) {}
-  std::string path_for(const std::string& key) const;
+  BpfObjectCache(std::string dir, std::shared_ptr<const int> fd) : dir_(std::move(dir)), fd_(std::move(fd)) {}
+  static std::string name_for(const std::string& key);
   std::string dir_;
+  std::shared_ptr<const int> fd_;  // the directory (O_DIRECTORY|O_NOFOLLOW), closed with the last copy
 };
 
 }  // namespace bpfdiag

@@ -197,6 +197,18 @@ TEST_CASE("bpf object cache: stores and finds by key, only in a directory and fi
   for (auto& e : fs::directory_iterator(dir)) files += e.path().filename().string()[0] != '.';
   CHECK(files == 64);
   CHECK(c->get(BpfObjectCache::key("int x69;", {})));
+
+  // the directory is used through the descriptor open() checked: swapped for a symbolic
+  // link to another directory afterwards, the cache still reads and writes the one checked
+  std::string real = t.path + "/checked", other = t.path + "/other";
+  fs::rename(dir, real);
+  fs::create_directory(other);
+  fs::create_symlink(other, dir);
+  CHECK(c->get(BpfObjectCache::key("int x69;", {})));
+  c->put(BpfObjectCache::key("int y;", {}), sample());
+  CHECK(fs::is_empty(other));
+  CHECK(c->get(BpfObjectCache::key("int y;", {})));  // written where it can be read: the checked dir
+  CHECK_FALSE(BpfObjectCache::open());  // a new open refuses the link
 }
 
 TEST_CASE("bpf object cache: a program compiled, then loaded from the cache, counts the same events") {
