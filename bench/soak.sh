@@ -14,7 +14,9 @@
 # USAGE: bench/soak.sh [SECONDS (1800)] [INTERVAL (30)] [WARMUP (300)]
 # Env: BIN (build/bin), WORKLOADS (build/workloads), FORKS_PER_S (500),
 #      THREADS_PER_S (200), SAMPLE (INTERVAL), TOOLS (all seven, space-separated),
-#      KEEP=DIR keeps the tools' output and stderr in DIR. Run as root.
+#      KEEP=DIR keeps the tools' output and stderr in DIR, CHURN_PID=PID uses the load
+#      of a soak already running (its thread-churn target's PID) instead of starting
+#      another one. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-1800}
@@ -41,10 +43,15 @@ cleanup() {
 trap cleanup EXIT
 
 # the thread churn target first (the -p tools need its PID), then the fork storm
-"$WORKLOADS/fork_storm" --threads "$THREADS_PER_S" > "$OUT/churn.out" &
-CHURN=$!
-"$WORKLOADS/fork_storm" --forks "$FORKS_PER_S" > "$OUT/storm.out" &
-STORM=$!
+if [[ -n ${CHURN_PID:-} ]]; then
+  TARGET=$CHURN_PID
+else
+  "$WORKLOADS/fork_storm" --threads "$THREADS_PER_S" > "$OUT/churn.out" &
+  CHURN=$!
+  TARGET=$CHURN
+  "$WORKLOADS/fork_storm" --forks "$FORKS_PER_S" > "$OUT/storm.out" &
+  STORM=$!
+fi
 
 # every tool stops by itself after SECS (+ a little, so the last sample is taken while
 # it still runs); the script also stops them when it ends
@@ -52,7 +59,7 @@ DUR=$((SECS + 2 * SAMPLE + 30))
 for t in $TOOLS; do
   case $t in
     offcputime) args=(-f -i "$INTERVAL" --duration "$DUR") ;;
-    threadpool|pmheld) args=(-p "$CHURN" -j -i "$INTERVAL" -d "$DUR") ;;
+    threadpool|pmheld) args=(-p "$TARGET" -j -i "$INTERVAL" -d "$DUR") ;;
     *) args=(-j -i "$INTERVAL" -d "$DUR") ;;
   esac
   "$BIN/$t" "${args[@]}" > "$OUT/$t.out" 2> "$OUT/$t.err" &
