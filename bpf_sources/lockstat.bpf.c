@@ -37,41 +37,8 @@
 #include "unwind.h"
 #endif
 
-struct futex_start {
-  u64 ts;
-  u64 uaddr;
-  s32 stack_id;
-  u32 flags;
-  u32 waker; /* set by sched_waking: 0 none yet, else tid or 0x80000000|cpu */
-  u32 pad;
-  u64 user_hash; /* UW_DWARF: set by uw_lockstat_futex_tail */
-};
-
-/* One kernel wait in flight. `flags` are OR-ed over the begins of the wait, `last`
- * is the latest begin's flags (a mutex begins again after each sleep). */
-struct klock_frame {
-  u64 addr;
-  u64 ts;
-  s32 stack_id;
-  u32 flags;
-  u32 last;
-  u32 cpu; /* where the wait began */
-};
-
-/* The kernel waits a task has in flight, innermost last. */
-struct klock_task {
-  u32 depth;
-  u32 pad;
-  struct klock_frame f[LS_KNEST];
-};
-
-struct plock_start {
-  u64 ts;
-  u64 mutex;
-  u64 caller; /* return address of the lock call */
-  u32 blocked;
-  u32 pad;
-};
+/* struct futex_start, klock_frame, klock_task, plock_start: lockstat_shared.h (the
+ * front-end reads the stack ids of waits in flight from them) */
 
 BPF_HASH(stats, struct lockstat_key, struct lockstat_val, STATS_ENTRIES);
 BPF_HASH(hist, struct lockstat_hkey, u64, HIST_ENTRIES);

@@ -109,4 +109,43 @@ struct lockstat_comm {
   char comm[16];
 };
 
+/* Waits in flight, per thread (maps futex_start, klock_start, plock_start, keyed by
+ * tid). Shared so the front-end can keep their stacks when it clears the stack table
+ * after a report, and forget the entries of threads that exited mid-wait. */
+struct futex_start {
+  __u64 ts;
+  __u64 uaddr;
+  __s32 stack_id;
+  __u32 flags;
+  __u32 waker; /* set by sched_waking: 0 none yet, else tid or 0x80000000|cpu */
+  __u32 pad;
+  __u64 user_hash; /* UW_DWARF: set by uw_lockstat_futex_tail */
+};
+
+/* One kernel wait in flight. `flags` are OR-ed over the begins of the wait, `last`
+ * is the latest begin's flags (a mutex begins again after each sleep). */
+struct klock_frame {
+  __u64 addr;
+  __u64 ts;
+  __s32 stack_id;
+  __u32 flags;
+  __u32 last;
+  __u32 cpu; /* where the wait began */
+};
+
+/* The kernel waits a task has in flight, innermost last. */
+struct klock_task {
+  __u32 depth;
+  __u32 pad;
+  struct klock_frame f[LS_KNEST];
+};
+
+struct plock_start {
+  __u64 ts;
+  __u64 mutex;
+  __u64 caller; /* return address of the lock call */
+  __u32 blocked;
+  __u32 pad;
+};
+
 #endif

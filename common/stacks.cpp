@@ -1,6 +1,7 @@
 #include "common/stacks.h"
 
 #include <bcc/BPF.h>
+#include <bcc/libbpf.h>
 
 #include <cerrno>
 
@@ -182,6 +183,21 @@ Stack resolve_stack(ebpf::BPFStackTable& table, Symbolizer& sym, uint32_t tgid, 
     if (st.user_missing && dq) dq->lost_stacks++;
   }
   return st;
+}
+
+size_t clear_stack_ids(int fd, const std::set<int32_t>& keep) {
+  std::vector<int32_t> ids;
+  int32_t cur = 0, next = 0;
+  bool first = true;
+  while (bpf_get_next_key(fd, first ? nullptr : &cur, &next) == 0) {
+    if (!keep.count(next)) ids.push_back(next);
+    cur = next;
+    first = false;
+  }
+  size_t n = 0;
+  for (int32_t id : ids)
+    if (bpf_delete_elem(fd, &id) == 0) ++n;
+  return n;
 }
 
 }  // namespace bpfdiag

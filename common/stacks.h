@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <ostream>
+#include <set>
 #include <tuple>
 #include <string>
 #include <vector>
@@ -144,5 +145,12 @@ Stack resolve_stack(ebpf::BPFStackTable& table, Symbolizer& sym, uint32_t tgid, 
 
 // Raw addresses of one stack id (empty for a negative or unknown id).
 std::vector<uint64_t> stack_addrs(ebpf::BPFStackTable& table, int64_t id);
+
+// Deletes every entry of an int-keyed BPF map (a BPF_STACK_TRACE table, or a map keyed
+// by stack id) except the ids in `keep`. Tools that report per interval call it after
+// a report, keeping the ids still referenced by counts recorded since: a stack table
+// is never emptied by the kernel, and once full every new stack is lost (a long run
+// under a fork storm fills it in minutes). Returns how many entries were deleted.
+size_t clear_stack_ids(int fd, const std::set<int32_t>& keep = {});
 
 }  // namespace bpfdiag

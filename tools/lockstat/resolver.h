@@ -34,6 +34,12 @@ class Resolver {
 
   Names names();
 
+  // Call at the start of every report: the stack addresses cached for the previous one
+  // go (stack ids are reused once the BPF stack table is cleared, and a long run under
+  // a fork storm would otherwise keep one entry per process and stack forever).
+  void new_report() { cache_.clear(); }
+  size_t cached_stacks() const { return cache_.size(); }
+
  private:
   static bool in_libc(const SymbolInfo& s) {
     const std::string& m = s.module;

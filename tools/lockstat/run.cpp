@@ -109,17 +109,50 @@ uint64_t traced_threads(const Config& c) {
   return n;
 }
 
-// Once per binary: how to get function names when the target's binary is stripped.
-void hint_debuginfo(uint32_t pid, std::set<std::string>& done) {
+// The binary a process runs ("" when it is gone).
+std::string exe_path(uint32_t pid) {
   char buf[4096];
   std::string exe = "/proc/" + std::to_string(pid) + "/exe";
   ssize_t n = readlink(exe.c_str(), buf, sizeof buf - 1);
-  if (n <= 0) return;
-  std::string path(buf, size_t(n));
-  if (!done.insert(path).second) return;
-  std::string h = debuginfo_hint(exe, path);
+  return n <= 0 ? std::string() : std::string(buf, size_t(n));
+}
+
+// Once per binary: how to get function names when the target's binary is stripped.
+void hint_debuginfo(uint32_t pid, const std::string& path) {
+  std::string h = debuginfo_hint("/proc/" + std::to_string(pid) + "/exe", path);
   if (!h.empty()) std::fprintf(stderr, "lockstat: %s\n", h.c_str());
 }
+
+// Bounded memory on long runs (issue 19): after a report, whatever only served the
+// waits it printed goes. Waits in flight keep their stacks; entries of threads that
+// exited in the middle of a wait (exit_group kills a thread blocked in a futex: its
+// sys_exit never comes) are deleted, having been counted in unmatched_begin.
+template <class V>
+void prune_starts(BpfSession& session, const std::string& map, std::set<int32_t>& keep_stacks,
+                  int32_t (*stack_of)(const V&, int)) {
+  int fd = session.get_table(map).get_fd();
+  std::vector<uint32_t> gone;
+  uint32_t cur = 0, next = 0;
+  bool first = true;
+  V v;
+  while (bpf_get_next_key(fd, first ? nullptr : &cur, &next) == 0 && gone.size() < (1u << 20)) {
+    cur = next;
+    first = false;
+    if (bpf_lookup_elem(fd, &cur, &v) != 0) continue;
+    if (!pid_exists(cur)) {  // /proc/TID exists for every thread
+      gone.push_back(cur);
+      continue;
+    }
+    for (int i = 0; i < LS_KNEST; ++i)
+      if (int32_t id = stack_of(v, i); id >= 0) keep_stacks.insert(id);
+  }
+  for (uint32_t tid : gone) bpf_delete_elem(fd, &tid);
+}
+int32_t futex_stack(const futex_start& s, int i) { return i == 0 ? s.stack_id : -1; }
+int32_t klock_stack(const klock_task& t, int i) {
+  return uint32_t(i) < t.depth && i < LS_KNEST ? t.f[i].stack_id : -1;
+}
+int32_t plock_stack(const plock_start&, int) { return -1; }
 
 // BPF counters -> data-quality keys (both lost-stack slots count as lost_stacks).
 const std::vector<CounterSlot> kCounters = {
@@ -284,23 +317,55 @@ Status run(const Config& c0) {
   std::vector<std::string> start_maps;
   if (!c.kernel_only) start_maps.push_back(c.uprobes ? "plock_start" : "futex_start");
   if (!c.user_only) start_maps.push_back("klock_start");
-  std::set<std::string> hinted;
+  std::map<std::string, uint32_t> exes;  // binary -> a process that runs it (debuginfo hints)
 
   const bool has_scans = !c.unwind_dwarf && has_flag(*flags, "-DOFF_TASK_STACK=");  // fp mode only
   const bool has_rq_locks = has_flag(*flags, "-DRQ_CPUS=");
-  std::set<uint32_t> seen_pids;
+  // pids are remembered (mappings read) while they run; exited ones are forgotten after
+  // the report that printed their waits
   auto remember_new = [&]() {
     for (auto& [k, v] : stats.get_table_offline())
-      if (k.kind != LS_KIND_KERNEL && seen_pids.insert(k.pid).second) res.sym().remember(k.pid);
+      if (k.kind != LS_KIND_KERNEL && !res.sym().remembered(k.pid)) {
+        res.sym().remember(k.pid);
+        if (exes.size() < 4096)
+          if (std::string exe = exe_path(k.pid); !exe.empty()) exes.emplace(exe, k.pid);
+      }
   };
   uint64_t last = attached, last_scan = 0;
   CounterDeltas counter_deltas, uw_deltas;   // counters are cumulative in BPF
-  std::map<uint32_t, std::string> comm_of;   // tid -> comm, kept across intervals
+  // tid -> {comm, last report that drained or used it}: kept across one report
+  // boundary (a wait's comm may be drained a report before its stats), then dropped
+  std::map<uint32_t, std::pair<std::string, uint64_t>> comm_of;
+  uint64_t report_no = 0;
   Status failed;
   RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph: lock waits",
                               "lockstat: wait time at the contended locks' call sites", "us",
                               FlamePalette::OffCpu});  // --svg: the waits of every report
 
+  // After a report: drop what only its waits needed (see prune_starts).
+  auto forget_reported = [&]() {
+    std::set<int32_t> keep_stacks;
+    std::set<uint32_t> keep_pids;
+    for (auto& [k, v] : stats.get_table_offline()) {  // recorded since the drain
+      if (k.stack_id >= 0) keep_stacks.insert(k.stack_id);
+      if (k.kind != LS_KIND_KERNEL) keep_pids.insert(k.pid);
+    }
+    if (!c.kernel_only) {
+      if (c.uprobes) prune_starts<plock_start>(session, "plock_start", keep_stacks, plock_stack);
+      else prune_starts<futex_start>(session, "futex_start", keep_stacks, futex_stack);
+    }
+    if (!c.user_only) prune_starts<klock_task>(session, "klock_start", keep_stacks, klock_stack);
+    clear_stack_ids(session.get_table("stacks").get_fd(), keep_stacks);
+    if (has_scans) clear_stack_ids(session.get_table("scans").get_fd(), keep_stacks);
+    res.sym().forget_exited_every(0, [&] { return keep_pids; });
+    for (auto it = comm_of.begin(); it != comm_of.end();)
+      it = it->second.second + 1 < report_no ? comm_of.erase(it) : std::next(it);
+    for (auto it = exes.begin(); it != exes.end();)  // binaries no running process runs
+      it = exe_path(it->second) != it->first ? exes.erase(it) : std::next(it);
+    if (c.verbose)
+      std::fprintf(stderr, "lockstat: tracking %zu processes, %zu symbol tables, %zu thread names\n",
+                   res.sym().remembered_count(), res.sym().symbol_tables_count(), comm_of.size());
+  };
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
     if (timeout_ms > 0) usleep(static_cast<useconds_t>(timeout_ms) * 1000);
@@ -312,6 +377,8 @@ Status run(const Config& c0) {
   };
   hooks.report = [&](bool final) {
     remember_new();
+    res.new_report();
+    ++report_no;
     Snapshot s;
     // Drained (atomic lookup-and-delete per key): a wait recorded while this report
     // is built is either in it or stays in the map for the next one. Comms are
@@ -324,8 +391,18 @@ Status run(const Config& c0) {
       for (auto& kv : drain_hash<lockstat_wkey, uint64_t>(wt)) s.wakers.push_back(kv);
     }
     for (auto& [tid, cm] : drain_hash<uint32_t, lockstat_comm>(comms))
-      comm_of[tid] = std::string(cm.comm, strnlen(cm.comm, sizeof cm.comm));
-    s.comms = comm_of;
+      comm_of[tid] = {std::string(cm.comm, strnlen(cm.comm, sizeof cm.comm)), report_no};
+    auto use_comm = [&](uint32_t tid) {
+      if (auto it = comm_of.find(tid); it != comm_of.end()) {
+        s.comms[tid] = it->second.first;
+        it->second.second = report_no;
+      }
+    };
+    for (const auto& w : s.waits) {
+      use_comm(w.key.tid);
+      use_comm(w.key.pid);  // a process is named after its main thread
+    }
+    for (const auto& [wk, n] : s.wakers) use_comm(wk.waker);
     if (auto st = add_bpf_counters(session, kCounters, s.dq, &counter_deltas)) failed = st;
     if (c.unwind_dwarf) {
       if (auto st = uw.add_dq(session, s.dq, &uw_deltas)) failed = st;
@@ -358,9 +435,10 @@ Status run(const Config& c0) {
     if (flame.enabled()) add_folded_waits(build_report(s, names, c), flame.stacks());
     if (Status st = final ? flame.write() : std::nullopt; st && !failed) failed = st;
     if (final)
-      for (uint32_t p : seen_pids) hint_debuginfo(p, hinted);
+      for (const auto& [exe, pid] : exes) hint_debuginfo(pid, exe);
     if (!c.json && !c.csv && !final) std::cout << "\n";
     last = now;
+    if (!final) forget_reported();
   };
   if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;
   return failed;

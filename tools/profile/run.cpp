@@ -16,6 +16,7 @@
 #include "common/bpf_session.h"
 #include "common/flamegraph.h"
 #include "common/proc.h"
+#include "common/stacks.h"
 #include "common/symbolize.h"
 #include "common/target.h"
 #include "common/tool.h"
@@ -126,7 +127,20 @@ Status run(const Config& c) {
     add_symbolizer_dq(rep.dq, before, sym.stats());
     render(std::cout, std::cerr, c, rep);
     if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
-    if (!final) return;
+    if (!final) {
+      // Bounded memory on long runs (issue 19): the stacks and exited processes this
+      // report printed go; those of samples counted since the drain stay.
+      std::set<int32_t> keep_stacks;
+      std::set<uint32_t> keep_pids;
+      for (auto& kv : counts.get_table_offline()) {
+        keep_stacks.insert(kv.first.user_stack_id);
+        keep_stacks.insert(kv.first.kernel_stack_id);
+        keep_pids.insert(kv.first.tgid);
+      }
+      clear_stack_ids(stacks.get_fd(), keep_stacks);
+      sym.forget_exited_every(0, [&] { return keep_pids; });
+      return;
+    }
     for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
     failure = flame.write();
   };
