@@ -28,19 +28,24 @@ def read_line(fd, timeout):
     return buf.decode(errors="replace")
 
 
+def wait_all_attached(p, timeout=150):
+    """Reads runbook's stderr until it says every tool attached (or it ends).
+    Returns (attached, stderr so far)."""
+    err = ""
+    while True:
+        line = read_line(p.stderr.fileno(), timeout)
+        if line is None:
+            return False, err
+        err += line
+        if "all tools attached" in line:
+            return True, err
+
+
 def run_runbook(args, on_attached=None, timeout=240):
     """Runs `runbook ARGS`; once it says every tool attached, calls on_attached().
     Returns (rc, stdout, stderr, attached)."""
     p = subprocess.Popen([RUNBOOK] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    err, attached = "", False
-    while True:
-        line = read_line(p.stderr.fileno(), 150)
-        if line is None:
-            break
-        err += line
-        if "all tools attached" in line:
-            attached = True
-            break
+    attached, err = wait_all_attached(p)
     if attached and on_attached:
         on_attached()
     out, rest = p.communicate(timeout=timeout)

@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import check, finish, need, require_built, require_root, run, tool, wait_for  # noqa: E402
 from harness_bpf import bpf_fds, leftover_bpf_programs  # noqa: E402
-from runbook_util import RUNBOOK, read_line, safe_tmpdir  # noqa: E402
+from runbook_util import RUNBOOK, safe_tmpdir, wait_all_attached  # noqa: E402
 
 require_root()
 require_built(RUNBOOK, tool("runqlen"), tool("offcputime"), tool("lockstat"))
@@ -238,15 +238,7 @@ p = subprocess.Popen([RUNBOOK, "cpu-saturation", "-d", "60", "-o", os.path.join(
                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 kids, progs = {}, set()
 try:
-    attached, err = False, ""
-    while True:
-        line = read_line(p.stderr.fileno(), 150)
-        if line is None:
-            break
-        err += line
-        if "all tools attached" in line:
-            attached = True
-            break
+    attached, err = wait_all_attached(p)
     kids = children(p.pid)
     for k in kids:
         progs |= bpf_fds(k)["prog_ids"]

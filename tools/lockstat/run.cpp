@@ -323,13 +323,16 @@ Status run(const Config& c0) {
   const bool has_rq_locks = has_flag(*flags, "-DRQ_CPUS=");
   // pids are remembered (mappings read) while they run; exited ones are forgotten after
   // the report that printed their waits
+  // processes whose binary was looked up (bounded: past it, new binaries get no hint);
+  // apart from the symbolizer's own set, which already holds the -p targets
+  std::set<uint32_t> exe_checked;
   auto remember_new = [&]() {
-    for (auto& [k, v] : stats.get_table_offline())
-      if (k.kind != LS_KIND_KERNEL && !res.sym().remembered(k.pid)) {
-        res.sym().remember(k.pid);
-        if (exes.size() < 4096)
-          if (std::string exe = exe_path(k.pid); !exe.empty()) exes.emplace(exe, k.pid);
-      }
+    for (auto& [k, v] : stats.get_table_offline()) {
+      if (k.kind == LS_KIND_KERNEL) continue;
+      if (!res.sym().remembered(k.pid)) res.sym().remember(k.pid);
+      if (exes.size() < 4096 && exe_checked.size() < 16384 && exe_checked.insert(k.pid).second)
+        if (std::string exe = exe_path(k.pid); !exe.empty()) exes.emplace(exe, k.pid);
+    }
   };
   uint64_t last = attached, last_scan = 0;
   CounterDeltas counter_deltas, uw_deltas;   // counters are cumulative in BPF
