@@ -79,6 +79,37 @@ class Collector {
     for (const auto& [k, v] : stats.get_table_offline()) remember(k.tgid);
   }
 
+  // Bounded memory on long runs (issue 19), after a report: stacks, names and symbols
+  // only the printed holds needed go, and so do the entries of holds and lock calls
+  // whose process or thread exited before they ended (counted in unmatched_begin).
+  void forget_reported() {
+    std::set<int32_t> keep_stacks;
+    std::set<uint32_t> keep_pids;
+    for (const auto& [k, v] : s_.get_hash_table<pmheld_stat_key, pmheld_stat>("stats").get_table_offline()) {
+      keep_stacks.insert(k.stack_id);
+      keep_pids.insert(k.tgid);
+    }
+    auto held = s_.get_hash_table<pmheld_held_key, pmheld_held>("held");
+    for (const auto& [k, v] : held.get_table_offline()) {
+      if (pid_exists(k.tgid)) {
+        keep_stacks.insert(v.stack_id);
+        keep_pids.insert(k.tgid);
+      } else {
+        held.remove_value(k);
+      }
+    }
+    auto pending = s_.get_hash_table<uint32_t, uint64_t>("pending");
+    for (const auto& [tid, m] : pending.get_table_offline())
+      if (!pid_exists(tid)) pending.remove_value(tid);
+    if (c_.stacks && !uw_) clear_stack_ids(s_.get_table("stacks").get_fd(), keep_stacks);
+    sym_.forget_exited_every(0, [&] { return keep_pids; });
+    for (auto it = comms_.begin(); it != comms_.end();)
+      it = sym_.remembered(it->first) ? std::next(it) : comms_.erase(it);
+    if (c_.verbose)
+      std::cerr << "pmheld: tracking " << sym_.remembered_count() << " processes, "
+                << sym_.symbol_tables_count() << " symbol tables\n";
+  }
+
   // A failure to read the BPF counters (reported at the end of the run).
   const Status& failed() const { return failed_; }
 
@@ -254,6 +285,7 @@ Status run(const Config& c) {
     if (!c.json && !c.csv) std::cout << "\n";
     render(std::cout, std::cerr, c, std::move(locks), dq, window_ending_now(now - last, final));
     last = now;
+    if (!final) col.forget_reported();
   };
   uint64_t last_scan = 0;
   hooks.poll = [&](int timeout_ms) {
