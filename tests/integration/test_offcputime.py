@@ -218,8 +218,12 @@ check(all(within(r["interval_ns"], 1e9, rel=0.2) for r in sums),
 # lands in report N+1, and the last one (still off-CPU when the final report detaches)
 # in none: the reports add up to about two intervals (start record -> second report).
 waiting = [sum(t["offcpu_total_ns"] for t in r["threads"] if t["tid"] == os.getpid()) for r in sums]
-check(1.7e9 <= sum(waiting) <= 2.3e9 and all(w <= 1.25e9 for w in waiting),
-      "-i: the waiting test thread's off-CPU time per interval %s adds up to about 2 s" % waiting)
+# Measured against the reports' own interval_ns (a loaded machine stretches them).
+two = sums[0]["interval_ns"] + sums[1]["interval_ns"] if len(sums) == 3 else 2e9
+check(0.85 * two <= sum(waiting) <= 1.15 * two and
+      all(w <= 1.25 * r["interval_ns"] for w, r in zip(waiting, sums)),
+      "-i: the waiting test thread's off-CPU time per interval %s adds up to about two intervals (%.3f s), "
+      "none over 1.25 of its own interval %s" % (waiting, two / 1e9, [r["interval_ns"] for r in sums]))
 
 # --- 2c. the schema names every key: the golden NDJSON (every record type) and -U/-K runs --------
 with open(os.path.join(SRC, "tests", "golden", "offcputime_report.ndjson")) as fh:
@@ -259,7 +263,7 @@ for mode in (["-f"], ["-j"]):
 # --- 3b. `seen` holds live processes only: more short-lived processes than --map-entries ---
 # Each child sleeps once (a switch-out that announces it) and exits; without pruning at
 # exit the 1024-entry `seen` map fills after ~1024 of them and seen_full counts the rest.
-NCHILD, MAPSZ = 2500, 1024
+MAPSZ = 1024
 live = sum(1 for d in os.listdir("/proc") if d.isdigit())
 if live > MAPSZ // 2:
     check(False, "%d live processes; the seen-pruning check needs fewer than %d" % (live, MAPSZ // 2))
@@ -268,14 +272,14 @@ else:
     read_start_record(oc)
     announced = 0
     t0 = time.time()
-    for i in range(NCHILD):
+    # as many children as it takes (the count is the point, not the rate: a fork here
+    # took 8-40 ms on some days); 120 s only guards against a hang
+    while announced <= MAPSZ + live + 64 and time.time() - t0 < 120:
         pid = os.fork()
         if pid == 0:
             time.sleep(0.0005)
             os._exit(0)
         os.waitpid(pid, 0)
-        if time.time() - t0 > 9.0 or announced > 2 * MAPSZ:
-            break
         announced += 1
     time.sleep(0.2)
     out, err, rc = stop(oc)
