@@ -32,9 +32,11 @@ void enter_reporting();
 int stop_signal();
 // A stop signal asks for the final report within about a second: work the report can
 // do without (loading symbol tables of processes and files not seen before) stops
-// kStopBudgetNs after the signal, and what it would have named is shown unnamed and
-// counted (symbolize_skipped). True once that budget is spent; never for a run that
-// ends by its duration or count.
+// once the process has spent kStopBudgetNs of CPU time after the signal (CPU time, not
+// wall time: on a merely loaded machine the wall clock runs while we wait for a CPU,
+// and a wall budget dropped the names of an ordinary report), and what it would have
+// named is shown unnamed and counted (symbolize_skipped). True once that budget is
+// spent; never for a run that ends by its duration or count.
 constexpr uint64_t kStopBudgetNs = 500000000ULL;
 bool past_stop_deadline();
 // Paths a stop signal before the run loop removes (a directory with everything in it,
