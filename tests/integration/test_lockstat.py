@@ -35,8 +35,8 @@ import tempfile
 import time
 
 from harness import *
-from kpairing import (compare_same_window, compare_turn, lockstat_window, perf_window, same_window, start_load,
-                      stop_load)
+from kpairing import (RWSEM, SPIN, compare_same_window, compare_turn, lockstat_window, perf_window, same_window,
+                      start_load, stop_load)
 
 require_root()
 LOCKSTAT = tool("lockstat")
@@ -295,6 +295,25 @@ PERF = shutil.which("perf")
 check(bool(PERF), "kernel pairing: perf installed (linux-perf, scripts/install-deps)")
 load = start_load()
 time.sleep(1)
+# Which waits are compared: spinlocks where the kernel traces them. A hypervisor guest
+# without paravirt spinlocks takes contended spinlocks in virt_spin_lock, before the
+# slow path's contention_begin (kpairing.SPIN): on such a box perf pairs no spin waits
+# under this load (measured here on PVM: 0 in 4 s, 2,900 rwsem begins), lockstat must
+# not report any either, and the pairing is compared on the rwsem waits instead.
+CLS = SPIN
+if PERF:
+    probe = perf_window(2, TMP)
+    probe_n = sum(len(ws) for ws in probe.values())
+    if probe_n < 200:
+        CLS = RWSEM
+        spins, _ = lockstat_window(LOCKSTAT, 2)
+        ls_spin = sum(x["wait_count"] for x in spins)
+        check(ls_spin <= 2 * probe_n + 50, "kernel: the kernel traces few spin waits here (perf: %d in 2 s), and "
+              "lockstat -K reports as few (%d in 2 s)" % (probe_n, ls_spin))
+    print("     kernel pairing: perf pairs %d spin waits in 2 s of the load: comparing %s waits"
+          % (probe_n, CLS.name))
+# rwsem waits are fewer (one mmap_lock per mmap_storm process: ~1,400 in 4 s here)
+MIN_LS = 1000 if CLS is SPIN else 400
 # The same window (issue 8: totals within 30% of an independent pairing, no impossible
 # maxima). perf writes its sample after every BPF program on the tracepoint has run,
 # so attached with lockstat its waits contain lockstat's end probe (0.49x-0.90x), and
@@ -310,21 +329,21 @@ time.sleep(1)
 # 1.06x-1.27x; in the other attach order lockstat read 0.80x-0.89x (its own probe in
 # bpftrace's waits). The comparison must fail a lockstat whose waits were 2x as long
 # (asserted on this window's numbers).
-sw = same_window(LOCKSTAT, 5, TMP)
+sw = same_window(LOCKSTAT, 5, TMP, CLS)
 check(sw["error"] is None, "kernel pairing, same window: bpftrace's pairing attached before lockstat -K and both "
       "ran 5 s (%s; %s)" % (sw["error"] or "ok", {k: round(v, 2) for k, v in sw["times"].items()}))
 if sw["error"] is None:
-    sw_fails, sw_max_fails, sw_lines, sw_worst = compare_same_window(sw)
+    sw_fails, sw_max_fails, sw_lines, sw_worst = compare_same_window(sw, cls=CLS)
     for line in sw_lines:
         print("     " + line)
     print("     bpftrace: %s; lockstat data quality %s; most steal of one CPU %.0f ms"
           % (sw["bt_extra"], {k: v for k, v in sw["dq"].items() if v}, sw["steal_cpu_max"] / 1e6))
-    check(not sw_fails, "kernel pairing, same window: lockstat -K's spinlocks with >= 500 waits (and all together) "
-          "within 30%% of bpftrace's pairing in total wait and 10%% in count (%s)" % (sw_fails or "all within"))
-    check(not sw_max_fails, "kernel pairing, same window: no lockstat spinlock's longest wait above 1.3x bpftrace's "
+    check(not sw_fails, "kernel pairing, same window: lockstat -K's %ss with >= 500 waits (and all together) "
+          "within 30%% of bpftrace's pairing in total wait and 10%% in count (%s)" % (CLS.name, sw_fails or "all within"))
+    check(not sw_max_fails, "kernel pairing, same window: no lockstat %s's longest wait above 1.3x bpftrace's "
           "+ 2 ms + one CPU's steal (closest: %.2f of that bound, %s)%s"
-          % (sw_worst[0], sw_worst[1], "; " + "; ".join(sw_max_fails) if sw_max_fails else ""))
-    sw_f2, _, _, _ = compare_same_window(sw, scale=2.0)
+          % (CLS.name, sw_worst[0], sw_worst[1], "; " + "; ".join(sw_max_fails) if sw_max_fails else ""))
+    sw_f2, _, _, _ = compare_same_window(sw, scale=2.0, cls=CLS)
     check(bool(sw_f2), "kernel pairing, same window: the comparison fails a lockstat whose waits were 2x as long "
           "(%d failures: %s)" % (len(sw_f2), sw_f2[:1]))
 if not PERF:
@@ -334,13 +353,13 @@ else:
     steal, wall = {}, {}  # hypervisor steal (ns, all CPUs) and wall time of each window
     for n in ("1", "2"):
         steal0, t0 = steal_ns(), time.monotonic()
-        spins, dq = lockstat_window(LOCKSTAT, 4)
+        spins, dq = lockstat_window(LOCKSTAT, 4, CLS)
         steal1 = steal_ns()
         wall["ls" + n] = (time.monotonic() - t0) * 1e9
         res["ls" + n] = (sum(x["wait_count"] for x in spins), sum(x["wait_total_ns"] for x in spins),
                          max([x["wait_max_ns"] for x in spins] or [0]), spins, dq)
         t1 = time.monotonic()
-        res["perf" + n] = perf_window(4, TMP)
+        res["perf" + n] = perf_window(4, TMP, CLS)
         steal["ls" + n], steal["perf" + n] = steal1 - steal0, steal_ns() - steal1
         wall["perf" + n] = (time.monotonic() - t1) * 1e9
     steal_max = max(steal["ls1"], steal["ls2"])  # in a lockstat window
@@ -349,12 +368,12 @@ else:
     # waits here before lockstat's programs returned 1).
     ls = start([LOCKSTAT, "-K", "-j", "-n", "0"])
     ls.stdout.readline()  # the start record: attached
-    shared = perf_window(2, TMP)
+    shared = perf_window(2, TMP, CLS)
     ls.send_signal(2)
     ls.communicate(timeout=60)
     shared_n = sum(len(ws) for ws in shared.values())
-    check(shared_n > 100, "kernel: perf pairs %d spin waits while lockstat -K runs (alone: %d in 4 s)"
-          % (shared_n, sum(len(ws) for ws in res["perf1"].values())))
+    check(shared_n > 100, "kernel: perf pairs %d %s waits while lockstat -K runs (alone: %d in 4 s)"
+          % (shared_n, CLS.name, sum(len(ws) for ws in res["perf1"].values())))
     stop_load(load)
     ls_n = res["ls1"][0] + res["ls2"][0]
     ls_tot = res["ls1"][1] + res["ls2"][1]
@@ -365,12 +384,12 @@ else:
             pf.setdefault(a, []).extend(ws)
     pf_all = [w for ws in pf.values() for w in ws]
     pf_n, pf_tot, pf_max = len(pf_all), sum(pf_all), max(pf_all or [0])
-    print("     spinlocks, 2x4 s each: lockstat %d waits %.1f ms max %.3f ms; perf pairing %d waits "
+    print("     " + CLS.name + "s, 2x4 s each: lockstat %d waits %.1f ms max %.3f ms; perf pairing %d waits "
           "%.1f ms max %.3f ms (totals %.2fx, from different windows); lockstat data quality %s"
           % (ls_n, ls_tot / 1e6, ls_max / 1e6, pf_n, pf_tot / 1e6, pf_max / 1e6,
              ls_tot / pf_tot if pf_tot else 0, res["ls2"][4]))
-    check(pf_n > 1000 and ls_n > 1000, "kernel pairing: the workload contends kernel spinlocks (%d / %d waits)"
-          % (ls_n, pf_n))
+    check(pf_n > 1000 and ls_n > 1000, "kernel pairing: the workload contends kernel %ss (%d / %d waits)"
+          % (CLS.name, ls_n, pf_n))
     # The tracers take turns (lockstat 4 s, perf 4 s, twice): attached at once, each
     # one's waits contain the other's probe, and not alike. Taking turns, the load
     # moves between windows, and lockstat's own probe effect shows: its contention_end
@@ -415,7 +434,7 @@ else:
     ncpu = os.cpu_count()
     stolen = {k: min(0.9, steal[k] / (ncpu * wall[k])) for k in steal}  # fraction of each window
     for n in ("1", "2"):
-        rows, skip = compare_turn(res["ls" + n][3], res["perf" + n], "window " + n, max_count_ratio=8,
+        rows, skip = compare_turn(res["ls" + n][3], res["perf" + n], "window " + n, min_waits=MIN_LS, max_count_ratio=8,
                                   min_perf_waits=200, rate_scale=(1 - stolen["perf" + n]) / (1 - stolen["ls" + n]),
                                   max_share_ratio=4)
         skipped += skip
@@ -424,35 +443,42 @@ else:
             what = "%d vs %d waits, rate %.2fx, share %.2fx" % (got_n, perf_n, q["rate"], q["share"])
             got, want = q["p90"]
             check(want / 4 - 1000 <= got <= 4 * want + 1000,
-                  "kernel pairing: %s p90 spin wait %d ns vs perf's pairing %d ns (%.2fx; %s)"
-                  % (name, got, want, got / max(want, 1), what))
+                  "kernel pairing: %s p90 %s wait %d ns vs perf's pairing %d ns (%.2fx; %s)"
+                  % (name, CLS.name, got, want, got / max(want, 1), what))
             got, want = q["p50"]
             lo, hi = q["p20_p80"]
             check(lo / 4 - 300 <= got <= 4 * hi + 300,
-                  "kernel pairing: %s p50 spin wait %d ns within 4x of perf's p20..p80 %d..%d ns (p50 %d ns, "
-                  "%.2fx; %s)" % (name, got, lo, hi, want, got / max(want, 1), what))
+                  "kernel pairing: %s p50 %s wait %d ns within 4x of perf's p20..p80 %d..%d ns (p50 %d ns, "
+                  "%.2fx; %s)" % (name, CLS.name, got, lo, hi, want, got / max(want, 1), what))
             got, want = q["mean"]
             stretch = 1 / (1 - stolen["ls" + n])
             check(got <= (4 * want + 1000) * stretch,
-                  "kernel pairing: %s mean spin wait %.0f ns <= (4x perf's %.0f ns + 1 us) x %.2f for steal "
-                  "(%.2fx; %s)" % (name, got, want, stretch, got / max(want, 1), what))
+                  "kernel pairing: %s mean %s wait %.0f ns <= (4x perf's %.0f ns + 1 us) x %.2f for steal "
+                  "(%.2fx; %s)" % (name, CLS.name, got, want, stretch, got / max(want, 1), what))
     turns = ["window %s: lockstat %d, perf %d waits (%.2fx), steal %.0f / %.0f ms, perf lost %d events"
              % (n, res["ls" + n][0], sum(len(ws) for ws in res["perf" + n].values()),
                 sum(len(ws) for ws in res["perf" + n].values()) / max(res["ls" + n][0], 1),
                 steal["ls" + n] / 1e6, steal["perf" + n] / 1e6, res["perf" + n].lost) for n in ("1", "2")]
     print("     " + "; ".join(turns))
-    check(compared >= 1, "kernel pairing: %d spinlocks with >= 1000 waits in lockstat's window and >= 200 in "
-          "perf's, rates within 8x and shares within 4x, compared (%s; not compared: %s)" % (compared, "; ".join(turns), skipped))
-    # a spinlock is waited for with preemption off: tens of ms would already be a
-    # stalled vCPU (the hypervisor's steal: a clean-clone CI run measured one wait of
-    # 58.8 ms, perf's max 7.7 ms); hundreds of ms with no such steal are a mispaired
-    # begin and end
-    check(ls_max < 20e6 + steal_max,
-          "kernel pairing: no spinlock wait over 20 ms + the window's hypervisor steal "
-          "(max %.3f ms; steal %.0f ms; perf's max %.3f ms)" % (ls_max / 1e6, steal_max / 1e6, pf_max / 1e6))
-    rq = [x for x in res["ls1"][3] + res["ls2"][3] if x.get("symbol") == "rq_lock"]
-    check(rq and len({x["addr"] for x in rq}) <= ncpu,
-          "kernel: run-queue locks named rq_lock, at most one per CPU (%s)" % sorted({x["addr"] for x in rq}))
+    check(compared >= 1, "kernel pairing: %d %ss with >= %d waits in lockstat's window and >= 200 in "
+          "perf's, rates within 8x and shares within 4x, compared (%s; not compared: %s)" % (compared, CLS.name, MIN_LS, "; ".join(turns), skipped))
+    if CLS is SPIN:
+        # a spinlock is waited for with preemption off: tens of ms would already be a
+        # stalled vCPU (the hypervisor's steal: a clean-clone CI run measured one wait of
+        # 58.8 ms, perf's max 7.7 ms); hundreds of ms with no such steal are a mispaired
+        # begin and end
+        check(ls_max < 20e6 + steal_max,
+              "kernel pairing: no spinlock wait over 20 ms + the window's hypervisor steal "
+              "(max %.3f ms; steal %.0f ms; perf's max %.3f ms)" % (ls_max / 1e6, steal_max / 1e6, pf_max / 1e6))
+        rq = [x for x in res["ls1"][3] + res["ls2"][3] if x.get("symbol") == "rq_lock"]
+        check(rq and len({x["addr"] for x in rq}) <= ncpu,
+              "kernel: run-queue locks named rq_lock, at most one per CPU (%s)" % sorted({x["addr"] for x in rq}))
+    else:
+        # sleeping waits may be long; what must hold is the name of the one the load contends
+        top = max(res["ls1"][3] + res["ls2"][3], key=lambda x: x["wait_count"], default={})
+        check(top.get("symbol") == "mmap_lock",
+              "kernel: the most-waited rwsem under mmap_storm is named mmap_lock (%s %s)"
+              % (top.get("symbol"), top.get("addr")))
 
 # text mode: a table, a reading and the data-quality line
 go = os.path.join(TMP, "go")

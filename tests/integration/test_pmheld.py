@@ -139,12 +139,16 @@ def test_condvar():
     check(r["hold_count"] == expected_holds,
           "holds %d == %d (4 per round around the waits + 1 per signal)" % (r["hold_count"], expected_holds))
     # a preempted holder still holds (the workload measured 5.3 ms once on a busy
-    # machine), so the bound is the workload's own longest hold, not the hold target
+    # machine), so the lower bound is the workload's own longest hold (the tool's window
+    # contains the workload's). Above it, one hold can take any preemption between the
+    # workload's stamp and the probe (the CI run that had the signaler preempted ~1.9 ms
+    # inside sem_post failed a "+10% + 25 us" bound here); the totals below bound the
+    # excess in aggregate. What the maximum must show is that no cond wait was counted
+    # as holding: it stays far below the 50 ms wait.
     measured_max = max(truth["waiter_max_hold_ns"], truth["signaler_max_hold_ns"])
-    check(measured_max < wait_ns / 2 and r["hold_max_ns"] <= measured_max * 1.10 + PROBE_LATENCY_NS,
-          "max hold %d ns within 10%% + %d ns of the workload's longest hold %d ns, far below"
-          " the %d ns cond wait: waits are not holding"
-          % (r["hold_max_ns"], PROBE_LATENCY_NS, measured_max, wait_ns))
+    check(measured_max < wait_ns / 4 and measured_max * 0.90 <= r["hold_max_ns"] < wait_ns / 4,
+          "max hold %d ns at least 90%% of the workload's longest hold %d ns, and below a quarter of"
+          " the %d ns cond wait: waits are not holding" % (r["hold_max_ns"], measured_max, wait_ns))
     expected_total = truth["waiter_hold_ns"] + truth["signaler_hold_ns"]
     excess = (r["hold_total_ns"] - expected_total) / max(r["hold_count"], 1)
     print("note: condvar: p50 excess over the known hold %d ns, total excess per hold %d ns"

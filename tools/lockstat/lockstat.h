@@ -117,7 +117,7 @@ struct WaiterRow {
 };
 
 struct SiteRow {
-  std::string site;
+  std::string site;  // ends with kUnplacedSite when only a wrapper is known
   std::vector<std::string> stack;  // innermost first
   uint64_t contended = 0, total_ns = 0;
 };
@@ -171,6 +171,10 @@ bool is_kernel_lock_frame(const std::string& frame);
 // True for instrumentation/shim frames skipped when choosing a user call site
 // (psi_mutex_lock, inline_mysql_mutex_lock, PyThread_acquire_lock_timed, ...).
 bool is_wrapper_frame(const std::string& frame);
+// Appended to a site that is only a wrapper (its caller's caller unknown: an --uprobes
+// call that did not block has no stack walked). Such sites rank after the placed ones.
+inline constexpr const char* kUnplacedSite = " [outer caller unknown]";
+bool site_placed(const std::string& site);
 // True for kernel frames that take a per-CPU run-queue lock (named rq_lock, as perf).
 bool is_rq_lock_frame(const std::string& frame);
 // The class of a user lock row from its evidence (flags, timeouts, wakers, symbol,

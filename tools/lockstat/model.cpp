@@ -10,6 +10,11 @@
 namespace lockstat {
 using namespace bpfdiag;
 
+bool site_placed(const std::string& site) {
+  const size_t n = std::char_traits<char>::length(kUnplacedSite);
+  return site.size() < n || site.compare(site.size() - n, n, kUnplacedSite) != 0;
+}
+
 std::string LockRow::name() const { return symbol.empty() ? hex_addr(addr) : symbol; }
 
 // --- classification -----------------------------------------------------------------
@@ -322,7 +327,11 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
       if (sns < r.total_ns && sns) sr.total_ns = uint64_t(double(sr.total_ns) * r.total_ns / sns);
       r.sites.push_back(sr);
     }
-    std::stable_sort(r.sites.begin(), r.sites.end(), by_total);
+    // sites known only as a wrapper go last: the ranking is of the code that wanted the lock
+    std::stable_sort(r.sites.begin(), r.sites.end(), [](const SiteRow& a, const SiteRow& b) {
+      bool pa = site_placed(a.site), pb = site_placed(b.site);
+      return pa != pb ? pa : a.total_ns > b.total_ns;
+    });
     if (g.kernel && r.symbol.empty() && (f & LS_LCB_SPIN)) {
       // per-CPU run-queue locks have no symbol of their own: perf calls them rq_lock.
       // The frame that took the lock decides: the first past the lock implementation's

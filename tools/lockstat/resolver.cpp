@@ -43,7 +43,7 @@ Names Resolver::names() {
           SymbolInfo f = sym_.lookup_user(k.pid, a);
           if (f.found && !in_libc(f) && !is_wrapper_frame(f.name)) return format_symbol(f, true);
         }
-        return sym_.user(k.pid, k.caller, true);
+        return sym_.user(k.pid, k.caller, true) + kUnplacedSite;
       }
       if (k.kind == LS_KIND_KERNEL) {
         for (const auto& f : frames)
