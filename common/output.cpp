@@ -11,15 +11,18 @@ Window window_ending_now(uint64_t interval_ns, bool final) { return Window{realt
 
 nlohmann::json make_record(const std::string& tool, const std::string& kind, const Window& w,
                            const nlohmann::json& fields, const DataQuality& dq) {
-  nlohmann::json j = nlohmann::json::object();
+  return make_record_json(tool, kind, w, fields, dq.to_json());
+}
+
+nlohmann::json make_record_json(const std::string& tool, const std::string& kind, const Window& w,
+                                nlohmann::json fields, const nlohmann::json& dq) {
+  nlohmann::json j = fields.is_object() ? std::move(fields) : nlohmann::json::object();
   j["type"] = tool + "." + kind;
   j["schema"] = kSchemaVersion;
   j["time_ns"] = w.time_ns;
   j["interval_ns"] = w.interval_ns;
   j["final"] = w.final;
-  if (fields.is_object())
-    for (auto it = fields.begin(); it != fields.end(); ++it) j[it.key()] = it.value();
-  j["data_quality"] = dq.to_json();
+  j["data_quality"] = dq;
   return j;
 }
 
@@ -60,7 +63,17 @@ nlohmann::json start_record_fields(const std::vector<uint32_t>& pids, const std:
   return f;
 }
 
-void write_record(std::ostream& os, const nlohmann::json& record) { emit_json(os, record); }
+void write_record_shared_dq(std::ostream& os, const nlohmann::json& record, const std::string& dq_text) {
+  std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // the key as dumped; inside a string value its quotes would be escaped (\"), so the
+  // first match is the key
+  static const std::string kPlaceholder = "\"data_quality\":null";
+  const size_t at = line.find(kPlaceholder);
+  if (at != std::string::npos) line.replace(at + kPlaceholder.size() - 4, 4, dq_text);
+  os << line << '\n';
+}
+
+void write_record(std::ostream& os, const nlohmann::json& record, bool flush) { emit_json(os, record, flush); }
 
 void announce_attached(std::ostream& out, const std::string& tool, bool json, const std::string& banner,
                        const nlohmann::json& fields, const DataQuality& zero_dq) {

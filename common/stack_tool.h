@@ -56,13 +56,15 @@ std::string stack_parts_text(const StackToolConfig& c);
 template <class E, class KeyFn, class FieldsFn>
 void write_stack_records(std::ostream& os, const std::string& tool, const std::vector<E>& entries, KeyFn key,
                          FieldsFn fields, const nlohmann::json& summary, const Window& w, const DataQuality& dq) {
+  const nlohmann::json dq_json = dq.to_json();
+  const std::string dq_text = dq_json.dump();
   for (auto* e : sorted_by(entries, key, true)) {
     nlohmann::json j = fields(*e);
-    const nlohmann::json st = stack_json(e->stack);
-    for (auto it = st.begin(); it != st.end(); ++it) j[it.key()] = it.value();
-    write_record(os, make_record(tool, "stack", w, j, dq));
+    nlohmann::json st = stack_json(e->stack);
+    for (auto it = st.begin(); it != st.end(); ++it) j[it.key()] = std::move(it.value());
+    write_record_shared_dq(os, make_record_json(tool, "stack", w, std::move(j), nullptr), dq_text);
   }
-  write_record(os, make_record(tool, "summary", w, summary, dq));
+  write_record(os, make_record_json(tool, "summary", w, summary, dq_json));  // flushes the report
 }
 
 // A stack tool's "<tool>.summary" fields: the tool's own `totals` plus stack_count,

@@ -1,34 +1,30 @@
 #!/usr/bin/env python3
-"""Ctrl-C ends a system-wide tool within about a second under a fork storm (issue 19
-item 7): 2000 threads blocking and waking plus ~300 short processes a second
+"""Ctrl-C ends a system-wide tool within a second under a fork storm (issue 19 item 7):
+2000 threads blocking and waking plus ~300 short processes a second
 (workloads/crowd_storm). Before the fix, system-wide offcputime spent 25-28 s after
 SIGINT loading the symbol tables of every process and file it had not seen yet.
 
-Asserted per run: exit within 1.5 s of SIGINT (the promise is ~1 s: a 500 ms symbol
-loading budget plus rendering; the extra 0.5 s absorbs the scheduler on this 2-CPU
-machine under the same load), exit code 0, and a final report (offcputime.summary record
-with a data_quality object carrying symbolize_skipped; in text mode the data quality
-line).
+Asserted per run (JSON and text): exit within 1 s of SIGINT, exit code 0, and a final
+report (offcputime.summary with a data_quality object carrying symbolize_skipped; in
+text mode the data quality line).
 
-Not in CI yet: the goal does not hold (3-7 s after SIGINT on this 2-CPU machine at load
-~160, from 25-30 s). Run by hand as root after a build: python3 bench/prompt_exit.py
-(BIN and WORKLOADS default to build/bin and build/workloads)."""
+What makes it hold: after a stop signal no new symbol tables once the tool spent 500 ms
+of its own CPU time (symbolize_skipped counts what was left unnamed); /proc/kallsyms
+read at attach, not in the final report; the loop thread at nice -20 (Ctrl-C's wakeup;
+nice 0 among 2000 runnable threads waited seconds) and the final report SCHED_RR (nice
+-20 alone is ~5% of a CPU against 2000 threads). Measured here (load ~500): 0.30-0.88 s;
+the kernel's own signal-to-exit time (bpftrace: signal_generate to sched_process_exit)
+0.8-1.2 s before the SCHED_RR report; 3-8 s with the report at nice -20 only.
+"""
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-os.environ.setdefault("BIN", os.path.join(HERE, "..", "build", "bin"))
-os.environ.setdefault("WORKLOADS", os.path.join(HERE, "..", "build", "workloads"))
-os.environ.setdefault("SRC", os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
-from harness import (check, finish, require_built, require_root, start, stop, tool, wait_attached,  # noqa: E402
-                     workload)
+from harness import check, finish, require_built, require_root, start, stop, tool, wait_attached, workload
 
-LIMIT_S = 1.5
+LIMIT_S = 1.0
 
 
 def storm_seconds(wl, n):
@@ -72,6 +68,11 @@ def one_run(wl, args, json_mode):
 
 def main():
     require_root()
+    # The timer must not be starved by the load it measures under: at nice 0 among 2000
+    # runnable threads this script saw the tool's exit seconds late (the kernel's own
+    # signal-to-exit time, traced: 0.8-1.2 s, while this script measured 1.5-8 s). It
+    # runs SCHED_FIFO; its children (the tool, the workload) start at the normal policy.
+    os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(10))
     require_built(tool("offcputime"), workload("crowd_storm"))
     wl = subprocess.Popen([workload("crowd_storm"), "--threads", "2000", "--forks-per-s", "300"],
                           stdout=subprocess.PIPE, text=True)
