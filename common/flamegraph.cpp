@@ -96,8 +96,9 @@ uint64_t nodes(const Node& n) {
 // Differential colour: red where a frame grew (delta > 0), blue where it shrank,
 // white when unchanged; `k` in [0, 1] is |delta| relative to the largest change.
 std::string diff_color(double delta, double k) {
-  int fade = 255 - static_cast<int>(200 * std::min(1.0, k));
-  char buf[32];
+  const double f = k > 0 ? std::min(1.0, k) : 0.0;  // NaN and negatives: no change
+  const int fade = std::clamp(255 - static_cast<int>(200 * f), 55, 255);
+  char buf[48];
   if (delta > 0) std::snprintf(buf, sizeof buf, "rgb(255,%d,%d)", fade, fade);
   else if (delta < 0) std::snprintf(buf, sizeof buf, "rgb(%d,%d,255)", fade, fade);
   else std::snprintf(buf, sizeof buf, "rgb(250,250,250)");
