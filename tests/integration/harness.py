@@ -169,6 +169,18 @@ def wait_attached(proc, timeout=15.0):
     return seen
 
 
+def end_process(proc, sig=signal.SIGINT, timeout=30):
+    """Sends `sig` to a process that still runs and waits for it; SIGKILL after
+    `timeout` s (nothing a test starts outlives it)."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def stop(proc, timeout=20, sig=signal.SIGINT):
     """Sends `sig` (SIGINT), then collects (stdout, stderr, returncode), including what
     wait_attached() read."""

@@ -161,13 +161,8 @@ def start_server():
 
 
 def stop_server():
-    if server and server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    if server:
+        end_process(server, signal.SIGTERM, 60)
 
 
 def sysbench(cmd, secs=0):

@@ -21,10 +21,11 @@ Checks (each can fail):
 import json
 import os
 import re
+import signal
 import threading
 import time
 
-from harness import check, finish, require_built, require_root, start, tool, workload
+from harness import check, end_process, finish, require_built, require_root, start, tool, workload
 
 REPORTS = 30
 INTERVAL_S = 2
@@ -96,13 +97,9 @@ def main():
     storm.terminate()
     storm.wait()
     for w in tools:
-        w.proc.send_signal(2)
+        w.proc.send_signal(signal.SIGINT)
     for w in tools:
-        try:
-            w.proc.wait(timeout=60)
-        except Exception:
-            w.proc.kill()
-            w.proc.wait()
+        end_process(w.proc, timeout=60)
     time.sleep(0.2)  # the reader threads drain the pipes
     check(forks[0] >= 200 * REPORTS * INTERVAL_S // 4,
           "fork_storm forked %d processes in the window (>= a quarter of 200/s)" % forks[0])

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import time
 
-from harness import check, finish, require_built, require_root, start, stop, tool, wait_attached, workload
+from harness import check, end_process, finish, require_built, require_root, start, stop, tool, wait_attached, workload
 
 LIMIT_S = 1.0
 
@@ -82,12 +82,7 @@ def main():
         one_run(wl, ["-j"], True)
         one_run(wl, [], False)
     finally:
-        wl.send_signal(signal.SIGINT)
-        try:
-            wl.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            wl.kill()
-            wl.wait()
+        end_process(wl)
     finish()
 
 
