@@ -16,6 +16,8 @@
  * The `threads` map is filled by user space with the pool's threads; new threads of
  * the process are added here at fork (user space then keeps or drops them). The
  * `gids` map (user space) holds each thread's group id, for the waker's class.
+ * User space deletes an exited thread's entries here and in `gids`, `waits` and
+ * `rqhist` after the report that covers its last interval (bounded maps under churn).
  * Map sizes: TP_MAX_* (threadpool_shared.h defaults, -D from --max-threads).
  */
 #include <uapi/linux/ptrace.h>
@@ -48,6 +50,7 @@ static inline struct tp_wait_val *wait_of(u32 tid, struct tp_thread *t, int crea
   k.nr = t->w_nr;
   k.op = t->w_op;
   k.obj = t->w_obj;
+  k.born = t->born;
   if (!create)
     return waits.lookup(&k);
   struct tp_wait_val *v = waits.lookup_or_try_init(&k, &zero);
@@ -224,6 +227,9 @@ RAW_TRACEPOINT_PROBE(sched_process_fork) {
   t.w_nr = TP_NO_SYSCALL;
   t.state = TP_ST_UNKNOWN;
   t.ts = bpf_ktime_get_ns();
+  /* a TID reused while the old thread's entry is still there (user space retires exited
+   * threads after their last report) starts afresh, and is told apart by `born` */
+  t.born = (u32)(t.ts >> 10) | 1;
   if (threads.update(&tid, &t))
     dq_count(TP_C_THREADS_FULL);
   return 0;

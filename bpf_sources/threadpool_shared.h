@@ -88,7 +88,9 @@ struct tp_thread {
   __u32 state;    /* TP_ST_* */
   __u32 w_pending; /* 1: runnable after a wakeup from the recorded block */
   __u32 w_wake;    /* TP_W_* of the last wake-up from the recorded block */
-  __u32 pad;
+  __u32 born;      /* which thread holds this TID: set at fork (never 0), 0 when user space
+                      added the entry from /proc; a TID reused by a new thread gets a new
+                      value, and its waits (tp_wait_key.born) are not the old thread's */
   __u64 w_blk;     /* blocked time of the last wake-up, moved to TP_W_TIMEOUT if the
                       syscall then reports a timeout; 0 once the syscall returned */
   __u64 w_rq;      /* runnable time after that wake-up (same) */
@@ -100,7 +102,7 @@ struct tp_wait_key {
   __u32 tid;
   __s32 nr;
   __u32 op;
-  __u32 pad;
+  __u32 born; /* tp_thread.born of the thread that waited */
 };
 
 struct tp_wait_val {

@@ -19,6 +19,10 @@ Data loss (issue 9): 2000 threads on one mutex (lock_crowd). With the default ma
 sizes (from the target's thread count) nothing is lost and the verdict is
 blocked-on-locks; with --map-entries 64 the untracked threads are counted, the
 verdict is withheld ("uncertain") and a warning on stderr names --map-entries.
+Thread churn (issue 19): fork_storm starting 200 short-lived threads a second, traced
+with --map-entries 256 for 12 s: exited threads are retired, so no map fills, the -v
+tracked counts stay near the live thread count, and the summary still counts the
+retired threads' time.
 Every NDJSON line is validated against docs/schema/threadpool.schema.json.
 If Debian's apache2 and ab are installed: Apache httpd (worker MPM, one child with 16
 worker threads, a CGI that sleeps 20 ms) under ab -c 8; threadpool's busy_avg and
@@ -27,6 +31,7 @@ window (minus the worker serving the status request itself), within 10%.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -52,6 +57,7 @@ TOOL = tool("threadpool")
 SERVER = workload("pool_server")
 LOAD = workload("pool_load")
 CROWD = workload("lock_crowd")
+STORM = workload("fork_storm")
 
 
 def close_to(name, got, want, rel=0.10, abs_floor=0.0):
@@ -252,6 +258,93 @@ def loss_test():
         crowd.wait()
 
 
+def row_ns(r):
+    """A thread's (or group's) accounted time in one report."""
+    return r["oncpu_total_ns"] + r["runnable_total_ns"] + r["idle_total_ns"] + sum(
+        r["blocked_total_ns"].values())
+
+
+VERBOSE = re.compile(r"^threadpool: tracking (\d+) threads \((\d+) BPF thread entries, "
+                     r"process has (\d+) threads\), (\d+) retired$")
+
+
+def churn_test():
+    """Issue 19: bounded memory under thread churn. fork_storm --threads 200 starts 200
+    short-lived threads a second (~2400 in 12 s), a few alive at once (plus 2 steady
+    threads: threadpool needs a multi-threaded target when it starts); with
+    --map-entries 256 the BPF threads map overflowed within 2 s when exited threads
+    were never forgotten. Exited threads are retired after the report covering their
+    last interval: no map_full / threads_untracked in the last reports, the -v tracked
+    counts stay near the live thread count, and the summary still counts the retired
+    threads' time (what the interval reports showed of them)."""
+    storm = subprocess.Popen([STORM, "--threads", "200", "--steady", "2", "--seconds", "40"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        pid = json.loads(storm.stdout.readline())["pid"]
+        first = json.loads(storm.stdout.readline())["threads"]  # a second in: churning
+        rc, out, err = run_tool(["-p", str(pid), "--map-entries", "256", "-j", "-v", "-i", "1",
+                                 "-d", "12"], timeout=90)
+    finally:
+        storm.kill()
+        last = first
+        for line in storm.stdout:
+            try:
+                last = json.loads(line).get("threads", last)
+            except ValueError:
+                pass
+        storm.wait()
+    recs = records(out) if rc == 0 else []
+    groups = [r for r in recs if r["type"] == "threadpool.group"]
+    intervals = [r for r in groups if not r["final"]]
+    summary = [r for r in groups if r["final"]]
+    reports = [r for r in recs if r["type"] == "threadpool.summary" and not r["final"]]
+    verbose = [VERBOSE.match(l) for l in err.splitlines()]
+    verbose = [tuple(map(int, m.groups())) for m in verbose if m]
+    if not check(rc == 0 and len(reports) >= 10 and summary and len(verbose) >= 10,
+                 "churn: threadpool -p fork_storm --map-entries 256 -v -i 1 -d 12: rc %d, %d "
+                 "interval reports, %d -v lines, stderr tail %r" % (
+                     rc, len(reports), len(verbose), err.strip()[-300:])):
+        return
+    check(last - first >= 4 * 256,
+          "churn: fork_storm started %d threads while traced (4x the 256 map entries)" % (last - first))
+    tail = reports[-5:]
+    dqs = [(r["data_quality"]["map_full"], r["data_quality"]["threads_untracked"]) for r in tail]
+    total = [r for r in recs if r["type"] == "threadpool.summary" and r["final"]][0]["data_quality"]
+    check(all(f == 0 and u == 0 for f, u in dqs),
+          "churn: last 5 reports' (map_full, threads_untracked) %s, whole run map_full %d "
+          "untracked %d" % (dqs, total["map_full"], total["threads_untracked"]))
+    # tracked: members and BPF thread entries, against the most threads alive at a
+    # report (members exited since the last rescan are retired only after the next
+    # report, so compare with the peak, not the moment: a burst of churn threads can
+    # end between a rescan and a report)
+    peak = max(v[2] for v in verbose)
+    over = [v for v in verbose if max(v[0], v[1]) > 2 * peak + 8]
+    check(not over and verbose[-1][3] > 0,
+          "churn: -v tracked counts bounded by 2x the peak live threads %d (+8): max members %d, "
+          "max BPF entries %d, %d retired; over: %s" % (
+              peak, max(v[0] for v in verbose), max(v[1] for v in verbose), verbose[-1][3], over[:3]))
+    # the summary's time of the threads it no longer lists (retired) must be what the
+    # interval reports showed of them
+    live = {t["tid"] for s in summary for t in s["threads"]}
+    retired = {}
+    for r in intervals:
+        for t in r["threads"]:
+            if t["tid"] not in live:
+                retired[t["tid"]] = retired.get(t["tid"], 0) + row_ns(t)
+    listed = sum(row_ns(t) for s in summary for t in s["threads"])
+    extra = sum(s["accounted_total_ns"] for s in summary) - listed
+    want = sum(retired.values())
+    check(retired and abs(extra - want) <= 0.05 * want + 1000000,
+          "churn: summary's time of %d retired threads %.1f ms vs %.1f ms in the interval "
+          "reports" % (len(retired), extra / 1e6, want / 1e6))
+    runs = sum(r["accounted_total_ns"] for r in intervals)
+    whole = sum(s["accounted_total_ns"] for s in summary)
+    check(whole >= 0.97 * runs and sum(s["thread_count"] for s in summary) >= len(live) + len(retired),
+          "churn: summary accounted %.3f s >= interval reports' %.3f s; summary threads %d >= "
+          "%d listed + %d retired" % (whole / 1e9, runs / 1e9,
+                                      sum(s["thread_count"] for s in summary), len(live), len(retired)))
+
+
 APACHE_CONF = """ServerRoot {d}
 Listen 127.0.0.1:{port}
 PidFile {d}/httpd.pid
@@ -366,7 +459,10 @@ def apache_test():
 
 def main():
     require_root()
-    require_built(TOOL, SERVER, LOAD, CROWD)
+    require_built(TOOL, SERVER, LOAD, CROWD, STORM)
+    if os.environ.get("TP_ONLY") == "churn":  # by hand: the churn test alone
+        churn_test()
+        finish()
     config_test("cpu-starved", ["--workers", "4", "--cpu-us", "2000"], 6, "cpu-starved")
     config_test("blocking", ["--workers", "4", "--cpu-us", "100", "--block-us", "3000"], 2,
                 "blocked-on-io")
@@ -374,6 +470,7 @@ def main():
                 "blocked-on-locks")
     bad_input()
     loss_test()
+    churn_test()
     apache_test()
     schema_verdict("threadpool")
     finish()

@@ -87,7 +87,7 @@ TEST_CASE("parse_args: errors are values") {
 
 TEST_CASE("help has usage, options and examples") {
   std::string h = help_text();
-  CHECK(h.find("USAGE: threadpool [-p PID] [--threads PATTERN] [-a] [-T] [-P] [-H] [-j] [--map-entries N] "
+  CHECK(h.find("USAGE: threadpool [-p PID] [--threads PATTERN] [-a] [-T] [-P] [-H] [-j] [--map-entries N] [-v] "
                "[-i TIME] [-c N] [-d TIME] [--ebpf] [-h]\n") != std::string::npos);
   CHECK(h.find("OPTIONS:") != std::string::npos);
   CHECK(h.find("--max-threads") == std::string::npos);  // the older name is hidden
@@ -369,6 +369,52 @@ TEST_CASE("aggregate: wake-up latency after a work wait counts as idle, not runn
   CHECK(g.on_ns == 30);
   CHECK(g.accounted_ns == 100);
   CHECK(g.utilization == doctest::Approx(0.4));
+}
+
+TEST_CASE("retired threads: folded times add back to what aggregating them live gives") {
+  // the whole group aggregated at once vs threads 3 and 4 retired (folded one at a
+  // time with the same wait model) and added back to threads 1 and 2's aggregate
+  auto whole = pool(1000000000, 400000000, 2000000000, 400000000, 200000000, 100000000);
+  GroupReport live;
+  live.name = "worker";
+  live.interval_ns = whole.interval_ns;
+  live.work = whole.work;
+  WaitKey cond{kFutex, 9, 0x1000}, mutex{kFutex, 0, 0x2000}, rd{0, 0, 0}, nap{35, 0, 0};
+  std::map<uint32_t, ThreadTimes> d;
+  RetiredTimes r;
+  for (uint32_t tid = 1; tid <= 4; ++tid) {
+    ThreadTimes t = thread_with({{cond, 500000000, 0, 1, kByProcess}, {mutex, 100000000, 0, 1, kByPeer},
+                                 {rd, 50000000, 0, 1, kByOther}, {nap, 25000000, 0, 1, kTimedOut}},
+                                250000000, 100000000);
+    t.rq_hist[hist_fine_index(1000)] = 10;
+    if (tid <= 2) {
+      d[tid] = t;
+      continue;
+    }
+    GroupReport one;
+    one.work = whole.work;
+    aggregate(one, {{tid, t}}, {});
+    fold(r, one);
+  }
+  aggregate(live, d, {});
+  live.threads = 2;
+  CHECK(r.threads == 2);
+  add_retired(live, r);
+  CHECK(live.threads == 4);
+  CHECK(live.rows.size() == 2);  // no per-thread rows kept for retired threads
+  CHECK(live.on_ns == whole.on_ns);
+  CHECK(live.rq_ns == whole.rq_ns);
+  CHECK(live.idle_ns == whole.idle_ns);
+  for (int i = 0; i < kNumReasons; ++i) CHECK(live.blocked_ns[i] == whole.blocked_ns[i]);
+  CHECK(live.accounted_ns == whole.accounted_ns);
+  CHECK(live.utilization == doctest::Approx(whole.utilization));
+  CHECK(live.busy_avg == doctest::Approx(whole.busy_avg));
+  CHECK(live.dispatch.count() == 40);
+  // nothing retired: nothing changes
+  GroupReport same = whole;
+  add_retired(same, RetiredTimes{});
+  CHECK(same.accounted_ns == whole.accounted_ns);
+  CHECK(same.threads == whole.threads);
 }
 
 TEST_CASE("verdicts") {

@@ -1,7 +1,7 @@
 // fork_storm: ever-new processes and threads, for long-run memory tests (issue 19).
 //
-// USAGE: fork_storm [--forks N] [--threads N] [--exec-every K] [--abandon-every M]
-//                   [--seconds S]
+// USAGE: fork_storm [--forks N] [--threads N] [--steady N] [--exec-every K]
+//                   [--abandon-every M] [--seconds S]
 //   --forks N        fork N short-lived children a second (default 0). Each child sleeps
 //                    1 ms (nanosleep: naptime, offcputime) and then two of its threads
 //                    contend for a pthread mutex held across a 1 ms sleep (futex waits:
@@ -16,6 +16,9 @@
 //                    each takes a mutex shared by all of them, holds it for 200 us,
 //                    sleeps 1 ms and exits (thread churn for -p tools: threadpool,
 //                    pmheld).
+//   --steady N       also keep N long-lived threads (default 0), each waking every
+//                    100 ms: a -p tool that needs a multi-threaded target (threadpool)
+//                    can start whenever it attaches, not only while a churn thread lives.
 //   --seconds S      stop after S seconds (default: until killed).
 // Prints {"ready":true,"pid":N} once started, then every second
 // {"forks":TOTAL,"threads":TOTAL} (ground truth of what was created).
@@ -85,12 +88,17 @@ void* __attribute__((noinline)) churn_thread(void*) {
   return nullptr;
 }
 
+void* __attribute__((noinline)) steady_thread(void*) {
+  for (;;) sleep_ns(100000000);
+  return nullptr;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--child") == 0) child_work(false);
   if (argc == 2 && std::strcmp(argv[1], "--child-abandon") == 0) child_work(true);
-  long forks = 0, threads = 0, exec_every = 4, abandon_every = 0;
+  long forks = 0, threads = 0, steady = 0, exec_every = 4, abandon_every = 0;
   double seconds = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -106,6 +114,7 @@ int main(int argc, char** argv) {
     }
     if (a == "--forks") forks = long(v);
     else if (a == "--threads") threads = long(v);
+    else if (a == "--steady") steady = long(v);
     else if (a == "--exec-every") exec_every = long(v);
     else if (a == "--abandon-every") abandon_every = long(v);
     else if (a == "--seconds") seconds = v;
@@ -118,6 +127,10 @@ int main(int argc, char** argv) {
   pthread_attr_t detached;
   pthread_attr_init(&detached);
   pthread_attr_setdetachstate(&detached, PTHREAD_CREATE_DETACHED);
+  for (long i = 0; i < steady; ++i) {
+    pthread_t t;
+    pthread_create(&t, &detached, steady_thread, nullptr);
+  }
   std::printf("{\"ready\":true,\"pid\":%d}\n", int(getpid()));
   std::fflush(stdout);
 

@@ -218,6 +218,21 @@ DepthStats queue_depth(const std::vector<std::pair<uint64_t, uint64_t>>& spans, 
   return d;
 }
 
+namespace {
+
+// accounted time, utilisation and busy average from the group's time sums
+void totals(GroupReport& g) {
+  uint64_t blocked = 0;
+  for (auto b : g.blocked_ns) blocked += b;
+  g.accounted_ns = g.on_ns + g.rq_ns + g.idle_ns + blocked;
+  const uint64_t not_busy = std::min(g.idle_ns + g.blocked_ns[kGil], g.accounted_ns);
+  const uint64_t busy = g.accounted_ns - not_busy;
+  g.utilization = g.accounted_ns ? static_cast<double>(busy) / g.accounted_ns : 0.0;
+  g.busy_avg = g.interval_ns ? static_cast<double>(busy) / g.interval_ns : 0.0;
+}
+
+}  // namespace
+
 void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
                const std::map<uint32_t, std::string>& names) {
   g.on_ns = g.rq_ns = g.idle_ns = g.accounted_ns = g.unattributed_ns = 0;
@@ -260,13 +275,28 @@ void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
     for (int i = 0; i < kNumReasons; ++i) g.blocked_ns[i] += r.blocked_ns[i];
     g.rows.push_back(r);
   }
-  uint64_t blocked = 0;
-  for (auto b : g.blocked_ns) blocked += b;
-  g.accounted_ns = g.on_ns + g.rq_ns + g.idle_ns + blocked;
-  const uint64_t not_busy = std::min(g.idle_ns + g.blocked_ns[kGil], g.accounted_ns);
-  const uint64_t busy = g.accounted_ns - not_busy;
-  g.utilization = g.accounted_ns ? static_cast<double>(busy) / g.accounted_ns : 0.0;
-  g.busy_avg = g.interval_ns ? static_cast<double>(busy) / g.interval_ns : 0.0;
+  totals(g);
+}
+
+void fold(RetiredTimes& r, const GroupReport& a) {
+  r.threads += a.rows.size();
+  r.on_ns += a.on_ns;
+  r.rq_ns += a.rq_ns;
+  r.idle_ns += a.idle_ns;
+  r.unattributed_ns += a.unattributed_ns;
+  for (int i = 0; i < kNumReasons; ++i) r.blocked_ns[i] += a.blocked_ns[i];
+  r.dispatch.merge(a.dispatch);
+}
+
+void add_retired(GroupReport& g, const RetiredTimes& r) {
+  g.threads += r.threads;
+  g.on_ns += r.on_ns;
+  g.rq_ns += r.rq_ns;
+  g.idle_ns += r.idle_ns;
+  g.unattributed_ns += r.unattributed_ns;
+  for (int i = 0; i < kNumReasons; ++i) g.blocked_ns[i] += r.blocked_ns[i];
+  g.dispatch.merge(r.dispatch);
+  totals(g);
 }
 
 }  // namespace threadpool

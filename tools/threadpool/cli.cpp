@@ -52,6 +52,8 @@ const ToolSpec& tool_spec() {
                      "report says updates were dropped",
                      "Maps"},
           OptionSpec{"max-threads", "N", "older name of --map-entries", "Maps", /*hidden=*/true},
+          opt::verbose("after each report, on stderr: how many threads are\n"
+                       "tracked and how many exited threads were retired"),
           opt::interval(),
           opt::count(),
           opt::duration(),
@@ -77,6 +79,7 @@ Result<Config> parse_args(int argc, char** argv) {
   const auto& raw = r->raw;
   c.hist = raw.count("hist");
   c.all_groups = raw.count("all-groups");
+  c.verbose = r->common.verbose;
   c.timestamp = r->common.timestamp;
   c.per_thread = r->common.per_thread;
   c.json = r->common.json;

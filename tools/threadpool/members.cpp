@@ -17,13 +17,46 @@ const Member* Members::find(uint32_t tid) const {
   return it == members_.end() ? nullptr : &it->second;
 }
 
+std::vector<uint32_t> Members::gone() const {
+  std::vector<uint32_t> out;
+  for (auto& [tid, m] : members_)
+    if (m.gone) out.push_back(tid);
+  return out;
+}
+
+void Members::retire(uint32_t tid) {
+  auto it = members_.find(tid);
+  if (it == members_.end()) return;
+  tp_thread t;
+  // a new thread that took the TID has its own entry (written at its fork): keep it
+  if (threads_.get_value(tid, t).ok() && t.born == it->second.born) threads_.remove_value(tid);
+  gids_.remove_value(tid);
+  untracked_tids_.erase(tid);
+  members_.erase(it);
+}
+
 void Members::rescan(uint64_t now) {
+  // which thread holds each TID on the BPF side (a TID reused since it was added to
+  // members_ has a new `born`, written at the new thread's fork)
+  std::map<uint32_t, uint32_t> born;
+  for (auto& [tid, t] : threads_.get_table_offline()) born[tid] = t.born;
   std::set<uint32_t> alive;
   for (uint32_t tid : proc_threads(c_.pid)) {
     alive.insert(tid);
     std::string comm = proc_comm(tid);
     bool in_pool = !c_.pattern || (re_ && pattern_search(*re_, comm));
     auto it = members_.find(tid);
+    if (it != members_.end()) {
+      auto b = born.find(tid);
+      if (it->second.gone || (b != born.end() && b->second != it->second.born)) {
+        // a new thread with a member's TID: the old one is gone and is retired after
+        // the next report; the new one joins at the rescan after that, with every
+        // time since its fork (its own entry)
+        it->second.gone = true;
+        if (!in_pool && b != born.end() && b->second != it->second.born) threads_.remove_value(tid);
+        continue;
+      }
+    }
     if (!in_pool) {
       if (it == members_.end()) threads_.remove_value(tid);  // added at fork, not ours
       continue;
@@ -46,12 +79,14 @@ void Members::rescan(uint64_t now) {
       }
       ++assumed_start_;
     }
-    Member m{comm, group, base, false, group_ids_.id_of(c_.pid, tid, group, nullptr, t.w_nr)};
+    Member m{comm, group, base, false, group_ids_.id_of(c_.pid, tid, group, nullptr, t.w_nr), t.born};
     gids_.update_value(tid, m.gid);
     members_[tid] = m;
   }
   for (auto& [tid, m] : members_)
     if (!alive.count(tid)) m.gone = true;
+  for (auto it = untracked_tids_.begin(); it != untracked_tids_.end();)
+    it = alive.count(*it) ? std::next(it) : untracked_tids_.erase(it);
 }
 
 void Members::update_roles(const std::map<uint32_t, ThreadTimes>& snap) {

@@ -1,4 +1,5 @@
 // threadpool: the BPF maps read into cumulative per-thread times.
+#include "common/proc.h"
 #include "tools/threadpool/tracer.h"
 
 static_assert(sizeof(tp_thread) == 112, "tp_thread layout shared with BPF");
@@ -16,8 +17,11 @@ Snapshots::Snapshots(bpfdiag::BpfSession& bpf)
 std::map<uint32_t, ThreadTimes> Snapshots::take(const std::map<uint32_t, Member>& members, uint64_t now,
                                                 bool with_hist) {
   std::map<uint32_t, ThreadTimes> out;
+  std::map<uint32_t, uint32_t> born;
   for (auto& [tid, t] : threads_.get_table_offline()) {
-    if (!members.count(tid)) continue;
+    auto m = members.find(tid);
+    if (m == members.end() || m->second.born != t.born) continue;  // not ours, or a new thread
+    born[tid] = t.born;
     ThreadTimes& x = out[tid];
     x.on_ns = t.on_ns;
     x.rq_ns = t.rq_ns;
@@ -37,7 +41,7 @@ std::map<uint32_t, ThreadTimes> Snapshots::take(const std::map<uint32_t, Member>
   }
   for (auto& [k, v] : waits_.get_table_offline()) {
     auto it = out.find(k.tid);
-    if (it == out.end()) continue;
+    if (it == out.end() || born[k.tid] != k.born) continue;
     auto& w = it->second.waits[WaitKey{k.nr, k.op, k.obj}];
     for (int i = 0; i < kNumWakes; ++i) {
       w.blk_ns[i] += v.blk_ns[i];
@@ -51,6 +55,37 @@ std::map<uint32_t, ThreadTimes> Snapshots::take(const std::map<uint32_t, Member>
       if (it != out.end()) it->second.rq_hist[k.idx] += v;
     }
   return out;
+}
+
+size_t Snapshots::sweep(uint32_t pid, const std::map<uint32_t, Member>& members,
+                        const std::set<uint32_t>& reused, size_t* alive_count) {
+  // keys first, then the thread entries, then /proc: an entry read here was written at
+  // its thread's fork, after the thread joined the process, so a TID missing from the
+  // later listing has exited
+  std::vector<tp_wait_key> waits;
+  for (auto& [k, v] : waits_.get_table_offline()) waits.push_back(k);
+  std::vector<tp_hist_key> hist;
+  for (auto& [k, v] : hist_.get_table_offline()) hist.push_back(k);
+  std::map<uint32_t, uint32_t> kept;  // tid -> born
+  for (auto& [tid, t] : threads_.get_table_offline()) kept[tid] = t.born;
+  std::set<uint32_t> alive;
+  for (uint32_t tid : bpfdiag::proc_threads(pid)) alive.insert(tid);
+  if (alive_count) *alive_count = alive.size();
+  for (auto it = kept.begin(); it != kept.end();) {
+    if (members.count(it->first) || alive.count(it->first)) {
+      ++it;
+      continue;
+    }
+    threads_.remove_value(it->first);
+    it = kept.erase(it);
+  }
+  for (auto& k : waits) {
+    auto it = kept.find(k.tid);
+    if (it == kept.end() || it->second != k.born) waits_.remove_value(k);
+  }
+  for (auto& k : hist)
+    if (!kept.count(k.tid) || reused.count(k.tid)) hist_.remove_value(k);
+  return kept.size();
 }
 
 }  // namespace threadpool

@@ -39,6 +39,7 @@ struct Config {
   bool per_thread = false;  // -P
   bool hist = false;        // -H: dispatch latency histogram
   bool all_groups = false;  // -a: every thread group in text reports
+  bool verbose = false;     // -v: tracked and retired thread counts on stderr
   uint32_t pid = 0;          // -p
   uint32_t map_entries = 0;  // --map-entries (0: sized from the target)
   std::optional<std::string> pattern;  // --threads (POSIX extended regex, searched)
@@ -214,6 +215,21 @@ struct GroupReport {
 // the runnable time right after being woken from it.
 void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
                const std::map<uint32_t, std::string>& names);
+
+// The whole-run times of a group's exited threads (threads retired during the run,
+// whose per-thread state is forgotten): each thread's times classified by the group's
+// wait model when it was retired. The summary adds them back (add_retired).
+struct RetiredTimes {
+  size_t threads = 0;
+  uint64_t on_ns = 0, rq_ns = 0, idle_ns = 0, unattributed_ns = 0;
+  uint64_t blocked_ns[kNumReasons] = {};
+  bpfdiag::Histogram dispatch;
+};
+// Adds what aggregate() made of some threads (no rows are kept).
+void fold(RetiredTimes& r, const GroupReport& aggregated);
+// g (from aggregate) plus retired threads: times, thread count, dispatch histogram,
+// and the totals derived from them (accounted, utilisation, busy average).
+void add_retired(GroupReport& g, const RetiredTimes& r);
 
 // Sets g.verdict ("blocked-on-gil", "cpu-starved", "blocked-on-locks",
 // "blocked-on-io", "sleeping", "blocked-other", "pool-too-small", "idle", "ok",

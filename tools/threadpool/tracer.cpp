@@ -81,6 +81,15 @@ void Tracer::tick() {
   if (now - last_rescan_ >= 500000000ULL) {
     members_.rescan(now);
     refresh_inference();
+    // no interval reports: nothing more to report of a gone thread but in the summary
+    std::set<uint32_t> reused;
+    if (!c_.schedule.interval_ns) {
+      std::map<uint32_t, Member> gone;
+      for (uint32_t tid : members_.gone()) gone[tid] = *members_.find(tid);
+      if (!gone.empty()) reused = retire(snapshots_.take(gone, now));
+    }
+    // threads that came and went since the last rescan (entries added at their fork)
+    bpf_entries_ = snapshots_.sweep(c_.pid, members_.all(), reused, &alive_);
   }
   // every 10 ms; slower for big pools (one map lookup per thread per sample)
   uint64_t period = std::clamp<uint64_t>(members_.all().size() * 200000ULL, 10000000ULL, 100000000ULL);
@@ -157,9 +166,42 @@ Status Tracer::report(bool final) {
     m.window = window_ending_now(now - start_, true);
     render(std::cout, c_, m, sum, dq->total);
   }
+  if (!final) {  // the gone threads' last interval is reported: forget them
+    bpf_entries_ = snapshots_.sweep(c_.pid, members_.all(), retire(cur), &alive_);
+    for (auto it = cur.begin(); it != cur.end();) it = members_.find(it->first) ? std::next(it) : cur.erase(it);
+  }
   prev_ = std::move(cur);
   last_ = now;
+  if (c_.verbose)
+    std::cerr << "threadpool: tracking " << members_.all().size() << " threads (" << bpf_entries_
+              << " BPF thread entries, process has " << alive_ << " threads), " << retired_
+              << " retired" << std::endl;
   return std::nullopt;
+}
+
+std::set<uint32_t> Tracer::retire(const std::map<uint32_t, ThreadTimes>& times) {
+  std::set<uint32_t> reused;
+  for (uint32_t tid : members_.gone()) {
+    const Member& m = *members_.find(tid);
+    const ThreadTimes* t = nullptr;
+    if (auto it = times.find(tid); it != times.end()) {
+      t = &it->second;
+    } else {  // a new thread took the TID before this report: the times last reported
+      reused.insert(tid);
+      if (auto p = prev_.find(tid); p != prev_.end()) t = &p->second;
+    }
+    const bool excluded = work_.count(m.group) && work_[m.group].excluded.count(tid);
+    if (t && !excluded && t->on_ns + t->rq_ns + t->blk_ns > 0) {
+      GroupReport one;
+      one.work = work_[m.group];
+      aggregate(one, {{tid, *t}}, {{tid, m.comm}});
+      fold(acc_[m.group].retired, one);
+    }
+    members_.retire(tid);
+    prev_.erase(tid);
+    ++retired_;
+  }
+  return reused;
 }
 
 // The --map-entries that would have held every thread seen, with room to grow: one
@@ -202,6 +244,9 @@ std::vector<GroupReport> Tracer::build(const std::map<uint32_t, ThreadTimes>& cu
   std::map<std::string, std::map<uint32_t, ThreadTimes>> deltas;
   std::map<std::string, size_t> sizes;
   std::map<uint32_t, std::string> names;
+  if (summary)  // groups with only retired threads still have a summary
+    for (auto& [g, acc] : acc_)
+      if (acc.retired.threads) sizes[g];
   for (auto& [tid, m] : members_.all()) {
     names[tid] = m.comm;
     auto it = cur.find(tid);
@@ -237,6 +282,7 @@ std::vector<GroupReport> Tracer::build(const std::map<uint32_t, ThreadTimes>& cu
     aggregate(g, deltas[name], names);
     auto& acc = acc_[name];
     if (summary) {
+      add_retired(g, acc.retired);
       g.req = acc.req;
       if (acc.depth_ns) g.req.depth.avg = static_cast<double>(acc.depth_integral / acc.depth_ns);
       g.busy_max = std::max(acc.busy_max, acc.interval_busy_max);

@@ -64,13 +64,16 @@ class RuntimeLocks {
 struct Member {
   std::string comm, group;
   std::string base;  // the group by name (or --threads) before any split into pools
-  bool gone = false;
+  bool gone = false;  // exited (or its TID now belongs to a new thread): retired after the next report
   uint32_t gid = 0;
+  uint32_t born = 0;  // tp_thread.born of its BPF entry: tells a reused TID's new thread apart
 };
 
 // The pool's threads from /proc/PID/task (names matched against --threads, or grouped
 // by name). Keeps the BPF side in step: a thread first seen in /proc gets its initial
-// state in `threads`, every member its group id in `gids`.
+// state in `threads`, every member its group id in `gids`. Exited members are retired
+// (forgotten, their BPF entries deleted) by the tracer after the report that covers
+// their last interval, so a long run under thread churn keeps bounded maps.
 class Members {
  public:
   Members(const Config& c, bpfdiag::BpfSession& bpf);
@@ -82,6 +85,10 @@ class Members {
   void split(const std::map<uint32_t, std::string>& to);
   const std::map<uint32_t, Member>& all() const { return members_; }
   const Member* find(uint32_t tid) const;
+  std::vector<uint32_t> gone() const;
+  // Forgets member `tid` and deletes its `threads` entry (unless a new thread with the
+  // same TID has replaced it since) and its `gids` entry.
+  void retire(uint32_t tid);
   uint64_t untracked() const { return untracked_; }          // threads map full
   uint64_t assumed_start() const { return assumed_start_; }  // state read from /proc
 
@@ -106,6 +113,13 @@ class Snapshots {
   std::map<uint32_t, ThreadTimes> take(const std::map<uint32_t, Member>& members, uint64_t now,
                                        bool with_hist = true);
   bool state(uint32_t tid, tp_thread& t) { return threads_.get_value(tid, t).ok(); }
+  // After retiring: deletes the `threads` entries of threads that are neither members
+  // nor alive (threads that came and went between two rescans, added at fork), then
+  // every `waits` entry not of a remaining thread entry (same TID and `born`) and every
+  // `rqhist` entry not of a remaining TID or of a TID in `reused`. Returns the number
+  // of `threads` entries left; `alive`: the process's threads.
+  size_t sweep(uint32_t pid, const std::map<uint32_t, Member>& members,
+               const std::set<uint32_t>& reused, size_t* alive);
 
  private:
   ebpf::BPFHashTable<uint32_t, tp_thread> threads_;
@@ -149,6 +163,7 @@ struct GroupAcc {  // per group, across the whole run (for the summary)
   uint64_t depth_ns = 0;
   uint64_t busy_max = 0;
   uint64_t interval_busy_max = 0;
+  RetiredTimes retired;  // the group's exited threads, for the summary
 };
 
 // Ties the pieces together: every ~10 ms tick() rescans and samples busy workers;
@@ -174,6 +189,10 @@ class Tracer {
                                  const std::map<uint32_t, ThreadTimes>& prev, uint64_t t0,
                                  uint64_t t1, bool summary, const bpfdiag::DataQuality& dq);
   bpfdiag::Result<Quality> quality(bool final);
+  // Retires the members that are gone, folding their cumulative `times` (this report's
+  // snapshot, else the last one) into their group's RetiredTimes. Returns the TIDs a
+  // new thread took meanwhile (their rqhist entries are not the new thread's).
+  std::set<uint32_t> retire(const std::map<uint32_t, ThreadTimes>& times);
 
   const Config& c_;
   bpfdiag::BpfSession& s_;
@@ -191,6 +210,9 @@ class Tracer {
   bool exited_ = false;
   bpfdiag::TargetWatch watch_{{c_.pid}};  // PID + start time: a reused PID is not the target
   uint64_t untracked_reported_ = 0;
+  uint64_t retired_ = 0;       // threads retired so far
+  size_t bpf_entries_ = 0;     // `threads` entries after the last sweep
+  size_t alive_ = 0;           // the process's threads at the last sweep
   uint64_t start_ = 0, last_ = 0, last_rescan_ = 0, last_sample_ = 0;
 };
 
