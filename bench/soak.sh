@@ -46,18 +46,13 @@ trap cleanup EXIT
 if [[ -n ${CHURN_PID:-} ]]; then
   TARGET=$CHURN_PID
 else
-  "$WORKLOADS/fork_storm" --threads "$THREADS_PER_S" > "$OUT/churn.out" &
+  "$WORKLOADS/fork_storm" --threads "$THREADS_PER_S" --steady 2 > "$OUT/churn.out" &  # -p tools refuse 1 thread
   CHURN=$!
   TARGET=$CHURN
   "$WORKLOADS/fork_storm" --forks "$FORKS_PER_S" > "$OUT/storm.out" &
   STORM=$!
 fi
 
-# the -p tools refuse a single-threaded target: wait until the churn has threads
-for _ in $(seq 100); do
-  [[ $(ls "/proc/$TARGET/task" 2>/dev/null | wc -l) -gt 1 ]] && break
-  sleep 0.1
-done
 # every tool stops by itself after SECS (+ a little, so the last sample is taken while
 # it still runs); the script also stops them when it ends
 DUR=$((SECS + 2 * SAMPLE + 30))
