@@ -67,14 +67,15 @@ Status run(const Config& c) {
     if (auto st = uw.start(session, "uw_profile_tail", BPF_PROG_TYPE_PERF_EVENT)) return st;
   Symbolizer sym;
   for (auto p : c.pids) sym.remember(p);
+  // kernel names are needed by every report: /proc/kallsyms (~120k lines, 0.1-0.4 s of
+  // CPU) is read now, not in the final report Ctrl-C's budget bounds, and before the
+  // probes attach (the start record follows the attach at once: test_redis's window)
+  (void)sym.kernel_symbols_available();
   if (auto st = session.attach_perf_event(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, "do_perf_event", c.freq_hz))
     return Error{st->message + "; is perf_event_paranoid too strict, or are perf events disabled?"};
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
   nlohmann::json fields = start_fields(c, static_cast<uint64_t>(online_cpus()));
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
-  // kernel names are needed by every report: read /proc/kallsyms (~120k lines, 0.1-0.4 s
-  // of CPU) now rather than inside the final report that Ctrl-C's budget bounds
-  (void)sym.kernel_symbols_available();
   announce_attached(std::cout, "profile", c.json, banner(c), fields, dq0);
 
   uint64_t window_start = monotonic_ns(), last_remember = 0;
