@@ -116,8 +116,16 @@ def measure(per_cpu_loops, extra=()):
     for l in loops:
         l.finish()
     window_ns = (t1 - t0) * 1e9
+    # one task cannot wait longer than the window: a larger delta is not a delta (a task
+    # the first snapshot missed, or a reused TID; a fresh CI run read "every task's
+    # run_delay 33.12" per CPU next to runqlen's 1.15 and procs_running's 1.18)
+    deltas = [v - a0.get(f, 0) for f, v in a1.items()]
+    bad = [d for d in deltas if not 0 <= d <= window_ns * 1.05]
+    if bad:
+        print("info %d task(s) with a run_delay delta outside [0, window] left out (%s s)"
+              % (len(bad), [round(d / 1e9, 1) for d in bad[:5]]))
     truth = {"cpu": {c: 0.0 for c in range(cpus)}, "kernel": sampler.mean_queue(),
-             "all": sum(v - a0.get(f, 0) for f, v in a1.items()) / window_ns / cpus}
+             "all": sum(d for d in deltas if 0 <= d <= window_ns * 1.05) / window_ns / cpus}
     for l, a, b in zip(loops, d0, d1):
         truth["cpu"][l.cpu] = (b - a) / window_ns
     check(r.returncode == 0, "runqlen -j %s exits 0 (%s)" % (" ".join(extra), r.stderr.strip()[-200:]))
@@ -145,7 +153,10 @@ for k in (0, 2, 4):
         check(within(mean, truth["kernel"], rel=0.2, abs_=0.25),
               "%d loops/CPU: runqlen mean %.2f vs procs_running %.2f (+-20%%/0.25)"
               % (k, mean, truth["kernel"]))
-    if within(truth["all"], expected, abs_=0.3):
+    # quiet: within 0.1 of the textbook (a fresh CI run had truth 3.25 for 3 with 4 loops,
+    # runqlen 3.35 = truth + 0.10 judged against 3 +- 0.3: the box's own extra load
+    # counted against the tool)
+    if within(truth["all"], expected, abs_=0.1):
         check(within(mean, expected, abs_=0.3),
               "%d loops/CPU: mean %.2f, textbook %d (the box was quiet: truth %.2f)"
               % (k, mean, expected, truth["all"]))
