@@ -89,6 +89,11 @@ Status run(const Config& user_config) {
   }
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
   for (auto p : c.pids) live.sym.remember(p);
+  // System-wide, kernel names are needed by every report and Ctrl-C's budget bounds
+  // the final one: /proc/kallsyms (~120k lines, 0.1-0.4 s of CPU) is read before the
+  // probes attach (not between attach and start record: a peer arms on that record).
+  // With -p/-t on demand, as before: a short-lived target must not wait for it.
+  if (c.pids.empty() && c.tids.empty()) (void)live.sym.kernel_symbols_available();
   for (auto& [tp, fn] : kProbes)
     if (auto st = session.attach_raw_tracepoint(tp, fn))
       return st;  // one line: a verifier rejection, or the attach failure with its hint
@@ -96,12 +101,7 @@ Status run(const Config& user_config) {
   nlohmann::json fields = start_fields(c, kProbes.size());
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
   announce_attached(std::cout, "offcputime", c.json, banner(c), fields, dq0);
-  // kernel names are needed by every report: /proc/kallsyms (~120k lines, 0.1-0.4 s of
-  // CPU) is read now, not in the final report Ctrl-C's budget bounds; after the start
-  // record, which follows the attach at once (a peer arms on it: test_redis), and not
-  // before the attach (test_offcputime's workload starts its threads 2.5 s after it)
-  uint64_t window_start = monotonic_ns();  // the window is the probes': from the attach
-  (void)live.sym.kernel_symbols_available();
+  uint64_t window_start = monotonic_ns();
   CounterDeltas deltas, uw_deltas;
   uint64_t lost_reported = 0;
   // --svg: the stacks of every report (ns; shown in us)

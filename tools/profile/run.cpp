@@ -67,18 +67,18 @@ Status run(const Config& c) {
     if (auto st = uw.start(session, "uw_profile_tail", BPF_PROG_TYPE_PERF_EVENT)) return st;
   Symbolizer sym;
   for (auto p : c.pids) sym.remember(p);
+  // System-wide, kernel names are needed by every report and Ctrl-C's budget bounds
+  // the final one: /proc/kallsyms (~120k lines, 0.1-0.4 s of CPU) is read before the
+  // probes attach (not between attach and start record: a peer arms on that record).
+  // With -p/-t on demand, as before: a short-lived target must not wait for it.
+  if (c.pids.empty() && c.tids.empty()) (void)sym.kernel_symbols_available();
   if (auto st = session.attach_perf_event(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, "do_perf_event", c.freq_hz))
     return Error{st->message + "; is perf_event_paranoid too strict, or are perf events disabled?"};
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
   nlohmann::json fields = start_fields(c, static_cast<uint64_t>(online_cpus()));
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
   announce_attached(std::cout, "profile", c.json, banner(c), fields, dq0);
-  // kernel names are needed by every report: /proc/kallsyms (~120k lines, 0.1-0.4 s of
-  // CPU) is read now, not in the final report Ctrl-C's budget bounds; after the start
-  // record, which follows the attach at once (a peer arms on it: test_redis), and not
-  // before the attach (test_offcputime's workload starts its threads 2.5 s after it)
-  uint64_t window_start = monotonic_ns(), last_remember = 0;  // the window: from the attach
-  (void)sym.kernel_symbols_available();
+  uint64_t window_start = monotonic_ns(), last_remember = 0;
   CounterDeltas deltas, uw_deltas;
   RunFlameGraph flame(c.svg, {"On-CPU Flame Graph", banner(c), "samples", FlamePalette::OnCpu});  // --svg
   Status failure;
