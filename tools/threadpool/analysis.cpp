@@ -278,24 +278,25 @@ void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
   totals(g);
 }
 
+// The times a group's threads add up to (a report group, or its retired threads').
+template <class To, class From>
+void add_times(To& to, const From& from) {
+  to.on_ns += from.on_ns;
+  to.rq_ns += from.rq_ns;
+  to.idle_ns += from.idle_ns;
+  to.unattributed_ns += from.unattributed_ns;
+  for (int i = 0; i < kNumReasons; ++i) to.blocked_ns[i] += from.blocked_ns[i];
+  to.dispatch.merge(from.dispatch);
+}
+
 void fold(RetiredTimes& r, const GroupReport& a) {
   r.threads += a.rows.size();
-  r.on_ns += a.on_ns;
-  r.rq_ns += a.rq_ns;
-  r.idle_ns += a.idle_ns;
-  r.unattributed_ns += a.unattributed_ns;
-  for (int i = 0; i < kNumReasons; ++i) r.blocked_ns[i] += a.blocked_ns[i];
-  r.dispatch.merge(a.dispatch);
+  add_times(r, a);
 }
 
 void add_retired(GroupReport& g, const RetiredTimes& r) {
   g.threads += r.threads;
-  g.on_ns += r.on_ns;
-  g.rq_ns += r.rq_ns;
-  g.idle_ns += r.idle_ns;
-  g.unattributed_ns += r.unattributed_ns;
-  for (int i = 0; i < kNumReasons; ++i) g.blocked_ns[i] += r.blocked_ns[i];
-  g.dispatch.merge(r.dispatch);
+  add_times(g, r);
   totals(g);
 }
 
