@@ -73,7 +73,7 @@ void write_record_shared_dq(std::ostream& os, const nlohmann::json& record, cons
   os << line << '\n';
 }
 
-void write_record(std::ostream& os, const nlohmann::json& record, bool flush) { emit_json(os, record, flush); }
+void write_record(std::ostream& os, const nlohmann::json& record) { emit_json(os, record); }
 
 void announce_attached(std::ostream& out, const std::string& tool, bool json, const std::string& banner,
                        const nlohmann::json& fields, const DataQuality& zero_dq) {

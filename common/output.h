@@ -62,9 +62,8 @@ Stack stack_from_json(const nlohmann::json& record);
 // report's render time. No flush: the report's last record flushes.
 void write_record_shared_dq(std::ostream& os, const nlohmann::json& record, const std::string& dq_text);
 
-// Writes one NDJSON record and flushes it (a consumer sees each record at once);
-// flush=false for all but a report's last record (10,000 stack records: 10,000 writes).
-void write_record(std::ostream& os, const nlohmann::json& record, bool flush = true);
+// Writes one NDJSON record and flushes it (a consumer sees each record at once).
+void write_record(std::ostream& os, const nlohmann::json& record);
 
 // The usual "<tool>.start" fields: "pid" / "tid" lists (only when filtering), "probes"
 // (how many were attached) and "options" (the tool's effective options).

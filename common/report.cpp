@@ -60,10 +60,10 @@ std::string DataQuality::to_text() const {
   return s;
 }
 
-void emit_json(std::ostream& os, const nlohmann::json& record, bool flush) {
+void emit_json(std::ostream& os, const nlohmann::json& record) {
   // Names from the traced processes (comm, symbols) need not be UTF-8: replaced, not thrown.
   os << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-  if (flush) os.flush();
+  os.flush();
 }
 
 std::string clock_hms(uint64_t realtime_ns) {

@@ -34,7 +34,7 @@ struct DataQuality {
 };
 
 // Writes one NDJSON record (compact, newline-terminated) and flushes.
-void emit_json(std::ostream& os, const nlohmann::json& record, bool flush = true);
+void emit_json(std::ostream& os, const nlohmann::json& record);
 
 // "HH:MM:SS" local time, as BCC's -T: now, or of a CLOCK_REALTIME time in ns.
 std::string clock_hms();
