@@ -169,18 +169,46 @@ for k in (0, 2, 4):
 
 # --- 2. -C: every CPU reported, loaded or idle, each sampled as often -------------------------
 # CPU 0 holds two loops (queue 1), the others are idle.
+def others_queue(truth):
+    """Tasks queued on the whole box that are not our pinned loops (summed over CPUs): what
+    another test, a build or stress-ng adds. Our "idle" CPUs are idle only when it is ~0."""
+    return max(0.0, truth["all"] * cpus - sum(truth["cpu"].values()))
+
+
+def check_unloaded_cpus(by_cpu, truth, what):
+    """CPUs 1.. hold none of our loops: ~0 on a quiet box; otherwise together at most what
+    the other tasks queued (they may queue on CPU 0 as well, so this is an upper bound),
+    and all CPUs together at the box's every-task run_delay."""
+    rest = [by_cpu[c]["runqlen_avg"] for c in range(1, cpus) if c in by_cpu]
+    others = others_queue(truth)
+    if others < 0.1:
+        for c, mean in zip(range(1, cpus), rest):
+            check(mean <= 0.1, "%s idle cpu %d: mean %.2f (~0)" % (what, c, mean))
+    else:
+        check(sum(rest) <= others + 0.1 * len(rest),
+              "%s cpus without our loops: means %s, at most the %.2f other tasks queued on the box"
+              % (what, [round(m, 2) for m in rest], others))
+        total = sum(r["runqlen_avg"] for r in by_cpu.values())
+        check(within(total, truth["all"] * cpus, abs_=0.25 * cpus),
+              "%s all cpus: summed mean %.2f vs every task's run_delay %.2f (the box was busy: %.2f "
+              "queued that are not our loops)" % (what, total, truth["all"] * cpus, others))
+
+
 recs, truth = measure([2] + [0] * (cpus - 1), extra=("-C",))
 by_cpu = {r["cpu"]: r for r in recs if r["type"] == "runqlen.cpu"}
 check(sorted(by_cpu) == list(range(cpus)), "-C: one record per CPU, idle ones included (%s)" % sorted(by_cpu))
 if 0 in by_cpu:
     busy = by_cpu[0]
-    check(within(busy["runqlen_avg"], truth["cpu"][0], abs_=0.25) and 0.7 <= busy["runqlen_avg"] <= 1.3,
-          "loaded cpu 0: mean %.2f vs run_delay %.2f" % (busy["runqlen_avg"], truth["cpu"][0]))
+    # other tasks that land on CPU 0 queue there as well: the loops' run_delay is its floor
+    top = truth["cpu"][0] + others_queue(truth)
+    check(truth["cpu"][0] - 0.25 <= busy["runqlen_avg"] <= top + 0.25 and busy["runqlen_avg"] >= 0.7,
+          "loaded cpu 0: mean %.2f vs run_delay %.2f of its loops (+ at most %.2f of other tasks)"
+          % (busy["runqlen_avg"], truth["cpu"][0], top - truth["cpu"][0]))
+    check_unloaded_cpus(by_cpu, truth, "-C:")
     for c in range(1, cpus):
         r = by_cpu.get(c)
         if not r:
             continue
-        check(r["runqlen_avg"] <= 0.1, "idle cpu %d: mean %.2f (~0)" % (c, r["runqlen_avg"]))
         ratio = r["sample_count"] / max(1, busy["sample_count"])
         check(0.85 <= ratio <= 1.15, "idle cpu %d sampled as often as the loaded one: %d vs %d samples"
               % (c, r["sample_count"], busy["sample_count"]))
@@ -201,9 +229,9 @@ with Pid1Traffic(pause=0.02) as traffic:
             print("info PID 1 busy (%d connections): idle periods recovered %d, dropped %d"
                   % (traffic.connects, dq["recovered_periods"], dq["dropped_periods"]))
             # idle time left out would weigh CPU 1's few busy samples up: its mean rises
-            check(by_cpu[1]["runqlen_avg"] <= 0.1 and few_dropped(dq),
-                  "PID 1 busy: idle cpu 1 mean %.2f (~0; %d vs %d samples), few idle periods dropped"
-                  % (by_cpu[1]["runqlen_avg"], by_cpu[1]["sample_count"], by_cpu[0]["sample_count"]))
+            check(few_dropped(dq), "PID 1 busy: few idle periods dropped (%d vs %d samples)"
+                  % (by_cpu[1]["sample_count"], by_cpu[0]["sample_count"]))
+            check_unloaded_cpus(by_cpu, truth, "PID 1 busy:")
 
 # --- 3. occupancy: with 2 loops pinned per CPU a queue exists nearly always ------------------
 recs, _ = measure([2] * cpus, extra=("-O",))
@@ -214,8 +242,13 @@ check(occ > 90, "occupancy %.1f%% > 90%% with 2 loops on every CPU" % occ)
 recs, truth = measure([2] * cpus, extra=("--cfs",))
 if recs:
     loops_truth = sum(truth["cpu"].values()) / cpus
-    check(recs[0]["view"] == "cfs" and within(recs[0]["runqlen_avg"], loops_truth, abs_=0.25),
-          "--cfs mean %.2f vs loops' run_delay %.2f" % (recs[0]["runqlen_avg"], loops_truth))
+    # --cfs counts the root CFS queue's entities: another task in a nested cgroup (a build,
+    # stress-ng in a session scope) counts once per group, so on a busy box the loops'
+    # run_delay is the floor and every task's run_delay the ceiling
+    top = loops_truth if others_queue(truth) < 0.1 else truth["all"]
+    check(recs[0]["view"] == "cfs" and loops_truth - 0.25 <= recs[0]["runqlen_avg"] <= top + 0.25,
+          "--cfs mean %.2f vs loops' run_delay %.2f (every task's %.2f)"
+          % (recs[0]["runqlen_avg"], loops_truth, truth["all"]))
 
 # --- 5. text mode: BCC's header, per-CPU sections for idle CPUs too, data quality ------------
 r = run([RUNQLEN, "-F", "49", "1", "2"], timeout=30)  # BCC's positional [interval [count]]
