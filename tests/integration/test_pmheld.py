@@ -164,8 +164,11 @@ def test_condvar():
     check(r["hold_total_ns"] < expected_total + truth["cond_wait_ns"] / 10,
           "total hold %d ns far below measured holds + cond waits (%d + %d ns): waits excluded"
           % (r["hold_total_ns"], expected_total, truth["cond_wait_ns"]))
-    check(within(r["hold_p50_ns"], hold_ns, rel=0.10),
-          "p50 hold %d ns within 10%% of the %d ns hold" % (r["hold_p50_ns"], hold_ns))
+    # the workload's own median, not the 200 us target: on a loaded box a preempted holder
+    # holds longer (a stress-ng --cpu 2 run read 223 us against the target)
+    check(within(r["hold_p50_ns"], truth["hold_p50_ns"], rel=0.10),
+          "p50 hold %d ns within 10%% of the workload's own median hold %d ns (target %d)"
+          % (r["hold_p50_ns"], truth["hold_p50_ns"], hold_ns))
     dq = r["data_quality"]
     check(dq["cond_waits"] == truth["cond_waits"],
           "cond waits seen %d == %d made" % (dq["cond_waits"], truth["cond_waits"]))
