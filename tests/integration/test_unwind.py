@@ -102,11 +102,16 @@ for wl, args in WORKLOADS_NOFP.items():
         # call lengthens the workload's number, not the off-CPU time: below by at most
         # the steal is allowed (as in test_offcputime)
         steal_us = truth["steal_ns"] / 1000.0
+        # Above: a thread preempted while it spins or computes in a caller (uw_mutex spins in
+        # mutex_loop until the holder has the lock) is off-CPU under that caller too, which
+        # blocked_ns leaves out: at most the thread's run-queue wait (schedstat run_delay,
+        # ~0 on a quiet box; 35 ms of mutex_loop under stress-ng --cpu 2)
+        queued_us = t.get("run_delay_ns", 0) / 1000.0
         for fn in chain:
             got = sum(v for fr, v in mine if fn in fr)
-            check(within(got, truth_us, rel=TOL) or truth_us - 1.05 * steal_us <= got <= truth_us,
-                  "%s %s: %s %.1f ms vs workload %.1f ms (5%%, or below by at most the steal, %.1f ms)"
-                  % (wl, t["name"], fn, got / 1e3, truth_us / 1e3, steal_us / 1e3))
+            check(truth_us - max(TOL * truth_us, 1.05 * steal_us) <= got <= truth_us * (1 + TOL) + queued_us,
+                  "%s %s: %s %.1f ms vs workload %.1f ms (-5%% or the steal %.1f ms, +5%% + its run-queue "
+                  "wait %.1f ms)" % (wl, t["name"], fn, got / 1e3, truth_us / 1e3, steal_us / 1e3, queued_us / 1e3))
         full = [(fr, v) for fr, v in mine if chain_in_order(fr, chain)]
         chained = sum(v for _, v in full)
         if not check(chained >= (1 - TOL) * truth_us or chained >= truth_us - 1.05 * steal_us,

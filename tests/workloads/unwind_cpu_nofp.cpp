@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   }
   uw::start_gate(start_delay);
   std::vector<uw::Result> res = {{"uw_burn", "burn_leaf", {"burn_loop", "burn_stage"}}};
-  std::thread t([&] { uw::name_self(res[0]); burn_loop(&res[0], calls); });
+  std::thread t([&] { uw::name_self(res[0]); burn_loop(&res[0], calls); uw::done(res[0]); });
   t.join();
   uw::print_report(res);
   return 0;

@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   uw::start_gate(a.start_delay);
   std::vector<uw::Result> res = {{"uw_pipe", "block_in_pipe_read", {"pipe_loop", "pipe_stage"}},
                                  {"uw_cond", "block_in_cond_wait", {"cond_loop", "cond_stage"}}};
-  std::thread tp([&] { uw::name_self(res[0]); pipe_loop(&res[0], a.pipe_reads); });
-  std::thread tc([&] { uw::name_self(res[1]); cond_loop(&res[1], a.cond_waits); });
+  std::thread tp([&] { uw::name_self(res[0]); pipe_loop(&res[0], a.pipe_reads); uw::done(res[0]); });
+  std::thread tc([&] { uw::name_self(res[1]); cond_loop(&res[1], a.cond_waits); uw::done(res[1]); });
   auto drivers = uw::start_drivers(a, g_pipe[1], &g_mu, &g_cv, &g_gen);
   tp.join(), tc.join();
   for (auto& d : drivers) d.join();

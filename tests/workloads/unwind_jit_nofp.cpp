@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   if (!g_stub || pipe(g_pipe) != 0) return 1;
   uw::start_gate(start_delay);
   std::vector<uw::Result> res = {{"uw_jit", "block_in_jit_read", {"jit_loop", "jit_stage"}}};
-  std::thread tj([&] { uw::name_self(res[0]); jit_loop(&res[0], reads); });
+  std::thread tj([&] { uw::name_self(res[0]); jit_loop(&res[0], reads); uw::done(res[0]); });
   std::thread drv([&] {
     pthread_setname_np(pthread_self(), "uw_jit_drv");
     for (int i = 0; i < reads; ++i) {

@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
   uw::start_gate(start_delay);
   std::vector<uw::Result> res = {{"uw_mutex", "block_in_mutex_lock", {"mutex_loop", "mutex_stage"}},
                                  {"uw_sleep", "block_in_nanosleep", {"sleep_loop", "sleep_stage"}}};
-  std::thread tm([&] { uw::name_self(res[0]); mutex_loop(&res[0], rounds); });
-  std::thread ts([&] { uw::name_self(res[1]); sleep_loop(&res[1], sleeps); });
+  std::thread tm([&] { uw::name_self(res[0]); mutex_loop(&res[0], rounds); uw::done(res[0]); });
+  std::thread ts([&] { uw::name_self(res[1]); sleep_loop(&res[1], sleeps); uw::done(res[1]); });
   std::thread th([&] {
     pthread_setname_np(pthread_self(), "uw_holder");
     for (int i = 1; i <= rounds; ++i) {

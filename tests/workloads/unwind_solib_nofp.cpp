@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
   uw::start_gate(a.start_delay);
   std::vector<uw::Result> res = {{"uw_so_pipe", "ublk_block_in_read", {"so_pipe_loop", "ublk_read_stage"}},
                                  {"uw_so_cond", "ublk_block_in_cond_wait", {"so_cond_loop", "ublk_cond_stage"}}};
-  std::thread tp([&] { uw::name_self(res[0]); so_pipe_loop(&res[0], a.pipe_reads); });
-  std::thread tc([&] { uw::name_self(res[1]); so_cond_loop(&res[1], a.cond_waits); });
+  std::thread tp([&] { uw::name_self(res[0]); so_pipe_loop(&res[0], a.pipe_reads); uw::done(res[0]); });
+  std::thread tc([&] { uw::name_self(res[1]); so_cond_loop(&res[1], a.cond_waits); uw::done(res[1]); });
   auto drivers = uw::start_drivers(a, g_pipe[1], &g_mu, &g_cv, &g_gen);
   tp.join(), tc.join();
   for (auto& d : drivers) d.join();

@@ -2,7 +2,11 @@
 // each thread blocks in one named function reached through a known call chain and
 // times its own blocking with CLOCK_MONOTONIC around the blocking libc call. The
 // report is one JSON object on stdout:
-//   {"pid":..,"threads":[{"name","tid","function","callers":[outer,..],"blocked_ns","calls"}]}
+//   {"pid":..,"threads":[{"name","tid","function","callers":[outer,..],"blocked_ns","calls",
+//                         "run_delay_ns"}]}
+// run_delay_ns: the thread's wait on a run queue between name_self and done (schedstat):
+// on a loaded box a thread preempted while it computes or spins is off-CPU too, which a
+// stack tool counts under its callers and blocked_ns does not.
 // `callers` lists the frames above `function`, outermost first, so a stack tool's
 // folded line must contain "callers[0];...;function".
 #pragma once
@@ -63,12 +67,27 @@ struct Result {
   long tid = 0;
   uint64_t blocked_ns = 0;
   int calls = 0;
+  uint64_t run_delay_ns = 0;  // since name_self; the total once done() ran
 };
+
+// This thread's run_delay (ns waiting on a run queue), 0 if schedstat is unreadable.
+inline uint64_t run_delay_now() {
+  uint64_t on_cpu = 0, delay = 0;
+  if (FILE* f = std::fopen("/proc/thread-self/schedstat", "r")) {
+    if (std::fscanf(f, "%lu %lu", &on_cpu, &delay) != 2) delay = 0;
+    std::fclose(f);
+  }
+  return delay;
+}
 
 inline void name_self(Result& r) {
   pthread_setname_np(pthread_self(), r.name);
   r.tid = syscall(SYS_gettid);
+  r.run_delay_ns = run_delay_now();
 }
+
+// The end of the thread's timed part.
+inline void done(Result& r) { r.run_delay_ns = run_delay_now() - r.run_delay_ns; }
 
 inline void print_report(const std::vector<Result>& res) {
   std::string out = "{\"pid\":" + std::to_string(getpid()) + ",\"threads\":[";
@@ -77,7 +96,8 @@ inline void print_report(const std::vector<Result>& res) {
     out += std::string(i ? "," : "") + "{\"name\":\"" + r.name + "\",\"tid\":" + std::to_string(r.tid) +
            ",\"function\":\"" + r.function + "\",\"callers\":[";
     for (size_t c = 0; c < r.callers.size(); ++c) out += std::string(c ? "," : "") + "\"" + r.callers[c] + "\"";
-    out += "],\"blocked_ns\":" + std::to_string(r.blocked_ns) + ",\"calls\":" + std::to_string(r.calls) + "}";
+    out += "],\"blocked_ns\":" + std::to_string(r.blocked_ns) + ",\"calls\":" + std::to_string(r.calls) +
+           ",\"run_delay_ns\":" + std::to_string(r.run_delay_ns) + "}";
   }
   out += "]}";
   std::puts(out.c_str());
