@@ -5,6 +5,8 @@
 //   blk_sleep  block_in_sleep()       nanosleep(D ms)
 //   blk_mutex  block_in_mutex_lock()  pthread_mutex_lock() on a mutex held for D ms
 // Usage: offcpu_blockers [iterations=25] [delay_ms=20] [start_delay_ms=0]
+//   start_delay_ms -1: the threads start once a line (or EOF) arrives on stdin, so a test
+//   can start them right after its tracer has attached, however loaded the box.
 // Prints one JSON object: {"pid":..,"threads":[{"name","tid","function",
 // "blocked_ns","calls"}]}. Each blocker calls its libc function through a noinline
 // helper, so the named function is found by frame-pointer unwinding even though
@@ -121,12 +123,17 @@ int main(int argc, char** argv) {
   if (argc > 1) g_iters = std::atoi(argv[1]);
   if (argc > 2) g_delay_ms = std::atol(argv[2]);
   long start_delay = argc > 3 ? std::atol(argv[3]) : 0;
-  if (g_iters < 1 || g_delay_ms < 1) {
+  if (g_iters < 1 || g_delay_ms < 1 || start_delay < -1) {
     std::fprintf(stderr, "usage: offcpu_blockers [iterations] [delay_ms] [start_delay_ms]\n");
     return 2;
   }
   if (pipe(g_pipe) != 0) return 1;
   if (start_delay > 0) sleep_ms(start_delay);
+  if (start_delay < 0) {
+    char c;
+    while (read(0, &c, 1) < 0) {
+    }
+  }
   std::vector<Result> res = {{"blk_pipe", "block_in_pipe_read"},
                              {"blk_cond", "block_in_cond_wait"},
                              {"blk_sleep", "block_in_sleep"},
