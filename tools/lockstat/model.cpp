@@ -10,6 +10,46 @@
 namespace lockstat {
 using namespace bpfdiag;
 
+// --- thresholds ----------------------------------------------------------------------
+// Wake-up shares decide what a user wait is (classify). Where a commit recorded the
+// case that set a value it is named; the others came in with the first tool (290fea1)
+// or the squashed landing 1558a17 with no measurement behind them: chosen, not measured.
+//
+// Too few wake-ups to judge who wakes a lock (c08b4b4 / c33721e: InnoDB latches were
+// woken 7 times by 7 threads; 3 is the least "again and again" means). Chosen.
+constexpr uint64_t kMinWakes = 3;
+// A plain FUTEX_WAIT word (no glibc lock word) is idle only with at least this many
+// wake-ups from its few wakers (c08b4b4: InnoDB latches, 7 wakes by 7 threads, must
+// stay contention, as test_mariadb's performance_schema mapping requires). Chosen above 7.
+constexpr uint64_t kMinWakesPlainIdle = 10;
+// Each producer woke the word at least this many times on average: "few wakers"
+// (c08b4b4: 7 wakes by 7 non-waiting threads is a lock's holders, not producers).
+constexpr uint64_t kWakesPerProducer = 3;
+// Timed: at least 1/kTimedOutShareDen of the waits ran to their timeout (half). Chosen.
+constexpr uint64_t kTimedOutShareDen = 2;
+// Contention between peers: fellow waiters made at least 1/kPeerShareDen of the
+// wake-ups (half). Chosen, not measured.
+constexpr uint64_t kPeerShareDen = 2;
+// Woken by others: fellow waiters made under 1/kFewPeerShareDen of the wake-ups (a
+// fifth). Chosen, not measured.
+constexpr uint64_t kFewPeerShareDen = 5;
+// A queue (FUTEX_WAIT_BITSET): at least 1/kQueueOutsideShareDen of the wake-ups from
+// threads that do not wait on it (c33721e: CPython's SimpleQueue, 494 of 742 wake-ups
+// by fellow waiters, 1 producer, i.e. a third from outside, must be idle; a fifth
+// leaves room below that).
+constexpr uint64_t kQueueOutsideShareDen = 5;
+// reading(): "light" contention when no waiter lost 10% of its time; a convoy from 3
+// waiting threads; a long hold from a 1 ms median wait. Chosen, not measured (290fea1,
+// 1558a17).
+constexpr double kLightMaxShare = 0.10;
+constexpr size_t kConvoyThreads = 3;
+constexpr uint64_t kLongHoldP50Ns = kMs;
+// Map sizes for -P: 8 entries per thread, at least 16384, at most 4M (powers of two).
+// Chosen, not measured (1558a17).
+constexpr uint64_t kMapEntriesPerThread = 8;
+constexpr uint64_t kMapEntriesMin = 16384;
+constexpr uint64_t kMapEntriesMax = 1u << 22;
+
 bool site_placed(const std::string& site) {
   const size_t n = std::char_traits<char>::length(kUnplacedSite);
   return site.size() < n || site.compare(site.size() - n, n, kUnplacedSite) != 0;
@@ -32,7 +72,7 @@ std::string kernel_lock_kind(uint32_t flags) {
 }
 
 uint64_t map_entries_for_threads(uint64_t threads) {
-  uint64_t want = std::min<uint64_t>(threads * 8, 1u << 22), n = 16384;
+  uint64_t want = std::min<uint64_t>(threads * kMapEntriesPerThread, kMapEntriesMax), n = kMapEntriesMin;
   while (n < want) n <<= 1;
   return n;
 }
@@ -105,15 +145,15 @@ WaitClass classify(const LockRow& r) {
   if (r.symbol.rfind("_PyRuntime", 0) == 0) return WaitClass::Gil;
   uint64_t waits = std::max<uint64_t>(r.contended, 1);
   // timed waits nobody ended early: sleeps, polls, background timers
-  if (r.timedout * 2 >= waits && r.timedout) return WaitClass::Timed;
-  bool peers = r.wakes >= 3 && r.peer_wakes * 2 >= r.wakes;      // woken by fellow waiters
-  bool by_others = r.wakes >= 3 && r.peer_wakes * 5 < r.wakes;   // woken by others
+  if (r.timedout * kTimedOutShareDen >= waits && r.timedout) return WaitClass::Timed;
+  bool peers = r.wakes >= kMinWakes && r.peer_wakes * kPeerShareDen >= r.wakes;      // woken by fellow waiters
+  bool by_others = r.wakes >= kMinWakes && r.peer_wakes * kFewPeerShareDen < r.wakes;   // woken by others
   // ... and by few of them, again and again (3 wake-ups or more each): a queue's
   // producers. A lock's holders also wake its waiters without waiting on it
   // themselves, but they are whichever threads took it (InnoDB's latches: 7 wakes
   // by 7 threads); a condition that many threads signal (a row lock released by
   // whichever transaction commits) is a condition, not waiting for work.
-  bool few_wakers = r.producers && r.producers * 3 <= r.wakes - r.peer_wakes;
+  bool few_wakers = r.producers && r.producers * kWakesPerProducer <= r.wakes - r.peer_wakes;
   // glibc's mutexes wait with FUTEX_WAIT on a word that is 2 when it has waiters
   // (__lll_lock_wait); PI mutexes lock in the kernel: that is contention, whoever wakes
   if (r.futex_flags & (LS_FUTEX_LOCKWORD | LS_FUTEX_PI | LS_FUTEX_REQUEUE)) return WaitClass::Contention;
@@ -121,7 +161,7 @@ WaitClass classify(const LockRow& r) {
   if (!sync) {
     // plain FUTEX_WAIT without glibc's lock word: custom locks (InnoDB's srw_mutex,
     // ssux_lock) -- unless a few threads that never wait on it wake it, many times
-    return by_others && few_wakers && r.wakes >= 10 ? WaitClass::Idle : WaitClass::Contention;
+    return by_others && few_wakers && r.wakes >= kMinWakesPlainIdle ? WaitClass::Idle : WaitClass::Contention;
   }
   // FUTEX_WAIT_BITSET: glibc's condvars, semaphores, rwlocks and barriers. A queue
   // is signalled by its few producers, and its getters pass wake-ups on (CPython's
@@ -130,7 +170,7 @@ WaitClass classify(const LockRow& r) {
   // fifth of the wake-ups from few threads that never wait on it is a queue. A
   // semaphore or rwlock used as a lock is released by the threads that also wait
   // for it (peers).
-  const bool queue = r.wakes >= 3 && (r.wakes - r.peer_wakes) * 5 >= r.wakes && few_wakers;
+  const bool queue = r.wakes >= kMinWakes && (r.wakes - r.peer_wakes) * kQueueOutsideShareDen >= r.wakes && few_wakers;
   if (queue) return WaitClass::Idle;
   return peers ? WaitClass::Contention : WaitClass::Condition;
 }
@@ -176,13 +216,13 @@ std::string reading(const LockRow& r) {
   }
   // contention: how much of their time the waiters lose, and what the waits say
   // about holds (a waiter's wait is the holds queued ahead of it)
-  bool long_holds = r.p50_ns >= kMs;
-  if (known && r.max_share < 0.10)
+  bool long_holds = r.p50_ns >= kLongHoldP50Ns;
+  if (known && r.max_share < kLightMaxShare)
     return "light: " + thr + " waiting" + share + " (p50 " + p50 + ")";
-  if (n >= 3 && long_holds)
+  if (n >= kConvoyThreads && long_holds)
     return "convoy behind long holds: " + thr + " queue" + share + " (p50 " + p50 + ", max " + mx +
            "); the holder keeps it long";
-  if (n >= 3)
+  if (n >= kConvoyThreads)
     return "convoy: " + thr + " queue" + share + " (p50 " + p50 +
            "); shorten or split the critical section";
   if (long_holds)
@@ -238,111 +278,145 @@ void pct(T& row) {
 
 }  // namespace
 
-std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config& c) {
-  std::map<GroupKey, LockRow> groups;
+namespace {
+
+// What the raw aggregates say per lock, before the lock is named and judged.
+struct Groups {
+  std::map<GroupKey, LockRow> rows;
   std::map<GroupKey, uint32_t> flags;
   std::map<GroupKey, std::set<uint32_t>> pids;
   std::map<GroupKey, std::map<uint32_t, WaiterRow>> waiters;
   std::map<GroupKey, std::map<std::string, SiteRow>> sites;
   std::map<GroupKey, std::pair<uint64_t, uint64_t>> sampled;  // waits, ns with a stack
+};
+
+// One wait record's stack into its lock's sites (always: frames name rq_lock and the
+// GIL even when -s 0 hides sites).
+void add_site(Groups& gs, const GroupKey& g, const RawWait& w, const Names& n) {
+  gs.sampled[g].first += w.val.blocked;
+  gs.sampled[g].second += w.val.total_ns;
+  std::vector<std::string> frames = n.frames ? n.frames(w.key) : std::vector<std::string>{};
+  std::string site = n.site ? n.site(w.key, frames) : "";
+  if (site.empty()) site = "[unknown]";
+  auto& sr = gs.sites[g][site];
+  if (sr.stack.empty()) sr.stack = frames;
+  sr.site = site;
+  sr.contended += w.val.blocked;
+  sr.total_ns += w.val.total_ns;
+}
+
+Groups group_waits(const Snapshot& s, const Names& n) {
+  Groups gs;
   for (const auto& w : s.waits) {
     GroupKey g = group_of(w.key);
-    LockRow& r = groups[g];
+    LockRow& r = gs.rows[g];
     r.addr = w.key.addr;
     r.pid = g.pid;
     r.layer = g.kernel ? "kernel" : "user";
-    flags[g] |= w.key.flags;
+    gs.flags[g] |= w.key.flags;
     if (g.kernel) r.kind = "";
-    else r.kind = user_lock_kind(w.key.kind, flags[g]);
-    pids[g].insert(w.key.pid);
+    else r.kind = user_lock_kind(w.key.kind, gs.flags[g]);
+    gs.pids[g].insert(w.key.pid);
     r.contended += w.val.blocked;
     r.calls += w.val.count;
     r.total_ns += w.val.total_ns;
     r.max_ns = std::max<uint64_t>(r.max_ns, w.val.max_ns);
     r.timedout += w.val.timedout;
     if (!g.kernel) r.futex_flags |= w.key.flags;
-    auto& wr = waiters[g][w.key.tid];
+    auto& wr = gs.waiters[g][w.key.tid];
     wr.tid = w.key.tid;
     wr.contended += w.val.blocked;
     wr.total_ns += w.val.total_ns;
     wr.max_ns = std::max<uint64_t>(wr.max_ns, w.val.max_ns);
-    if (w.key.stack_id == LS_STACK_UNSAMPLED) continue;  // kernel: its stack was not taken
-    sampled[g].first += w.val.blocked;
-    sampled[g].second += w.val.total_ns;
-    {  // always: frames name rq_lock and the GIL even when -s 0 hides sites
-      std::vector<std::string> frames = n.frames ? n.frames(w.key) : std::vector<std::string>{};
-      std::string site = n.site ? n.site(w.key, frames) : "";
-      if (site.empty()) site = "[unknown]";
-      auto& sr = sites[g][site];
-      if (sr.stack.empty()) sr.stack = frames;
-      sr.site = site;
-      sr.contended += w.val.blocked;
-      sr.total_ns += w.val.total_ns;
-    }
+    if (w.key.stack_id != LS_STACK_UNSAMPLED) add_site(gs, g, w, n);  // kernel: unsampled
   }
   for (const auto& [hk, cnt] : s.hist) {
-    auto it = groups.find(group_of(hk));
-    if (it != groups.end()) it->second.hist.add_bucket(hk.bucket, cnt);
+    auto it = gs.rows.find(group_of(hk));
+    if (it != gs.rows.end()) it->second.hist.add_bucket(hk.bucket, cnt);
   }
-  // who woke the waiters (futex mode): fellow waiters or producers
+  return gs;
+}
+
+// Who woke the waiters (futex mode): fellow waiters or producers.
+void count_wakes(LockRow& r, const std::map<uint32_t, uint64_t>& wakes,
+                 const std::map<uint32_t, WaiterRow>& waiters) {
+  for (const auto& [tid, cnt] : wakes) {
+    r.wakes += cnt;
+    if (tid) ++r.wakers;
+    if (tid && waiters.count(tid)) r.peer_wakes += cnt;
+    else if (tid) ++r.producers;
+  }
+}
+
+void name_lock(LockRow& r, const GroupKey& g, uint32_t f, const std::set<uint32_t>& pids, const Names& n) {
+  if (!g.kernel) {
+    if (n.lock_symbol) r.symbol = n.lock_symbol(r.pid, r.addr);
+    return;
+  }
+  r.kind = kernel_lock_kind(f);
+  r.spin = g.spin;
+  if (f & LS_KID_MMAP_LOCK) {
+    uint32_t off = f >> LS_KID_OFFSET_SHIFT;
+    r.symbol = off ? "mmap_lock+" + std::to_string(off) : "mmap_lock";
+  } else if (f & LS_KID_SIGLOCK) {
+    r.symbol = "siglock";
+  } else if (n.lock_symbol) {
+    r.symbol = n.lock_symbol(0, r.addr);
+  }
+  if (pids.size() == 1) r.pid = *pids.begin();
+}
+
+// Kernel stacks are sampled: the sites' shares scaled to the lock's totals. Sites
+// known only as a wrapper go last: the ranking is of the code that wanted the lock.
+void add_sites(LockRow& r, std::map<std::string, SiteRow>& sites, std::pair<uint64_t, uint64_t> sampled) {
+  auto [sn, sns] = sampled;
+  r.site_samples = sn;
+  for (auto& [name, sr] : sites) {
+    if (sn < r.contended && sn) sr.contended = (sr.contended * r.contended + sn / 2) / sn;
+    if (sns < r.total_ns && sns) sr.total_ns = uint64_t(double(sr.total_ns) * r.total_ns / sns);
+    r.sites.push_back(sr);
+  }
+  std::stable_sort(r.sites.begin(), r.sites.end(), [](const SiteRow& a, const SiteRow& b) {
+    bool pa = site_placed(a.site), pb = site_placed(b.site);
+    return pa != pb ? pa : a.total_ns > b.total_ns;
+  });
+}
+
+// Per-CPU run-queue locks have no symbol of their own: perf calls them rq_lock. The
+// frame that took the lock decides: the first past the lock implementation's own
+// (_raw_spin_lock*, queued_spin_lock_slowpath). A frame further out proves nothing
+// (try_to_wake_up takes the task's pi_lock under task_rq_lock).
+void name_rq_lock(LockRow& r) {
+  for (const auto& st : r.sites)
+    for (const auto& fr : st.stack) {
+      if (is_rq_lock_frame(fr)) r.symbol = "rq_lock";
+      if (!r.symbol.empty() || !is_kernel_lock_frame(fr)) break;
+    }
+}
+
+}  // namespace
+
+std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config& c) {
+  Groups gs = group_waits(s, n);
   std::map<GroupKey, std::map<uint32_t, uint64_t>> wakes;
   for (const auto& [wk, cnt] : s.wakers) wakes[group_of(LS_KIND_FUTEX, wk.pid, wk.addr, false)][wk.waker] += cnt;
   std::vector<LockRow> out;
-  for (auto& [g, r] : groups) {
-    uint32_t f = flags[g];
-    for (const auto& [tid, cnt] : wakes[g]) {
-      r.wakes += cnt;
-      if (tid) ++r.wakers;
-      if (tid && waiters[g].count(tid)) r.peer_wakes += cnt;
-      else if (tid) ++r.producers;
-    }
-    if (g.kernel) {
-      r.kind = kernel_lock_kind(f);
-      r.spin = g.spin;
-      if (f & LS_KID_MMAP_LOCK) {
-        uint32_t off = f >> LS_KID_OFFSET_SHIFT;
-        r.symbol = off ? "mmap_lock+" + std::to_string(off) : "mmap_lock";
-      }
-      else if (f & LS_KID_SIGLOCK) r.symbol = "siglock";
-      else if (n.lock_symbol) r.symbol = n.lock_symbol(0, r.addr);
-      if (pids[g].size() == 1) r.pid = *pids[g].begin();
-    } else if (n.lock_symbol) {
-      r.symbol = n.lock_symbol(r.pid, r.addr);
-    }
+  for (auto& [g, r] : gs.rows) {
+    const uint32_t f = gs.flags[g];
+    count_wakes(r, wakes[g], gs.waiters[g]);
+    name_lock(r, g, f, gs.pids[g], n);
     if (!name_filter_pass(c, r.addr, r.symbol)) continue;
     r.hist.set_exact_sum(r.total_ns);
     r.hist.set_exact_max(r.max_ns);
     pct(r);
-    for (auto& [tid, wr] : waiters[g]) {
+    for (auto& [tid, wr] : gs.waiters[g]) {
       wr.comm = comm_of(s, tid);
       r.waiters.push_back(wr);
     }
     auto by_total = [](const auto& a, const auto& b) { return a.total_ns > b.total_ns; };
     std::stable_sort(r.waiters.begin(), r.waiters.end(), by_total);
-    // kernel stacks are sampled: the sites' shares scaled to the lock's totals
-    auto [sn, sns] = sampled[g];
-    r.site_samples = sn;
-    for (auto& [name, sr] : sites[g]) {
-      if (sn < r.contended && sn) sr.contended = (sr.contended * r.contended + sn / 2) / sn;
-      if (sns < r.total_ns && sns) sr.total_ns = uint64_t(double(sr.total_ns) * r.total_ns / sns);
-      r.sites.push_back(sr);
-    }
-    // sites known only as a wrapper go last: the ranking is of the code that wanted the lock
-    std::stable_sort(r.sites.begin(), r.sites.end(), [](const SiteRow& a, const SiteRow& b) {
-      bool pa = site_placed(a.site), pb = site_placed(b.site);
-      return pa != pb ? pa : a.total_ns > b.total_ns;
-    });
-    if (g.kernel && r.symbol.empty() && (f & LS_LCB_SPIN)) {
-      // per-CPU run-queue locks have no symbol of their own: perf calls them rq_lock.
-      // The frame that took the lock decides: the first past the lock implementation's
-      // own (_raw_spin_lock*, queued_spin_lock_slowpath). A frame further out proves
-      // nothing (try_to_wake_up takes the task's pi_lock under task_rq_lock).
-      for (const auto& st : r.sites)
-        for (const auto& fr : st.stack) {
-          if (is_rq_lock_frame(fr)) r.symbol = "rq_lock";
-          if (!r.symbol.empty() || !is_kernel_lock_frame(fr)) break;
-        }
-    }
+    add_sites(r, gs.sites[g], gs.sampled[g]);
+    if (g.kernel && r.symbol.empty() && (f & LS_LCB_SPIN)) name_rq_lock(r);
     if (s.window_ns)
       for (const auto& w : r.waiters)
         if (w.tid) r.max_share = std::max(r.max_share, std::min(1.0, double(w.total_ns) / s.window_ns));

@@ -159,15 +159,11 @@ std::string iso_time(uint64_t ns) {
   return buf;
 }
 
-void execute(Run& run) {
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+namespace {
 
-  std::vector<int> out(run.tools.size(), -1);
-  run.start_ns = realtime_ns();
+// Creates each tool's files in the report directory and starts it; out[i] is tool i's
+// NDJSON file (-1 when it did not start).
+void start_tools(Run& run, std::vector<int>& out) {
   for (size_t i = 0; i < run.tools.size(); ++i) {
     auto& t = run.tools[i];
     if (!t.error.empty()) continue;
@@ -189,10 +185,10 @@ void execute(Run& run) {
     spawn(t, err);
     close(err);
   }
-  std::fprintf(stderr, "runbook %s: starting %zu tools; report in %s\n", run.book.name.c_str(), run.tools.size(),
-               run.dir.c_str());
+}
 
-  // 1. every tool attached (or ended)
+// 1. Until every tool has attached (or ended), a stop signal, or the attach timeout.
+void wait_all_attached(Run& run, std::vector<int>& out) {
   const uint64_t t0 = monotonic_ns();
   for (;;) {
     bool waiting = false;
@@ -205,10 +201,13 @@ void execute(Run& run) {
     }
     pump(run, out, 100);
   }
-  // 2. the window. Each tool has traced since its own attach, the first ones through
-  // the others' startup (BPF compiles: CPU load a run-queue tool would report);
-  // SIGUSR1 makes each print a report boundary now, so its final report covers the
-  // window only (common/runloop.h).
+}
+
+// 2. The window. Each tool has traced since its own attach, the first ones through
+// the others' startup (BPF compiles: CPU load a run-queue tool would report);
+// SIGUSR1 makes each print a report boundary now, so its final report covers the
+// window only (common/runloop.h).
+void trace_window(Run& run, std::vector<int>& out) {
   for (auto& t : run.tools)
     if (t.pid > 0 && t.started && !t.exited) kill(t.pid, SIGUSR1);
   run.window_start_ns = realtime_ns();
@@ -226,7 +225,29 @@ void execute(Run& run) {
   }
   run.interrupted = g_stop != 0;
   run.window_end_ns = realtime_ns();
-  // 3. stop: SIGINT makes every tool print its final report
+}
+
+// After kStopTimeout: every tool still running is killed (its process group) and
+// reaped, and what its stdout still holds is read.
+void kill_stragglers(Run& run, std::vector<int>& out) {
+  for (auto& t : run.tools)
+    if (t.pid > 0 && !t.exited) {
+      kill(-t.pid, SIGKILL);
+      t.killed = true;
+    }
+  for (auto& t : run.tools)
+    if (t.pid > 0 && !t.exited) {
+      int status;
+      waitpid(t.pid, &status, 0);
+      t.exited = true;
+      t.exit_signal = SIGKILL;
+    }
+  for (size_t i = 0; i < run.tools.size(); ++i)
+    if (run.tools[i].out_fd >= 0) drain(run.tools[i], out[i]);
+}
+
+// 3. Stop: SIGINT makes every tool print its final report.
+void stop_tools(Run& run, std::vector<int>& out) {
   for (auto& t : run.tools)
     if (t.pid > 0 && !t.exited) kill(t.pid, SIGINT);
   const uint64_t s0 = monotonic_ns();
@@ -235,24 +256,30 @@ void execute(Run& run) {
     for (auto& t : run.tools) any = any || running(t);
     if (!any) break;
     if (monotonic_ns() - s0 > kStopTimeout) {
-      for (auto& t : run.tools)
-        if (t.pid > 0 && !t.exited) {
-          kill(-t.pid, SIGKILL);
-          t.killed = true;
-        }
-      for (auto& t : run.tools)
-        if (t.pid > 0 && !t.exited) {
-          int status;
-          waitpid(t.pid, &status, 0);
-          t.exited = true;
-          t.exit_signal = SIGKILL;
-        }
-      for (size_t i = 0; i < run.tools.size(); ++i)
-        if (run.tools[i].out_fd >= 0) drain(run.tools[i], out[i]);
+      kill_stragglers(run, out);
       break;
     }
     pump(run, out, 100);
   }
+}
+
+}  // namespace
+
+void execute(Run& run) {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::vector<int> out(run.tools.size(), -1);
+  run.start_ns = realtime_ns();
+  start_tools(run, out);
+  std::fprintf(stderr, "runbook %s: starting %zu tools; report in %s\n", run.book.name.c_str(), run.tools.size(),
+               run.dir.c_str());
+  wait_all_attached(run, out);
+  trace_window(run, out);
+  stop_tools(run, out);
   run.end_ns = realtime_ns();
   for (size_t i = 0; i < run.tools.size(); ++i) {
     if (out[i] >= 0) close(out[i]);

@@ -64,6 +64,30 @@ int WorkWaits::category(uint32_t tid, const WaitKey& k, int wake) const {
 
 namespace {
 
+// --- thresholds ----------------------------------------------------------------------
+// Producer share: a share of a condition/semaphore wait's woken time that someone
+// outside the pool (or the main thread, when it submits work) ended, in percent. 1%
+// came in with the squashed landing 1558a17 with no measurement behind it: chosen,
+// not measured (any producer that is seen at all counts; a pool's own lock is never
+// woken from outside, so the share only has to be above noise).
+constexpr uint64_t kProducerSharePct = 1;
+// Not a member: a thread that blocked at least this many times (721de71, chosen, not
+// measured: test_threadpool_python's python3-named monitor thread is left out with
+// it and its workers are not) ...
+constexpr uint64_t kApartMinWaits = 3;
+// ... once at least this many members waited for work (721de71: "once two members
+// waited for work"; two is the least that makes a pool to compare with).
+constexpr size_t kApartMinWorkers = 2;
+// A work wait is one queue when this many threads wait for work on it (two: a word
+// shared at all; fewer is JVM-style one word per thread). Chosen, not measured.
+constexpr size_t kSharedWordMinThreads = 2;
+// A pool split off by its work word needs one word with at least 1/kTopWordShare of
+// its idle time (78d66c5: half; checked on a CPython queue.Queue pool of 8 at 300 and
+// 600 items/s, which must stay one group: busy 1.24 / 4.82 vs 1.2 / 4.8 expected).
+constexpr uint64_t kTopWordShare = 2;
+// ... and at least two threads (a pool of one is a thread; threadpool.h). Chosen.
+constexpr size_t kMinPoolThreads = 2;
+
 // Members that are not the pool: once at least two members have waited for work, a
 // thread (not the main one, judged apart) that blocked repeatedly (3 waits or more),
 // blocked longer than it ran (time waiting for a CPU is the machine's, not the
@@ -77,7 +101,7 @@ std::set<uint32_t> threads_apart(const std::map<uint32_t, ThreadTimes>& group,
   std::set<uint32_t> out, workers;
   for (uint32_t t : waiters)
     if (t != pid) workers.insert(t);
-  if (workers.size() < 2) return out;
+  if (workers.size() < kApartMinWorkers) return out;
   std::set<uint64_t> worker_words;
   for (uint32_t t : workers)
     for (const auto& [k, wt] : group.at(t).waits)
@@ -91,19 +115,22 @@ std::set<uint32_t> threads_apart(const std::map<uint32_t, ThreadTimes>& group,
       blk += wt.blk();
       if (k.nr == TP_NR_FUTEX && worker_words.count(k.obj)) shares = true;
     }
-    if (!shares && count >= 3 && blk > t.on_ns) out.insert(tid);
+    if (!shares && count >= kApartMinWaits && blk > t.on_ns) out.insert(tid);
   }
   return out;
 }
 
-}  // namespace
+using Group = std::map<uint32_t, ThreadTimes>;
+using WakeTotals = std::map<WaitKey, std::array<uint64_t, kNumWakes>>;
 
-WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads,
-                           uint32_t pid, const std::map<uint64_t, std::string>& runtime_locks) {
-  WorkWaits w;
-  w.runtime_locks = runtime_locks;
-  // the usual (most time) resolved wake class per thread and wait, and per wait
-  std::map<WaitKey, std::array<uint64_t, kNumWakes>> any;
+bool is_condition_wait(const WaitKey& k, const std::map<uint64_t, std::string>& runtime_locks) {
+  return k.nr == TP_NR_FUTEX && k.op == kFutexWaitBitset && !runtime_locks.count(k.obj);
+}
+
+// The usual (most time) resolved wake class per thread and wait (w.usual), and per
+// wait over the group (w.usual_any); returns the blocked time per wait and wake class.
+WakeTotals usual_wakes(const Group& group, WorkWaits& w) {
+  WakeTotals any;
   for (const auto& [tid, t] : group)
     for (const auto& [k, wt] : t.waits) {
       int best = -1;
@@ -122,114 +149,137 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
       if (c != kUnseen && a[c] > best_t) best = c, best_t = a[c];
     if (best >= 0) w.usual_any[k] = best;
   }
-  // does the main thread end the others' condition/semaphore waits (hand them work)?
+  return any;
+}
+
+// Does the main thread end the others' condition/semaphore waits (hand them work)?
+bool main_produces_work(const Group& group, uint32_t pid, const std::map<uint64_t, std::string>& runtime_locks) {
   uint64_t by_main = 0, woken_all = 0;
   for (const auto& [tid, t] : group)
     for (const auto& [k, wt] : t.waits)
-      if (tid != pid && k.nr == TP_NR_FUTEX && k.op == kFutexWaitBitset &&
-          !runtime_locks.count(k.obj)) {
+      if (tid != pid && is_condition_wait(k, runtime_locks)) {
         by_main += wt.blk_ns[kByMain];
         for (int c : {kByPeer, kByProcess, kByOther, kByMain}) woken_all += wt.blk_ns[c];
       }
-  const bool main_produces = pid && group.count(pid) && by_main && by_main * 100 >= woken_all;
-  w.main_in_pool = pid && group.count(pid) && !main_produces;
-  // work words: condition/semaphore words that threads outside the pool end waits on
-  // (a producer) for at least 1% of the woken time; a lock of the pool's own never
-  // is (futex wake-ups come from the releasing thread; timeouts are apart)
+  return pid && group.count(pid) && by_main && by_main * 100 >= woken_all * kProducerSharePct;
+}
+
+// Work words: condition/semaphore words that threads outside the pool end waits on (a
+// producer) for a share of the woken time; a lock of the pool's own never is (futex
+// wake-ups come from the releasing thread; timeouts are apart).
+void find_work_words(const WakeTotals& any, WorkWaits& w) {
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> woken;  // word -> {outside, all}
   for (const auto& [k, a] : any)
-    if (k.nr == TP_NR_FUTEX && k.op == kFutexWaitBitset && !runtime_locks.count(k.obj)) {
+    if (is_condition_wait(k, w.runtime_locks)) {
       auto& x = woken[k.obj];
       x.first += a[kByProcess] + a[kByOther] + (w.main_in_pool ? 0 : a[kByMain]);
       x.second += a[kByPeer] + a[kByProcess] + a[kByOther] + a[kByMain];
     }
   for (const auto& [obj, x] : woken)
-    if (x.first && x.first * 100 >= x.second) w.work_words.insert(obj);
-  // queue users: threads whose futex waits are (partly) waits for work
+    if (x.first && x.first * 100 >= x.second * kProducerSharePct) w.work_words.insert(obj);
+}
+
+// Queue users: threads whose futex waits are (partly) waits for work.
+void find_queue_users(const Group& group, WorkWaits& w) {
   for (const auto& [tid, t] : group)
     for (const auto& [k, wt] : t.waits)
       if (k.nr == TP_NR_FUTEX)
         for (int c = 0; c < kNumWakes; ++c)
           if (wt.blk_ns[c] && w.category(tid, k, c) == kIdle) w.queue_users.insert(tid);
-  // where the group waits for work: idle time and threads per wait
-  struct Site {
-    std::set<uint32_t> tids;
-    uint64_t ns = 0;
-  };
-  std::map<WaitKey, Site> idle;
-  std::set<uint32_t> waiters;
-  uint64_t gil_ns = 0;
-  std::set<uint64_t> gil_words;
-  bool io_polls = false;
+}
+
+struct IdleSite {
+  std::set<uint32_t> tids;
+  uint64_t ns = 0;
+};
+// Where the group waits for work (idle time and threads per wait), and what else.
+struct IdleSeen {
+  std::map<WaitKey, IdleSite> sites;
+  std::set<uint32_t> waiters;    // threads that waited for work
+  std::set<uint64_t> gil_words;  // runtime locks waited on
+  bool io_polls = false;         // some event wait is a queue worker's poll, not idle
+};
+
+IdleSeen collect_idle(const Group& group, const WorkWaits& w) {
+  IdleSeen seen;
   for (const auto& [tid, t] : group)
     for (const auto& [k, wt] : t.waits)
       for (int c = 0; c < kNumWakes; ++c) {
         if (!wt.blk_ns[c]) continue;
         int cat = w.category(tid, k, c);
         if (cat == kIdle) {
-          idle[k].tids.insert(tid);
-          idle[k].ns += wt.blk_ns[c];
-          waiters.insert(tid);
+          seen.sites[k].tids.insert(tid);
+          seen.sites[k].ns += wt.blk_ns[c];
+          seen.waiters.insert(tid);
         } else if (cat == kGil) {
-          gil_ns += wt.blk_ns[c];
-          gil_words.insert(k.obj);
+          seen.gil_words.insert(k.obj);
         } else if (is_event_wait(k.nr)) {
-          io_polls = true;
+          seen.io_polls = true;
         }
       }
-  // the main thread stays only if it waits for work where another member does
-  if (pid && group.count(pid) && group.size() > 1 && !waiters.empty()) {
+  return seen;
+}
+
+// The main thread stays only if it waits for work where another member does, and
+// never when it submits the work.
+void judge_main_thread(const Group& group, uint32_t pid, bool main_produces, IdleSeen& seen, WorkWaits& w) {
+  if (pid && group.count(pid) && group.size() > 1 && !seen.waiters.empty()) {
     bool shares = false;
-    for (const auto& [k, s] : idle)
-      if (s.tids.count(pid) && s.tids.size() >= 2) shares = true;
+    for (const auto& [k, s] : seen.sites)
+      if (s.tids.count(pid) && s.tids.size() >= kSharedWordMinThreads) shares = true;
     if (!shares) w.excluded.insert(pid);
   }
   if (main_produces) w.excluded.insert(pid);  // a submitter, not a worker
-  if (w.excluded.count(pid)) {
-    w.main_in_pool = false;
-    for (auto it = idle.begin(); it != idle.end();) {
-      it->second.tids.erase(pid);
-      it = it->second.tids.empty() ? idle.erase(it) : std::next(it);
-    }
+  if (!w.excluded.count(pid)) return;
+  w.main_in_pool = false;
+  for (auto it = seen.sites.begin(); it != seen.sites.end();) {
+    it->second.tids.erase(pid);
+    it = it->second.tids.empty() ? seen.sites.erase(it) : std::next(it);
   }
-  // threads that share a name with the pool but not its behaviour (a timer, a monitor,
-  // a flusher: every thread of a CPython process is "python3"): left out
-  const std::set<uint32_t> others = threads_apart(group, w, waiters, pid);
-  w.excluded.insert(others.begin(), others.end());
+}
+
+// --- wording -------------------------------------------------------------------------
+
+// Where the pool waits for work, in words ("" when nowhere): the futex site (one word
+// several threads share, a queue's condition variable; or one word per thread, as JVM
+// threads each park on their own), then the event waits.
+std::string describe_work_sites(const IdleSeen& seen, size_t members) {
   std::string desc;
   auto add = [&](const std::string& s) { desc += (desc.empty() ? "" : ", ") + s; };
-  // futex sites: one word shared by several threads (a queue's condition variable),
-  // or one word per thread (JVM threads each park on their own)
   std::vector<std::pair<uint64_t, WaitKey>> fut;
   std::set<uint32_t> fut_threads;
-  for (const auto& [k, s] : idle)
+  for (const auto& [k, s] : seen.sites)
     if (k.nr == TP_NR_FUTEX) {
       fut.push_back({s.ns, k});
       fut_threads.insert(s.tids.begin(), s.tids.end());
     }
   std::sort(fut.rbegin(), fut.rend());
   if (!fut.empty()) {
-    const Site& top = idle[fut.front().second];
-    const size_t n = (nthreads ? nthreads : group.size()) - w.excluded.size();
-    if (top.tids.size() >= 2 || fut.size() == 1)
+    const IdleSite& top = seen.sites.at(fut.front().second);
+    const std::string of_n = "/" + std::to_string(members) + " threads)";
+    if (top.tids.size() >= kSharedWordMinThreads || fut.size() == 1)
       add(describe_wait(fut.front().second) + " ended from outside the pool (" +
-          std::to_string(top.tids.size()) + "/" + std::to_string(n) + " threads)");
+          std::to_string(top.tids.size()) + of_n);
     else
       add("futex waits on " + std::to_string(fut.size()) + " words, one per thread (" +
-          std::to_string(fut_threads.size()) + "/" + std::to_string(n) +
-          " threads), ended from outside the pool");
+          std::to_string(fut_threads.size()) + of_n + ", ended from outside the pool");
   }
   std::set<std::string> events;
-  for (const auto& [k, s] : idle)
+  for (const auto& [k, s] : seen.sites)
     if (k.nr != TP_NR_FUTEX) events.insert(syscall_name(k.nr));
   for (const auto& e : events)
-    add(e + (io_polls && e.find("accept") == std::string::npos ? " (outside queue workers)" : ""));
-  w.found = !desc.empty();
-  if (!w.found) desc = "none seen (no thread waited for work)";
-  if (!gil_words.empty()) {
+    add(e + (seen.io_polls && e.find("accept") == std::string::npos ? " (outside queue workers)" : ""));
+  return desc;
+}
+
+// What was left aside: runtime locks, the main thread, threads apart.
+std::string describe_left_out(const IdleSeen& seen, const WorkWaits& w, uint32_t pid,
+                              const std::set<uint32_t>& others) {
+  std::string desc;
+  if (!seen.gil_words.empty()) {
     std::string names;
-    for (auto o : gil_words) {
-      auto it = runtime_locks.find(o);
+    for (auto o : seen.gil_words) {
+      auto it = w.runtime_locks.find(o);
       if (names.find(it->second) == std::string::npos)
         names += (names.empty() ? "" : ", ") + it->second;
     }
@@ -244,7 +294,30 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
     desc += "; " + std::string(others.size() > 1 ? "threads " : "thread ") + tids +
             " left out (never waited for work, share no lock with the workers)";
   }
-  w.description = desc;
+  return desc;
+}
+
+}  // namespace
+
+WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads,
+                           uint32_t pid, const std::map<uint64_t, std::string>& runtime_locks) {
+  WorkWaits w;
+  w.runtime_locks = runtime_locks;
+  const WakeTotals any = usual_wakes(group, w);
+  const bool main_produces = main_produces_work(group, pid, runtime_locks);
+  w.main_in_pool = pid && group.count(pid) && !main_produces;
+  find_work_words(any, w);
+  find_queue_users(group, w);
+  IdleSeen seen = collect_idle(group, w);
+  judge_main_thread(group, pid, main_produces, seen, w);
+  // threads that share a name with the pool but not its behaviour (a timer, a monitor,
+  // a flusher: every thread of a CPython process is "python3"): left out
+  const std::set<uint32_t> others = threads_apart(group, w, seen.waiters, pid);
+  w.excluded.insert(others.begin(), others.end());
+  std::string desc = describe_work_sites(seen, (nthreads ? nthreads : group.size()) - w.excluded.size());
+  w.found = !desc.empty();
+  if (!w.found) desc = "none seen (no thread waited for work)";
+  w.description = desc + describe_left_out(seen, w, pid, others);
   return w;
 }
 
@@ -284,7 +357,8 @@ std::vector<std::set<uint32_t>> pools_by_work_word(const std::map<uint32_t, Thre
   }
   std::vector<std::set<uint32_t>> out;
   for (auto& [r, tids] : comp)
-    if (tids.size() >= 2 && comp_ns[r].first * 2 >= comp_ns[r].second) out.push_back(std::move(tids));
+    if (tids.size() >= kMinPoolThreads && comp_ns[r].first * kTopWordShare >= comp_ns[r].second)
+      out.push_back(std::move(tids));
   if (out.size() < 2) return {};
   std::sort(out.begin(), out.end(), [](const std::set<uint32_t>& a, const std::set<uint32_t>& b) {
     return a.size() != b.size() ? a.size() > b.size() : *a.begin() < *b.begin();
