@@ -206,12 +206,27 @@ def target_args(t):
     return {"pmheld": ["-p", str(sleeper.pid)], "threadpool": ["-p", str(pool.pid)]}.get(t, [])
 
 
+def private_cache_env():
+    """ENV with a compiled-object cache of its own, empty: a start misses it and compiles."""
+    cache = tempfile.mkdtemp(prefix="hard-cli-ctrlc-cache-", dir=os.path.dirname(TMP))
+    env = dict(ENV, BPFDIAG_CACHE_DIR=cache)
+    env.pop("BPFDIAG_CACHE", None)
+    return cache, env
+
+
 def compile_ms(t):
-    """How long tool t's uncached compile takes here, now (BPFDIAG_TIMING's "libbcc compile
-    + maps" phase of an uninterrupted start): the yardstick for "promptly" below."""
-    p = start([tool(t)] + target_args(t), env=dict(NOCACHE, BPFDIAG_TIMING="1"))
+    """How long tool t's compile takes here, now (BPFDIAG_TIMING's "libbcc compile + maps"
+    phase of an uninterrupted start on an empty private cache): the yardstick for
+    "promptly" below. Also the control for "the cache stays empty": a finished compile
+    stores its object there."""
+    cache, env = private_cache_env()
+    p = start([tool(t)] + target_args(t), env=dict(env, BPFDIAG_TIMING="1"))
     wait_attached(p)
     out, err, rc = stop(p)
+    cached = os.listdir(cache)
+    shutil.rmtree(cache)
+    check(len(cached) >= 1, "%s: an uninterrupted start stores its compiled object in an empty private cache (%s)" % (
+        t, cached))
     for line in err.splitlines():
         if "bpfdiag-timing: libbcc compile + maps" in line:
             return float(line.split("+ maps")[1].split("ms")[0])
@@ -232,9 +247,7 @@ for t in TOOLS:
     budget_ms = min(compile_ms(t), 1000.0)
     good, runs = 0, []
     for _ in range(CTRL_C_RUNS):
-        cache = tempfile.mkdtemp(prefix="hard-cli-ctrlc-cache-", dir=os.path.dirname(TMP))
-        env = dict(ENV, BPFDIAG_CACHE_DIR=cache)
-        env.pop("BPFDIAG_CACHE", None)
+        cache, env = private_cache_env()
         p = subprocess.Popen([tool(t)] + target_args(t), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
         wait_for(lambda: catches_sigint(p.pid) or p.poll() is not None, 10, "%s's SIGINT handler" % t)
