@@ -43,22 +43,34 @@ OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "O
 OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
 OptionSpec unwind(std::string help) { return make("unwind", "MODE", std::move(help), "Stacks"); }
+OptionSpec older_name(std::string flags, const OptionSpec& current) {
+  OptionSpec o = make(std::move(flags), current.arg, "older name of " + option_names(current).display(), current.group);
+  o.hidden = true;
+  o.alias_of = option_names(current).key();
+  return o;
+}
 }  // namespace opt
+
+OptionNames option_names(const OptionSpec& o) {
+  auto comma = o.flags.find(',');
+  if (comma == std::string::npos)
+    return o.flags.size() == 1 ? OptionNames{o.flags, ""} : OptionNames{"", o.flags};
+  return {o.flags.substr(0, comma), o.flags.substr(comma + 1)};
+}
+
+std::string OptionNames::display() const {
+  if (short_name.empty()) return "--" + long_name;
+  return "-" + short_name + (long_name.empty() ? "" : "/--" + long_name);
+}
 
 namespace {
 
-// "p,pid" -> {"p", "pid"}; "ebpf" -> {"", "ebpf"}.
 std::pair<std::string, std::string> split_flags(const std::string& flags) {
-  auto comma = flags.find(',');
-  if (comma == std::string::npos) return {flags.size() == 1 ? flags : "", flags.size() == 1 ? "" : flags};
-  return {flags.substr(0, comma), flags.substr(comma + 1)};
+  auto n = option_names(OptionSpec{flags, "", ""});
+  return {n.short_name, n.long_name};
 }
 
-// The name cxxopts reports an option under: the long name, else the short one.
-std::string key_of(const OptionSpec& o) {
-  auto [s, l] = split_flags(o.flags);
-  return l.empty() ? s : l;
-}
+std::string key_of(const OptionSpec& o) { return option_names(o).key(); }
 
 const OptionSpec* find(const ToolSpec& spec, const std::string& key) {
   for (auto& o : spec.options)
@@ -161,6 +173,28 @@ std::string render_help(const ToolSpec& spec) {
   return os.str();
 }
 
+const std::string* ParsedCli::value(const std::string& key) const {
+  if (const std::string* v = opt_str(raw, key)) return v;
+  auto it = given_as.find(key);
+  return it == given_as.end() ? nullptr : opt_str(raw, it->second);
+}
+
+namespace {
+// Older names given: remembered for ParsedCli::value; both names of one option refused.
+Status resolve_older_names(const ToolSpec& spec, ParsedCli& p) {
+  for (const auto& o : spec.options) {
+    if (o.alias_of.empty() || !p.raw.count(key_of(o))) continue;
+    const OptionSpec* current = find(spec, o.alias_of);
+    if (!current) return Error{"internal error: " + o.flags + " is an older name of unknown " + o.alias_of};
+    if (p.raw.count(o.alias_of))
+      return Error{"give " + option_names(*current).display() + " once (" + option_names(o).display() +
+                   " is its older name)"};
+    p.given_as[o.alias_of] = key_of(o);
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
   cxxopts::Options opts(spec.name);
   for (auto& o : spec.options) {
@@ -172,10 +206,11 @@ Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
   add_positionals(opts);
   auto r = parse_cli(opts, argc, argv);
   if (!r) return Error{r.error()};
-  ParsedCli out{*r, {}};
+  ParsedCli out{*r, {}, {}};
+  if (auto st = resolve_older_names(spec, out)) return *st;
   CommonOptions& c = out.common;
   auto has = [&](const char* key) { return find(spec, key) && r->count(key); };
-  auto str = [&](const char* key) -> const std::string* { return find(spec, key) ? opt_str(*r, key) : nullptr; };
+  auto str = [&](const char* key) -> const std::string* { return find(spec, key) ? out.value(key) : nullptr; };
   c.help = has("help");
   c.json = has("json");
   c.csv = has("csv");

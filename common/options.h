@@ -20,6 +20,7 @@
 //   r->common.pids, r->common.schedule, r->raw.count("summary") ...
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ struct OptionSpec {
   std::string help;   // may hold '\n' for continuation lines
   std::string group = "Output";  // help section: "Filters", "Output", "Schedule", ...
   bool hidden = false;           // accepted (an older name) but not listed in --help
+  std::string alias_of = {};     // an older name of this option (its key: "frequency"):
+                                 // ParsedCli::value and the shared options read either
 };
 
 // Which positional arguments a tool accepts.
@@ -79,6 +82,8 @@ OptionSpec svg(std::string help = "write a flame graph of the final report to FI
 OptionSpec ebpf();
 OptionSpec verbose(std::string help = "say where probes were placed and what was skipped");
 OptionSpec help();
+// A hidden older name ("f", "map-size") of `current`, with its argument and group.
+OptionSpec older_name(std::string flags, const OptionSpec& current);
 // --unwind=fp|dwarf (parsed by common/unwind_maps unwind_dwarf_option)
 OptionSpec unwind(std::string help = "user stacks: dwarf (.eh_frame tables; the default\n"
                                      "with -p/-t) or fp (frame pointers; the default\n"
@@ -113,14 +118,30 @@ struct CommonOptions {
 struct ParsedCli {
   cxxopts::ParseResult raw;  // for the tool's own options
   CommonOptions common;
+  std::map<std::string, std::string> given_as;  // option key -> the older name it was given under
+
+  // An option's value, also when it was given under an older name (OptionSpec::alias_of);
+  // nullptr when not given.
+  const std::string* value(const std::string& key) const;
 };
 
 // Parses argv against the spec: parse_cli's rules (one value per option, no empty
 // values, argument length cap), then the shared options (-p/-t lists, -n/-s counts,
 // -m/-M durations, the schedule: -i/-c/-d or the spec's positional form, not both;
-// -c needs an interval). -U with -K, --csv with -j are refused. Usage errors only:
+// -c needs an interval). -U with -K, --csv with -j are refused, and so is an option
+// given under both its names. Usage errors only:
 // whether PIDs exist is checked by tool_main.
 Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv);
+
+// An option's names: "p,pid" -> {"p", "pid"}, "ebpf" -> {"", "ebpf"}, "f" -> {"f", ""}.
+struct OptionNames {
+  std::string short_name, long_name;
+  // the name cxxopts reports it under: the long name, else the short one
+  const std::string& key() const { return long_name.empty() ? short_name : long_name; }
+  // "-p/--pid", "--ebpf", "-f"
+  std::string display() const;
+};
+OptionNames option_names(const OptionSpec& o);
 
 // The generated --help: "NAME - summary", USAGE, description, OPTIONS by group,
 // positional arguments, EXAMPLES.

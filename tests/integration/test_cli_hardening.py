@@ -29,7 +29,9 @@ from harness import (bpf_fds, bpf_prog_ids, check, finish, leftover_bpf_programs
                      require_built, require_root, start, stop, tool, wait_attached, wait_for, workload)
 
 require_root()
-TOOLS = ["runqlen", "offcputime", "lockstat", "pmheld", "naptime", "threadpool"]
+require_built(tool("doctor"))  # the tool registry: every tracer but doctor (a checker)
+TOOLS = [r["tool"] for r in ndjson(subprocess.run([tool("doctor"), "--list", "-j"], stdout=subprocess.PIPE,
+                                                  text=True).stdout) if r["tool"] != "doctor"]
 require_built(*[tool(t) for t in TOOLS])
 
 # outside /tmp: one check below makes /tmp read-only
@@ -71,6 +73,7 @@ def tool_args(t, mode):
         "lockstat": ["-i", "0.3", "-c", "1"],
         "pmheld": ["-p", str(sleeper.pid), "-d", "0.3"],
         "naptime": ["-d", "0.3"],
+        "profile": ["-d", "0.3"],
         "threadpool": ["-p", str(pool.pid), "-i", "0.3", "-d", "0.3"],
     }[t]
     if mode == "text":

@@ -20,6 +20,24 @@ usage_error([DOCTOR, "--bogus"])
 usage_error([DOCTOR, "5"])
 usage_error([DOCTOR, "-p", "999999999"])  # no such process
 usage_error([DOCTOR, "--ebpf", "--no-live"])
+usage_error([DOCTOR, "--list", "-p", "1"])
+
+# --- doctor --list -j: the tool registry (needs no root) --------------------------------
+r = run([DOCTOR, "--list", "-j"])
+registry = ndjson(r.stdout, "doctor")
+validate("doctor", registry)
+MODES = {m["mode"]: m for rec in registry for m in rec["modes"]}
+check(r.returncode == 0 and [rec["tool"] for rec in registry] ==
+      ["runqlen", "naptime", "offcputime", "lockstat", "pmheld", "threadpool", "doctor", "profile"],
+      "doctor --list -j: a doctor.tool record per tool of the suite (%s)" % [rec.get("tool") for rec in registry])
+check(MODES.get("profile", {}).get("perf_cpu_clock") and
+      "sched:sched_waking" in MODES.get("lockstat", {}).get("tracepoints", []) and
+      "sched:sched_waking" in MODES.get("lockstat -U", {}).get("tracepoints", []) and
+      "sched:sched_waking" not in MODES.get("lockstat -K", {}).get("tracepoints", ["sched:sched_waking"]),
+      "registry: profile samples perf cpu-clock, lockstat and -U attach sched:sched_waking, -K does not")
+r = run([DOCTOR, "--list"])
+check(r.returncode == 0 and all(re.search(r"^%s: " % re.escape(m), r.stdout, re.M) for m in MODES),
+      "doctor --list: a line per mode (%d modes)" % len(MODES))
 r = run([DOCTOR, "--help"])
 check(r.returncode == 0 and "EXAMPLES:" in r.stdout, "--help exits 0 with examples")
 
@@ -148,6 +166,17 @@ check(status("lockstat -K") == ("ok" if have_lock_tp else "warn"),
       "tool lockstat -K %s vs lock:contention_begin exists = %s" % (status("lockstat -K"), have_lock_tp))
 check(status("offcputime") == ("ok" if "sched_switch" in ls.stdout else "warn"),
       "tool offcputime %s vs sched:sched_switch exists" % status("offcputime"))
+# one row per mode of the registry; profile needs the cpu-clock event the perf_events
+# check opened, lockstat -U the sched_waking tracepoint its wakers come from
+rows = {c["name"] for c in recs if c["type"] == "doctor.check" and c["category"] == "tools"}
+check(rows == set(MODES), "tool rows are the registry's modes (missing %s, extra %s)" % (
+    sorted(set(MODES) - rows), sorted(rows - set(MODES))))
+check(status("profile") == ("ok" if status("perf_events") == "ok" else "warn"),
+      "tool profile %s vs perf_events %s" % (status("profile"), status("perf_events")))
+waking = in_private_tracefs("ls -d /sys/kernel/tracing/events/sched/sched_waking "
+                            "/sys/kernel/tracing/events/syscalls/sys_enter_futex 2>/dev/null").stdout.split()
+check(status("lockstat -U") == ("ok" if len(waking) == 2 else "warn"),
+      "tool lockstat -U %s vs sched_waking and sys_enter_futex exist (%s)" % (status("lockstat -U"), waking))
 
 # the live check counted exactly the events it generated
 def numbers(name):

@@ -62,14 +62,15 @@ TEST_CASE("frame pointer verdict thresholds") {
 }
 
 TEST_CASE("tool matrix names what is missing") {
+  const auto& tools = bpfdiag::suite_tools();
   Features f;
   f.root = f.btf = f.tracefs = f.uprobes = f.perf_cpu_clock = true;
-  for (const auto& tp : matrix_tracepoints()) f.tracepoints.insert(tp);
-  for (const auto& k : tool_matrix(f)) CHECK_MESSAGE(k.status == Verdict::Ok, k.name);
+  for (const auto& tp : matrix_tracepoints(tools)) f.tracepoints.insert(tp);
+  for (const auto& k : tool_matrix(f, tools)) CHECK_MESSAGE(k.status == Verdict::Ok, k.name);
   f.tracepoints.erase("lock:contention_begin");
   f.uprobes = false;
   std::map<std::string, Check> by;
-  for (const auto& k : tool_matrix(f)) by[k.name] = k;
+  for (const auto& k : tool_matrix(f, tools)) by[k.name] = k;
   CHECK(by.at("lockstat -K").status == Verdict::Warn);
   CHECK(by.at("lockstat -K").detail.find("lock:contention_begin") != std::string::npos);
   CHECK(by.at("lockstat").status == Verdict::Warn);
@@ -77,6 +78,17 @@ TEST_CASE("tool matrix names what is missing") {
   CHECK(by.at("pmheld").status == Verdict::Warn);
   CHECK(by.at("offcputime").status == Verdict::Ok);
   CHECK_FALSE(by.at("pmheld").required);
+  // the modes the hand-kept table lacked: profile's sampling, lockstat's wakers
+  CHECK(by.at("profile").status == Verdict::Ok);
+  f.perf_cpu_clock = false;
+  f.tracepoints.erase("sched:sched_waking");
+  by.clear();
+  for (const auto& k : tool_matrix(f, tools)) by[k.name] = k;
+  CHECK(by.at("profile").status == Verdict::Warn);
+  CHECK(by.at("profile").detail.find("perf cpu-clock") != std::string::npos);
+  CHECK(by.at("lockstat -U").status == Verdict::Warn);
+  CHECK(by.at("lockstat -U").detail.find("sched:sched_waking") != std::string::npos);
+  CHECK(by.at("lockstat -K").detail.find("sched_waking") == std::string::npos);
 }
 
 TEST_CASE("live verdicts and the exit code") {

@@ -4,6 +4,7 @@
 #include "common/cli.h"
 #include "common/tool_config.h"
 #include "common/embedded.h"
+#include "common/registry.h"
 #include "tools/doctor/doctor.h"
 
 namespace bpfdiag {
@@ -29,6 +30,11 @@ const ToolSpec& tool_spec() {
       {
           opt::pid("also check these processes: symbols, frame pointers"),
           OptionSpec{"no-live", "", "skip the live check (no BPF program is loaded)", "Checks"},
+          OptionSpec{"l,list", "",
+                     "list the suite's tools and modes, and what each needs\n"
+                     "(tracepoints, perf events, uprobes); no checks. With\n"
+                     "-j: a doctor.tool record per tool, with its options",
+                     "Checks"},
           opt::json("NDJSON: doctor.start, one doctor.check per check,\n"
                     "doctor.summary"),
           opt::ebpf(),
@@ -37,7 +43,8 @@ const ToolSpec& tool_spec() {
       "  doctor             # check this machine, with the live check\n"
       "  doctor -p 181      # also check PID 181's symbols and frame pointers\n"
       "  doctor --no-live   # static checks only\n"
-      "  doctor -j          # NDJSON (the runbook `doctor` runs this)\n",
+      "  doctor -j          # NDJSON (the runbook `doctor` runs this)\n"
+      "  doctor --list      # every tool and mode, and what it needs\n",
       Positional::None};
   return spec;
 }
@@ -54,8 +61,19 @@ Result<Config> parse_args(int argc, char** argv) {
   c.ebpf = r->common.ebpf;
   c.pids = r->common.pids;
   c.live = !r->raw.count("no-live");
+  c.list = r->raw.count("list") > 0;
+  if (c.list && (c.ebpf || !c.pids.empty()))
+    return Error{"-l/--list runs no checks: not with --ebpf or -p"};
   if (c.ebpf && !c.live) return Error{"--ebpf prints the live check's program: not with --no-live"};
   return c;
+}
+
+// The registry's entry (common/registry.h): the option table, the parser and what each
+// mode attaches.
+const ToolEntry& registry_entry() {
+  static const ToolEntry e{"doctor", &tool_spec, &check_args<&parse_args>, {{"doctor", {"syscalls:sys_enter_getppid"}, {"sched:sched_switch"}, false, false,
+        "the live check (uprobe events too, where uprobes work)"}}};
+  return e;
 }
 
 // common.h pasted in: libbcc rewrites map calls only in the main file

@@ -15,6 +15,7 @@
 
 #include "common/options.h"
 #include "common/output.h"
+#include "common/registry.h"
 #include "common/report.h"
 #include "common/result.h"
 
@@ -25,6 +26,7 @@ struct Config {
   bool json = false;
   bool ebpf = false;
   bool live = true;            // --no-live turns the live check off
+  bool list = false;           // -l/--list: the suite's tools, modes and needs (no checks)
   std::vector<uint32_t> pids;  // -p: targets whose symbols and frame pointers are checked
 };
 
@@ -93,11 +95,14 @@ struct Features {
   bool perf_cpu_clock = false;           // software cpu-clock perf events open
   std::set<std::string> tracepoints;     // "category:name" found in tracefs
 };
-// One row per tool and mode of the suite: category "tools", a warning when the mode
-// cannot work here, naming what is missing.
-std::vector<Check> tool_matrix(const Features& f);
-// Every tracepoint the matrix asks about (probes.cpp looks each one up).
-std::vector<std::string> matrix_tracepoints();
+// One row per tool and mode of the registry (common/registry.h): category "tools", a
+// warning when the mode cannot work here, naming what is missing.
+std::vector<Check> tool_matrix(const Features& f, const std::vector<const bpfdiag::ToolEntry*>& tools);
+// Every tracepoint (and raw tracepoint) the matrix asks about (probes.cpp looks each
+// one up in tracefs).
+std::vector<std::string> matrix_tracepoints(const std::vector<const bpfdiag::ToolEntry*>& tools);
+// What a mode needs, in words: "tracepoints sched:sched_switch, ...; perf cpu-clock".
+std::string needs_text(const bpfdiag::ModeNeeds& m);
 
 // --- probes (probes.cpp) -------------------------------------------------------------
 struct SystemProbe {
@@ -106,7 +111,7 @@ struct SystemProbe {
 };
 // Privileges, kernel, BTF, tracefs, lockdown, fentry, tp_btf, kprobes, uprobes, perf
 // events, perf_event_paranoid, memlock, kernel headers, libbcc.
-SystemProbe probe_system();
+SystemProbe probe_system(const std::vector<const bpfdiag::ToolEntry*>& tools);
 // Symbols and frame pointers of process `pid`'s executable and libc.
 std::vector<Check> probe_target(uint32_t pid);
 // Frame-pointer sample of an ELF file's functions (up to `max_functions`).
@@ -134,6 +139,9 @@ void render(std::ostream& os, const Config& c, const std::vector<Check>& checks,
             const bpfdiag::DataQuality& dq, uint64_t elapsed_ns);
 void render_start(std::ostream& os, const Config& c);
 nlohmann::json check_json(const Check& k);
+// --list: text, one line per mode (what it needs, what it gives); JSON: one doctor.tool
+// record per tool (its options and modes, common/registry.h tool_json), final.
+void render_tool_list(std::ostream& os, const Config& c, const std::vector<const bpfdiag::ToolEntry*>& tools);
 bpfdiag::DataQuality empty_quality();
 
 bpfdiag::Status run(const Config& c);

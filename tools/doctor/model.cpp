@@ -1,5 +1,6 @@
 // doctor's model: verdicts that need no machine (unit-tested): lockdown parsing, the
-// frame-pointer heuristic, the tool/mode matrix, the live check's verdicts, exit code.
+// frame-pointer heuristic, the tool/mode matrix (from the registry's modes), the live
+// check's verdicts, exit code.
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
@@ -65,75 +66,66 @@ std::string frame_pointer_verdict(const FramePointerSample& s) {
   return "mixed";
 }
 
+std::vector<std::string> matrix_tracepoints(const std::vector<const ToolEntry*>& tools) {
+  std::vector<std::string> all;
+  for (const ToolEntry* t : tools)
+    for (const auto& m : t->modes)
+      for (const auto* list : {&m.tracepoints, &m.raw_tracepoints})
+        for (const auto& tp : *list)
+          if (std::find(all.begin(), all.end(), tp) == all.end()) all.push_back(tp);
+  return all;
+}
+
+std::string needs_text(const ModeNeeds& m) {
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : "; ") + part; };
+  auto join = [](const std::vector<std::string>& v) {
+    std::string j;
+    for (const auto& x : v) j += (j.empty() ? "" : ", ") + x;
+    return j;
+  };
+  if (!m.tracepoints.empty()) add("tracepoints " + join(m.tracepoints));
+  if (!m.raw_tracepoints.empty()) add("raw tracepoints " + join(m.raw_tracepoints));
+  if (m.perf_cpu_clock) add("perf cpu-clock events");
+  if (m.uprobes) add("uprobes");
+  return s;
+}
+
 namespace {
 
-struct Mode {
-  std::string name;
-  bool perf_cpu_clock = false;
-  bool uprobes = false;
-  std::vector<std::string> tracepoints;
-  std::string what;  // what the mode gives when it works
-};
-
-const std::vector<Mode>& modes() {
-  static const std::vector<Mode> m = {
-      {"runqlen", true, false, {"sched:sched_switch"}, "run queue length (perf cpu-clock + sched_switch)"},
-      {"offcputime", false, false, {"sched:sched_switch", "sched:sched_process_exec", "sched:sched_process_exit"},
-       "off-CPU stacks (sched_switch raw tracepoint)"},
-      {"lockstat", false, false,
-       {"syscalls:sys_enter_futex", "syscalls:sys_exit_futex", "lock:contention_begin", "lock:contention_end"},
-       "futex waits and kernel locks"},
-      {"lockstat -U", false, false, {"syscalls:sys_enter_futex", "syscalls:sys_exit_futex"},
-       "futex waits (user locks only)"},
-      {"lockstat -K", false, false, {"lock:contention_begin", "lock:contention_end"},
-       "kernel lock contention (lock:contention_begin/end)"},
-      {"lockstat --uprobes", false, true, {"syscalls:sys_enter_futex"}, "pthread_mutex_lock call sites (uprobes)"},
-      {"pmheld", false, true, {}, "pthread mutex hold times (uprobes on libc)"},
-      {"naptime", false, false,
-       {"syscalls:sys_enter_nanosleep", "syscalls:sys_exit_nanosleep", "syscalls:sys_enter_clock_nanosleep",
-        "syscalls:sys_exit_clock_nanosleep", "syscalls:sys_enter_restart_syscall",
-        "syscalls:sys_exit_restart_syscall", "signal:signal_deliver", "sched:sched_process_exit"},
-       "sleeps (nanosleep/clock_nanosleep tracepoints)"},
-      {"threadpool", false, false,
-       {"sched:sched_switch", "sched:sched_waking", "sched:sched_wakeup_new", "sched:sched_process_fork",
-        "raw_syscalls:sys_enter", "raw_syscalls:sys_exit"},
-       "pool utilisation (scheduler and syscall raw tracepoints)"},
-  };
-  return m;
+std::vector<std::string> missing_needs(const Features& f, const ModeNeeds& m) {
+  std::vector<std::string> missing;
+  if (!f.root) missing.push_back("root");
+  if (!f.btf) missing.push_back("kernel BTF");
+  if (m.needs_tracefs() && !f.tracefs) missing.push_back("tracefs");
+  if (m.perf_cpu_clock && !f.perf_cpu_clock) missing.push_back("perf cpu-clock events");
+  if (m.uprobes && !f.uprobes) missing.push_back("uprobes");
+  if (f.tracefs) {
+    for (const auto& tp : m.tracepoints)
+      if (!f.tracepoints.count(tp)) missing.push_back("tracepoint " + tp);
+    for (const auto& tp : m.raw_tracepoints)
+      if (!f.tracepoints.count(tp)) missing.push_back("raw tracepoint " + tp);
+  }
+  return missing;
 }
 
 }  // namespace
 
-std::vector<std::string> matrix_tracepoints() {
-  std::vector<std::string> all;
-  for (const auto& m : modes())
-    for (const auto& tp : m.tracepoints)
-      if (std::find(all.begin(), all.end(), tp) == all.end()) all.push_back(tp);
-  return all;
-}
-
-std::vector<Check> tool_matrix(const Features& f) {
+std::vector<Check> tool_matrix(const Features& f, const std::vector<const ToolEntry*>& tools) {
   std::vector<Check> out;
-  for (const auto& m : modes()) {
-    std::vector<std::string> missing;
-    if (!f.root) missing.push_back("root");
-    if (!f.btf) missing.push_back("kernel BTF");
-    if (!m.tracepoints.empty() && !f.tracefs) missing.push_back("tracefs");
-    if (m.perf_cpu_clock && !f.perf_cpu_clock) missing.push_back("perf cpu-clock events");
-    if (m.uprobes && !f.uprobes) missing.push_back("uprobes");
-    if (f.tracefs)
-      for (const auto& tp : m.tracepoints)
-        if (!f.tracepoints.count(tp)) missing.push_back("tracepoint " + tp);
-    Check k{"tools", m.name, Verdict::Ok, false, m.what, ""};
-    if (!missing.empty()) {
-      k.status = Verdict::Warn;
-      std::string list;
-      for (const auto& s : missing) list += (list.empty() ? "" : ", ") + s;
-      k.detail = "will not work: missing " + list;
-      k.fix = !f.root ? "run as root" : "see the failed checks above for " + missing.front();
+  for (const ToolEntry* t : tools)
+    for (const auto& m : t->modes) {
+      std::vector<std::string> missing = missing_needs(f, m);
+      Check k{"tools", m.mode, Verdict::Ok, false, m.gives, ""};
+      if (!missing.empty()) {
+        k.status = Verdict::Warn;
+        std::string list;
+        for (const auto& s : missing) list += (list.empty() ? "" : ", ") + s;
+        k.detail = "will not work: missing " + list;
+        k.fix = !f.root ? "run as root" : "see the failed checks above for " + missing.front();
+      }
+      out.push_back(k);
     }
-    out.push_back(k);
-  }
   return out;
 }
 

@@ -307,7 +307,7 @@ Check perf_events(bool root, bool& ok) {
     int e = errno;
     k.status = Verdict::Warn;
     k.detail = "cpu-clock perf event on CPU 0 refused: " + errno_text(e);
-    k.fix = "runqlen samples with perf events: a kernel with CONFIG_PERF_EVENTS is needed";
+    k.fix = "runqlen and profile sample with perf events: a kernel with CONFIG_PERF_EVENTS is needed";
     return k;
   }
   close(fd);
@@ -391,7 +391,7 @@ Check libbcc() {
 
 }  // namespace
 
-SystemProbe probe_system() {
+SystemProbe probe_system(const std::vector<const ToolEntry*>& tools) {
   SystemProbe out;
   Features& f = out.features;
   unsigned code = 0;
@@ -411,7 +411,7 @@ SystemProbe probe_system() {
   out.checks.push_back(memlock(code));
   out.checks.push_back(kernel_headers());
   out.checks.push_back(libbcc());
-  for (const auto& tp : matrix_tracepoints())
+  for (const auto& tp : matrix_tracepoints(tools))
     if (tracepoint_exists(tp)) f.tracepoints.insert(tp);
   return out;
 }

@@ -76,4 +76,15 @@ void render(std::ostream& os, const Config& c, const std::vector<Check>& checks,
   os.flush();
 }
 
+void render_tool_list(std::ostream& os, const Config& c, const std::vector<const ToolEntry*>& tools) {
+  if (c.json) {
+    const Window event{realtime_ns(), 0, true};
+    for (const ToolEntry* t : tools) write_record(os, make_record(kTool, "tool", event, tool_json(*t), empty_quality()));
+    return;
+  }
+  for (const ToolEntry* t : tools)
+    for (const auto& m : t->modes) os << m.mode << ": " << m.gives << "\n    needs " << needs_text(m) << "\n";
+  os.flush();
+}
+
 }  // namespace doctor

@@ -144,6 +144,10 @@ std::string failure_line(const std::vector<Check>& checks) {
 }  // namespace
 
 Status run(const Config& c) {
+  if (c.list) {
+    render_tool_list(std::cout, c, suite_tools());
+    return std::nullopt;
+  }
   if (c.ebpf) {
     auto cflags = bpf_cflags(static_cast<uint32_t>(syscall(SYS_gettid)));
     if (!cflags) return Error{cflags.error()};
@@ -152,7 +156,7 @@ Status run(const Config& c) {
   }
   const uint64_t t0 = monotonic_ns();
   render_start(std::cout, c);
-  SystemProbe sys = probe_system();
+  SystemProbe sys = probe_system(suite_tools());
   std::vector<Check> checks = sys.checks;
   DataQuality dq = empty_quality();
   if (!c.live) {
@@ -174,7 +178,7 @@ Status run(const Config& c) {
     }
   }
   if (sys.features.root) checks.push_back(cache_check());
-  for (auto& k : tool_matrix(sys.features)) checks.push_back(k);
+  for (auto& k : tool_matrix(sys.features, suite_tools())) checks.push_back(k);
   for (uint32_t pid : c.pids)
     for (auto& k : probe_target(pid)) checks.push_back(k);
   render(std::cout, c, checks, dq, monotonic_ns() - t0);

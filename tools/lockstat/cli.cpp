@@ -19,6 +19,7 @@
 #include "common/filters.h"
 #include "common/table.h"
 #include "common/unwind_maps.h"
+#include "common/registry.h"
 
 static_assert(sizeof(lockstat_key) == 48, "lockstat_key layout shared with BPF");
 static_assert(sizeof(lockstat_val) == 40, "lockstat_val layout shared with BPF");
@@ -176,6 +177,24 @@ Result<Config> parse_args(int argc, char** argv) {
     if (auto st = configure(t, c)) return *st;
   }
   return c;
+}
+
+// The registry's entry (common/registry.h): the option table, the parser and what each
+// mode attaches.
+const ToolEntry& registry_entry() {
+  static const ToolEntry e{"lockstat", &spec, &check_args<&parse_args>, {
+      {"lockstat", {"syscalls:sys_enter_futex", "syscalls:sys_exit_futex", "lock:contention_begin",
+                    "lock:contention_end", "sched:sched_waking"}, {}, false, false,
+       "futex waits with their wakers, and kernel locks"},
+      {"lockstat -U", {"syscalls:sys_enter_futex", "syscalls:sys_exit_futex", "sched:sched_waking"}, {}, false,
+       false, "futex waits with their wakers (user locks only)"},
+      {"lockstat -K", {"lock:contention_begin", "lock:contention_end"}, {}, false, false,
+       "kernel lock contention (lock:contention_begin/end)"},
+      {"lockstat --uprobes", {"syscalls:sys_enter_futex", "lock:contention_begin", "lock:contention_end"}, {},
+       false, true, "pthread_mutex_lock calls timed (uprobes), and kernel locks"},
+      {"lockstat --uprobes -U", {"syscalls:sys_enter_futex"}, {}, false, true,
+       "pthread_mutex_lock calls timed (uprobes on libc)"}}};
+  return e;
 }
 
 std::vector<std::pair<std::string, uint64_t>> map_sizes(const Config& c) {

@@ -6,6 +6,7 @@
 #include "common/embedded.h"
 #include "common/filters.h"
 #include "common/proc.h"
+#include "common/registry.h"
 #include "tools/naptime/naptime.h"
 
 namespace bpfdiag {
@@ -89,6 +90,17 @@ Result<Config> parse_args(int argc, char** argv) {
   for (auto t : c.tids)
     if (!pid_exists(t)) return Error{"no thread with TID " + std::to_string(t)};
   return c;
+}
+
+// The registry's entry (common/registry.h): the option table, the parser and what each
+// mode attaches.
+const ToolEntry& registry_entry() {
+  static const ToolEntry e{"naptime", &tool_spec, &check_args<&parse_args>, {{"naptime",
+        {"syscalls:sys_enter_nanosleep", "syscalls:sys_exit_nanosleep", "syscalls:sys_enter_clock_nanosleep",
+         "syscalls:sys_exit_clock_nanosleep", "syscalls:sys_enter_restart_syscall",
+         "syscalls:sys_exit_restart_syscall", "signal:signal_deliver"},
+        {"sched:sched_process_exit"}, false, false, "sleeps (nanosleep/clock_nanosleep tracepoints)"}}};
+  return e;
 }
 
 std::string bpf_text() { return with_common_header(kBpf_naptime[0].text); }

@@ -11,6 +11,7 @@
 #include "common/proc.h"
 #include "common/tool_config.h"
 #include "common/unwind_maps.h"
+#include "common/registry.h"
 #include "tools/offcputime/offcputime.h"
 
 namespace bpfdiag {
@@ -22,6 +23,8 @@ using namespace bpfdiag;
 
 namespace {
 constexpr uint64_t kMaxMapEntries = 1048576;
+
+const OptionSpec kMapEntries{"map-entries", "N", "threads/stacks tracked (default 32768, 1024-1048576)", "Limits"};
 
 ToolSpec make_spec() {
   ToolSpec s;
@@ -43,8 +46,8 @@ ToolSpec make_spec() {
                  "Filters"},
       opt::min("only blocks of at least TIME (default unit us,\ndefault 1 us)"),
       opt::max("only blocks of at most TIME (default unit us)"),
-      OptionSpec{"min-block-time", "TIME", "", "Filters", true},  // BCC's long names
-      OptionSpec{"max-block-time", "TIME", "", "Filters", true},
+      opt::older_name("min-block-time", opt::min("")),  // BCC's long names
+      opt::older_name("max-block-time", opt::max("")),
       opt::user_stacks_only("show user space stacks only"),
       opt::kernel_stacks_only("show kernel space stacks only"),
       opt::unwind(),
@@ -63,8 +66,8 @@ ToolSpec make_spec() {
                  "stack traces kept (1-262144; default: sized\n"
                  "from the threads traced, 16384-131072)",
                  "Limits"},
-      OptionSpec{"map-entries", "N", "threads/stacks tracked (default 32768, 1024-1048576)", "Limits"},
-      OptionSpec{"map-size", "N", "", "Limits", true},  // the old name of --map-entries
+      kMapEntries,
+      opt::older_name("map-size", kMapEntries),
   };
   s.examples =
       "  offcputime             # trace off-CPU stack time until Ctrl-C\n"
@@ -113,25 +116,8 @@ Result<Config> parse_args(int argc, char** argv) {
     return Error{"-u and -k are mutually exclusive (user or kernel threads)"};
   if (c.kernel_threads_only && c.user_stacks_only)
     return Error{"-k with -U shows nothing: kernel threads have no user stack"};
-  constexpr uint64_t kUs = 1000, kDay = 86400ULL * 1000000000ULL;
-  std::optional<uint64_t> min = co.min_ns, max = co.max_ns;
-  if (auto m = opt_str(raw, "min-block-time")) {
-    if (min) return Error{"give -m/--min once (--min-block-time is its old name)"};
-    auto v = parse_duration_ns(*m, "-m/--min", kUs, 0, kDay);
-    if (!v) return Error{v.error()};
-    min = *v;
-  }
-  if (auto m = opt_str(raw, "max-block-time")) {
-    if (max) return Error{"give -M/--max once (--max-block-time is its old name)"};
-    auto v = parse_duration_ns(*m, "-M/--max", kUs, 1, kDay);
-    if (!v) return Error{v.error()};
-    max = *v;
-  }
-  if (min) c.min_ns = *min;
-  if (max) c.max_ns = *max;
-  if (c.max_ns && c.min_ns > c.max_ns)
-    return Error{"min block time (-m " + format_duration(c.min_ns) + ") is above max block time (-M " +
-                 format_duration(c.max_ns) + ")"};
+  if (co.min_ns) c.min_ns = *co.min_ns;  // also under BCC's --min-block-time
+  if (co.max_ns) c.max_ns = *co.max_ns;  // (parse_tool_cli refuses min > max)
   if (auto s = opt_str(raw, "state")) {
     auto v = parse_uint(*s, "--state", 0, 0xffff);
     if (!v) return Error{v.error()};
@@ -142,18 +128,21 @@ Result<Config> parse_args(int argc, char** argv) {
     if (!v) return Error{v.error()};
     c.stack_storage_size = *v;
   }
-  const std::string* entries = opt_str(raw, "map-entries");
-  if (auto old = opt_str(raw, "map-size")) {
-    if (entries) return Error{"give --map-entries once (--map-size is its old name)"};
-    entries = old;
-  }
-  if (entries) {
+  if (const std::string* entries = r->value("map-entries")) {
     auto v = parse_uint(*entries, "--map-entries", 1024, kMaxMapEntries);
     if (!v) return Error{v.error()};
     c.map_entries = *v;
   }
   if (auto st = validate_targets(c)) return *st;
   return c;
+}
+
+// The registry's entry (common/registry.h): the option table, the parser and what each
+// mode attaches.
+const ToolEntry& registry_entry() {
+  static const ToolEntry e{"offcputime", &tool_spec, &check_args<&parse_args>, {{"offcputime", {}, {"sched:sched_switch", "sched:sched_process_exec", "sched:sched_process_exit"},
+        false, false, "off-CPU stacks (sched_switch raw tracepoint)"}}};
+  return e;
 }
 
 Status validate_targets(const Config& c) { return check_targets(c.pids, c.tids); }

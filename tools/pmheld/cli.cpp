@@ -6,6 +6,7 @@
 #include "common/embedded.h"
 #include "common/tool_config.h"
 #include "common/unwind_maps.h"
+#include "common/registry.h"
 #include "tools/pmheld/pmheld.h"
 
 namespace bpfdiag {
@@ -90,6 +91,13 @@ Result<Config> parse_args(int argc, char** argv) {
   auto t = lock_table();  // --sort/--fields typos are usage errors
   if (auto st = configure(t, c)) return *st;
   return c;
+}
+
+// The registry's entry (common/registry.h): the option table, the parser and what each
+// mode attaches.
+const ToolEntry& registry_entry() {
+  static const ToolEntry e{"pmheld", &spec, &check_args<&parse_args>, {{"pmheld", {}, {}, false, true, "pthread mutex hold times (uprobes on libc)"}}};
+  return e;
 }
 
 std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_pmheld[0].text)); }

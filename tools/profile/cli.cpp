@@ -7,6 +7,7 @@
 #include "common/filters.h"
 #include "common/tool_config.h"
 #include "common/unwind_maps.h"
+#include "common/registry.h"
 #include "tools/profile/profile.h"
 
 namespace bpfdiag {
@@ -94,6 +95,13 @@ Result<Config> parse_args(int argc, char** argv) {
   if (!uw) return Error{uw.error()};
   c.unwind_dwarf = *uw && !c.kernel_stacks_only;
   return c;
+}
+
+// The registry's entry (common/registry.h): the option table, the parser and what each
+// mode attaches.
+const ToolEntry& registry_entry() {
+  static const ToolEntry e{"profile", &tool_spec, &check_args<&parse_args>, {{"profile", {}, {}, true, false, "on-CPU stacks (perf cpu-clock samples)"}}};
+  return e;
 }
 
 std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_profile[0].text)); }

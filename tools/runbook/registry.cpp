@@ -1,9 +1,9 @@
-// The suite's tools a runbook may run, and the check of a runbook against them: each
-// tool's own option table (ToolSpec) and parser are linked in, so `tool: lockstat -s 3`
-// is checked by lockstat's own parse_args with the command line runbook will run, and
-// whether a tool has -p, --svg or --duration is read from its table. A tool's program
-// is taken only from runbook's own directory (never PATH) and only when that file and
-// its directories pass open_trusted (common/runbook_file.h).
+// The check of a runbook against the suite's tools, as the tool registry lists them
+// (common/registry.h): each tool's own option table (ToolSpec) and parser, so
+// `tool: lockstat -s 3` is checked by lockstat's own parse_args with the command line
+// runbook will run, and whether a tool has -p, --svg or --duration is read from its
+// table. A tool's program is taken only from runbook's own directory (never PATH) and
+// only when that file and its directories pass open_trusted (common/runbook_file.h).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,46 +12,16 @@
 #include <set>
 
 #include "common/cli.h"
-#include "tools/doctor/doctor.h"
-#include "tools/lockstat/lockstat.h"
-#include "tools/naptime/naptime.h"
-#include "tools/offcputime/offcputime.h"
-#include "tools/pmheld/pmheld.h"
-#include "tools/profile/profile.h"
+#include "common/registry.h"
 #include "tools/runbook/runbook.h"
-#include "tools/runqlen/runqlen.h"
-#include "tools/threadpool/threadpool.h"
 
 namespace runbook {
 using namespace bpfdiag;
 
 namespace {
 
-template <typename Parse>
-Status run_parse(Parse parse, const std::vector<std::string>& argv) {
-  std::vector<std::string> copy = argv;  // parsers take char**
-  std::vector<char*> av;
-  for (auto& a : copy) av.push_back(a.data());
-  av.push_back(nullptr);
-  auto r = parse(static_cast<int>(copy.size()), av.data());
-  if (!r) return Error{r.error()};
-  return std::nullopt;
-}
-
-#define SUITE_TOOL(ns, spec_fn) \
-  SuiteTool { #ns, &ns::spec_fn, [](const std::vector<std::string>& a) { return run_parse(&ns::parse_args, a); } }
-
-// flamegraph is a converter (no -j records, reads files), runbook is this program.
-const SuiteTool kTools[] = {
-    SUITE_TOOL(runqlen, tool_spec),    SUITE_TOOL(naptime, tool_spec), SUITE_TOOL(offcputime, tool_spec),
-    SUITE_TOOL(lockstat, spec),        SUITE_TOOL(pmheld, spec),       SUITE_TOOL(threadpool, tool_spec),
-    SUITE_TOOL(doctor, tool_spec),     SUITE_TOOL(profile, tool_spec),
-};
-
-std::string long_name(const OptionSpec& o) {
-  auto comma = o.flags.find(',');
-  return comma == std::string::npos ? o.flags : o.flags.substr(comma + 1);
-}
+// The name cxxopts reports an option under (its long name, else its short one).
+std::string long_name(const OptionSpec& o) { return option_names(o).key(); }
 
 std::string dash_name(const OptionSpec& o) {
   auto n = long_name(o);
@@ -80,18 +50,6 @@ constexpr uint64_t kSec = 1'000'000'000ULL;
 
 }  // namespace
 
-const SuiteTool* find_suite_tool(const std::string& name) {
-  for (auto& t : kTools)
-    if (name == t.name) return &t;
-  return nullptr;
-}
-
-std::string suite_tool_names() {
-  std::string s;
-  for (auto& t : kTools) s += (s.empty() ? "" : " ") + std::string(t.name);
-  return s;
-}
-
 Status plan_tools(Run& run) {
   const std::string file = run.book.path.empty() ? run.book.name : run.book.path;
   const std::string here = self_exe_dir();
@@ -103,8 +61,8 @@ Status plan_tools(Run& run) {
       std::min<uint64_t>((window + kAttachTimeoutNs) / kSec + kBackstopMarginS, 86400);
   for (auto& rt : run.book.tools) {
     const std::string at = file + ":" + std::to_string(rt.line) + ": ";
-    const SuiteTool* st = find_suite_tool(rt.name);
-    if (!st) return Error{at + "'" + rt.name + "' is not a tool of the suite (" + suite_tool_names() + ")"};
+    const ToolEntry* st = find_tool(suite_tools(), rt.name);
+    if (!st) return Error{at + "'" + rt.name + "' is not a tool of the suite (" + tool_names(suite_tools()) + ")"};
     const ToolSpec& spec = st->spec();
     // 1. the file's own arguments against the tool's option table
     std::vector<std::string> own{rt.name};

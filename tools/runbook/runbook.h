@@ -3,8 +3,8 @@
 // report.html, run.json). No BPF of its own: the tools are child processes.
 //
 //   cli.cpp       options -> Config
-//   registry.cpp  the suite's tools (their option tables and parsers, linked in); a
-//                 runbook's tools checked against them and their command lines built
+//   registry.cpp  a runbook's tools checked against the tool registry (common/registry.h:
+//                 each tool's option table and own parser) and their command lines built
 //   outdir.cpp    the report directory (created fresh) and its files (O_EXCL, O_NOFOLLOW)
 //   launch.cpp    start the tools, wait for every "<tool>.start", the window, stop them
 //   findings.cpp  findings and report sections from the tools' own records
@@ -86,14 +86,7 @@ struct Run {
   std::string report_md;  // as written
 };
 
-// registry.cpp
-struct SuiteTool {
-  const char* name;
-  const bpfdiag::ToolSpec& (*spec)();
-  bpfdiag::Status (*check)(const std::vector<std::string>& argv);  // the tool's own parse_args
-};
-const SuiteTool* find_suite_tool(const std::string& name);
-std::string suite_tool_names();
+// registry.cpp: the suite's tools are the registry's (common/registry.h suite_tools()).
 // Checks run.book against the suite and fills run.tools with each tool's program and
 // command line: "FILE:LINE: ..." when a tool is not the suite's, or an argument is
 // unknown to the tool, refused by its parser, or one runbook sets itself (-j, -p, the

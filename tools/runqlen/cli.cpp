@@ -4,7 +4,7 @@
 #include "common/cli.h"
 #include "common/tool_config.h"
 #include "common/embedded.h"
-#include "common/option_alias.h"
+#include "common/registry.h"
 #include "tools/runqlen/runqlen.h"
 
 extern "C" {
@@ -20,6 +20,10 @@ extern const EmbeddedFile kBpf_runqlen[];
 namespace runqlen {
 using namespace bpfdiag;
 
+namespace {
+const OptionSpec kFrequency{"F,frequency", "HZ", "sample frequency per CPU (1-10000, default 99)", "Sampling"};
+}  // namespace
+
 const ToolSpec& tool_spec() {
   static const ToolSpec spec{
       "runqlen",
@@ -32,8 +36,8 @@ const ToolSpec& tool_spec() {
           opt::timestamp("include a timestamp on each interval report"),
           OptionSpec{"O,runqocc", "", "report run queue occupancy (% of samples with a queue)", "Output"},
           OptionSpec{"C,cpus", "", "show a separate histogram for each CPU", "Output"},
-          OptionSpec{"F,frequency", "HZ", "sample frequency per CPU (1-10000, default 99)", "Sampling"},
-          OptionSpec{"f", "HZ", "older name of -F", "Sampling", /*hidden=*/true},
+          kFrequency,
+          opt::older_name("f", kFrequency),
           OptionSpec{"cfs", "", "BCC's view: the sampled task's own CFS queue only", "Sampling"},
           opt::json("NDJSON: runqlen.all (runqlen.cpu per CPU with -C), then\n"
                     "runqlen.summary, per report"),
@@ -70,14 +74,20 @@ Result<Config> parse_args(int argc, char** argv) {
   c.per_cpu = raw.count("cpus");
   c.occupancy = raw.count("runqocc");
   c.cfs_only = raw.count("cfs");
-  auto f = opt_str_or_alias(raw, "frequency", "f", "-F/--frequency");
-  if (!f) return Error{f.error()};
-  if (*f) {
-    auto v = parse_uint(**f, "-F/--frequency", 1, 10000);
+  if (auto f = r->value("frequency")) {
+    auto v = parse_uint(*f, "-F/--frequency", 1, 10000);
     if (!v) return Error{v.error()};
     c.freq_hz = *v;
   }
   return c;
+}
+
+// The registry's entry (common/registry.h): the option table, the parser and what each
+// mode attaches.
+const ToolEntry& registry_entry() {
+  static const ToolEntry e{"runqlen", &tool_spec, &check_args<&parse_args>, {{"runqlen", {}, {"sched:sched_switch"}, true, false,
+        "run queue length (perf cpu-clock samples + sched_switch raw tracepoint)"}}};
+  return e;
 }
 
 // common.h pasted in: libbcc rewrites map calls only in the main file

@@ -7,8 +7,8 @@
 #include "common/tool_config.h"
 #include "common/options.h"
 #include "common/embedded.h"
-#include "common/option_alias.h"
 #include "common/proc.h"
+#include "common/registry.h"
 #include "tools/threadpool/threadpool.h"
 
 namespace bpfdiag {
@@ -17,6 +17,14 @@ extern const EmbeddedFile kBpf_threadpool[];
 
 namespace threadpool {
 using namespace bpfdiag;
+
+namespace {
+const OptionSpec kMapEntries{"map-entries", "N",
+                             "size the BPF maps for N threads (default: 4x the\n"
+                             "target's threads, at least 1024); raise it when the\n"
+                             "report says updates were dropped",
+                             "Maps"};
+}  // namespace
 
 const ToolSpec& tool_spec() {
   static const ToolSpec spec{
@@ -46,12 +54,8 @@ const ToolSpec& tool_spec() {
           OptionSpec{"H,hist", "", "dispatch latency histogram in text reports", "Output"},
           opt::json("NDJSON: threadpool.start, then per report a\n"
                     "threadpool.group per group and a threadpool.summary"),
-          OptionSpec{"map-entries", "N",
-                     "size the BPF maps for N threads (default: 4x the\n"
-                     "target's threads, at least 1024); raise it when the\n"
-                     "report says updates were dropped",
-                     "Maps"},
-          OptionSpec{"max-threads", "N", "older name of --map-entries", "Maps", /*hidden=*/true},
+          kMapEntries,
+          opt::older_name("max-threads", kMapEntries),
           opt::verbose("after each report, on stderr: how many threads are\n"
                        "tracked and how many exited threads were retired"),
           opt::interval(),
@@ -85,10 +89,8 @@ Result<Config> parse_args(int argc, char** argv) {
   c.json = r->common.json;
   c.ebpf = r->common.ebpf;
   c.schedule = r->common.schedule;
-  auto m = opt_str_or_alias(raw, "map-entries", "max-threads", "--map-entries");
-  if (!m) return Error{m.error()};
-  if (*m) {
-    auto v = parse_uint(**m, "--map-entries", 64, 1048576);
+  if (auto m = r->value("map-entries")) {
+    auto v = parse_uint(*m, "--map-entries", 64, 1048576);
     if (!v) return Error{v.error()};
     c.map_entries = static_cast<uint32_t>(*v);
   }
@@ -106,6 +108,16 @@ Result<Config> parse_args(int argc, char** argv) {
   if (!c.ebpf)
     if (auto st = check_pids_exist({c.pid})) return Error{st->message};
   return c;
+}
+
+// The registry's entry (common/registry.h): the option table, the parser and what each
+// mode attaches.
+const ToolEntry& registry_entry() {
+  static const ToolEntry e{"threadpool", &tool_spec, &check_args<&parse_args>, {{"threadpool", {},
+        {"sched:sched_switch", "sched:sched_waking", "sched:sched_wakeup_new", "sched:sched_process_fork",
+         "raw_syscalls:sys_enter", "raw_syscalls:sys_exit"},
+        false, false, "pool utilisation (scheduler and syscall raw tracepoints)"}}};
+  return e;
 }
 
 // common.h pasted in: libbcc rewrites map calls only in the main file
