@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -19,9 +22,13 @@ std::optional<ProcStat> read_proc_stat(const std::string& path) {
   std::ifstream f(path);
   std::string stat;
   if (!std::getline(f, stat)) return std::nullopt;
+  return parse_proc_stat(stat);
+}
+
+std::optional<ProcStat> parse_proc_stat(std::string_view stat) {
   auto paren = stat.rfind(')');  // comm may contain spaces and parentheses
   if (paren == std::string::npos || paren + 2 >= stat.size()) return std::nullopt;
-  std::istringstream in(stat.substr(paren + 2));
+  std::istringstream in(std::string(stat.substr(paren + 2)));
   ProcStat ps;
   std::string field;
   // field 3 is the state; 4 ppid; 22 starttime
@@ -94,6 +101,18 @@ std::vector<uint32_t> proc_threads(uint32_t pid) {
     if (e->d_name[0] >= '0' && e->d_name[0] <= '9') out.push_back(static_cast<uint32_t>(std::stoul(e->d_name)));
   closedir(d);
   return out;
+}
+
+std::optional<MapsLine> parse_maps_line(const std::string& line) {
+  MapsLine m;
+  char perms[8] = {0};
+  int consumed = 0;
+  if (std::sscanf(line.c_str(), "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %x:%x %" SCNu64 " %n", &m.start, &m.end,
+                  perms, &m.offset, &m.maj, &m.min, &m.inode, &consumed) < 7)
+    return std::nullopt;
+  std::memcpy(m.perms, perms, sizeof m.perms - 1);
+  if (consumed > 0 && static_cast<size_t>(consumed) < line.size()) m.path = line.substr(consumed);
+  return m;
 }
 
 std::string proc_find_mapping(uint32_t pid, const std::string& prefix) {

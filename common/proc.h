@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace bpfdiag {
@@ -17,6 +18,18 @@ struct ProcStat {
 };
 // `path` is a stat file such as "/proc/12/stat" or "/proc/12/task/13/stat".
 std::optional<ProcStat> read_proc_stat(const std::string& path);
+// The same from the file's first line (the parser, on bytes: tests/fuzz).
+std::optional<ProcStat> parse_proc_stat(std::string_view line);
+
+// One line of /proc/PID/maps: "start-end perms offset maj:min inode   path".
+struct MapsLine {
+  uint64_t start = 0, end = 0, offset = 0, inode = 0;
+  unsigned maj = 0, min = 0;
+  char perms[5] = {0};  // "r-xp"
+  std::string path;     // "" for anonymous mappings; " (deleted)" kept
+};
+// nullopt when the line does not have the six fixed fields.
+std::optional<MapsLine> parse_maps_line(const std::string& line);
 // True while the process exists and has a thread that is not a zombie (a leader that
 // called pthread_exit shows state Z while its other threads run on): what "the target
 // is still running" means for tools that stop when it exits.

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "common/elf_symbols.h"
+#include "common/proc.h"
 #include "common/runloop.h"
 #include "common/untrusted_file.h"
 
@@ -146,6 +147,17 @@ std::shared_ptr<const std::string> Symbolizer::intern(const std::string& s) {
   return sp;
 }
 
+std::optional<PerfMapEntry> parse_perfmap_line(std::string_view l) {
+  std::string line(l);
+  char* end = nullptr;
+  uint64_t a = std::strtoull(line.c_str(), &end, 16);
+  if (!end || *end != ' ') return std::nullopt;
+  char* end2 = nullptr;
+  uint64_t sz = std::strtoull(end + 1, &end2, 16);
+  if (!end2 || *end2 != ' ') return std::nullopt;
+  return PerfMapEntry{a, sz, std::string(end2 + 1)};
+}
+
 // /tmp/perf-PID.map (JIT symbols): owned by root or the process's owner, regular,
 // at most kMaxPerfMapSize, lines at most kMaxPerfMapLine.
 static void load_perfmap(uint32_t pid, std::vector<PerfMapSym>& out) {
@@ -166,14 +178,7 @@ static void load_perfmap(uint32_t pid, std::vector<PerfMapSym>& out) {
     return;
   }
   size_t skipped = read_capped_lines(*r.file, kMaxPerfMapSize, kMaxPerfMapLine, [&](std::string_view l) {
-    std::string line(l);
-    char* end = nullptr;
-    uint64_t a = std::strtoull(line.c_str(), &end, 16);
-    if (!end || *end != ' ') return;
-    char* end2 = nullptr;
-    uint64_t sz = std::strtoull(end + 1, &end2, 16);
-    if (!end2 || *end2 != ' ') return;
-    out.push_back({a, sz, std::string(end2 + 1)});
+    if (auto e = parse_perfmap_line(l)) out.push_back({e->addr, e->size, std::move(e->name)});
   });
   if (skipped)
     warn_refused_keyed(shown + "#lines", std::to_string(skipped) + (skipped == 1 ? " line of " : " lines of ") + shown,
@@ -223,15 +228,10 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
   std::vector<Raw> raws;
   bool any = false;
   while (std::getline(f, line)) {
-    Raw r{};
-    char perms[8] = {0};
-    unsigned maj = 0, min = 0;
-    int consumed = 0;
-    if (std::sscanf(line.c_str(), "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %x:%x %" SCNu64 " %n", &r.start,
-                    &r.end, perms, &r.off, &maj, &min, &r.inode, &consumed) < 7)
-      continue;
+    auto m = parse_maps_line(line);
+    if (!m) continue;
     any = true;
-    if (consumed > 0 && static_cast<size_t>(consumed) < line.size()) r.path = line.substr(consumed);
+    Raw r{m->start, m->end, m->offset, m->inode, std::move(m->path)};
     const std::string del = " (deleted)";
     if (r.path.size() > del.size() && r.path.compare(r.path.size() - del.size(), del.size(), del) == 0)
       r.path.resize(r.path.size() - del.size());

@@ -37,6 +37,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -50,6 +51,13 @@ struct SymbolInfo {
   std::string module;    // file path ("[kernel]" or "[module_name]" for the kernel), may be ""
   uint64_t module_offset = 0;  // address relative to the module's load base (ELF vaddr)
 };
+
+// One line of a JIT's /tmp/perf-PID.map, "ADDR SIZE name" (hex): nullopt when malformed.
+struct PerfMapEntry {
+  uint64_t addr = 0, size = 0;
+  std::string name;
+};
+std::optional<PerfMapEntry> parse_perfmap_line(std::string_view line);
 
 // "name", "name+0x1f" (with_offset), or "[unknown]"/"[unknown] (libc.so.6+0x1234)".
 std::string format_symbol(const SymbolInfo& s, bool with_offset);

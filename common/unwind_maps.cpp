@@ -118,17 +118,13 @@ bool UnwindMaps::add_process(uint32_t tgid) {
   std::string line;
   bool any = false;
   while (std::getline(f, line)) {
-    uint64_t start, end, off, inode;
-    char perms[8] = {0};
-    unsigned maj, min;
-    int consumed = 0;
-    if (std::sscanf(line.c_str(), "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %x:%x %" SCNu64 " %n", &start, &end,
-                    perms, &off, &maj, &min, &inode, &consumed) < 7)
-      continue;
+    auto m = parse_maps_line(line);
+    if (!m) continue;
     any = true;
-    if (perms[2] != 'x' || inode == 0 || consumed <= 0 || size_t(consumed) >= line.size()) continue;
-    std::string path = line.substr(consumed);
-    if (path[0] != '/') continue;
+    if (m->perms[2] != 'x' || m->inode == 0 || m->path.empty() || m->path[0] != '/') continue;
+    uint64_t start = m->start, end = m->end, off = m->offset, inode = m->inode;
+    unsigned maj = m->maj, min = m->min;
+    const std::string& path = m->path;
     auto [it, fresh] = by_inode.emplace(std::make_tuple(maj, min, inode), files.size());
     if (fresh) {
       MappedFile mf;
