@@ -1,5 +1,7 @@
 #include "common/bpf_object.h"
 
+#include "common/kheaders.h"
+
 #include <bcc/bcc_version.h>
 #include <bcc/bpf_module.h>
 #include <bcc/libbpf.h>
@@ -335,14 +337,24 @@ BpfObjectCacheState BpfObjectCache::state() {
   return s;
 }
 
-std::string BpfObjectCache::key(const std::string& text, const std::vector<std::string>& cflags) {
+#ifndef BPFDIAG_SUITE_VERSION
+#define BPFDIAG_SUITE_VERSION "unknown"
+#endif
+
+std::string BpfObjectCache::key(const std::string& text, const std::vector<std::string>& cflags,
+                                const EmbeddedFile* headers) {
   struct utsname u;
   uname(&u);
-  std::string k = "bpfdiag object 2\nlibbcc " LIBBCC_VERSION "\n";
+  std::string k = "bpfdiag object 3\nsuite " BPFDIAG_SUITE_VERSION "\nlibbcc " LIBBCC_VERSION "\n";
   k += std::string("kernel ") + u.release + " " + u.version + " " + u.machine + "\n";
   k += "cpus " + std::to_string(libbpf_num_possible_cpus()) + "\n";
   for (const auto& f : cflags) k += "cflag " + f + "\n";
-  k += "text\n" + text;
+  // lengths first: no file's text can pass for the next file's header
+  for (const auto& [path, body] : header_shim_files(u.release))
+    k += "shim " + path + " " + std::to_string(body.size()) + "\n" + body;
+  for (const EmbeddedFile* e = headers; e && e->name; ++e)
+    k += std::string("header ") + e->name + " " + std::to_string(std::strlen(e->text)) + "\n" + e->text;
+  k += "text " + std::to_string(text.size()) + "\n" + text;
   return k;
 }
 

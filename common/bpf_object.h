@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/embedded.h"
 #include "common/result.h"
 
 namespace bpfdiag {
@@ -81,9 +82,13 @@ class BpfObjectCache {
   // nullopt when caching is off or the directory is unusable (not ours, writable by
   // others, cannot be created): the tools then compile every time, as before.
   static std::optional<BpfObjectCache> open();
-  // The key of a compile: text, cflags, libbcc version, kernel release and build,
-  // possible CPUs, and the cache format.
-  static std::string key(const std::string& text, const std::vector<std::string>& cflags);
+  // The key of a compile: everything the preprocessor and compiler read from us and
+  // the machine: the program text, the cflags (the plan's rendered defines), every
+  // embedded BPF header (`headers`, a null-named entry ends it) and the header shim,
+  // in full, the suite's build (version, git describe, source hash), libbcc's
+  // version, the kernel release and build, possible CPUs, and the key's format.
+  static std::string key(const std::string& text, const std::vector<std::string>& cflags,
+                         const EmbeddedFile* headers = kEmbeddedBpfHeaders);
 
   // Every file operation is relative to the directory's descriptor, opened and checked
   // once in open(): the path is never walked again (a directory swapped for a link or

@@ -1,6 +1,9 @@
-// Loading and attaching BPF programs with libbcc on a machine without kernel headers:
-// preflight checks, tracefs, the header shim, BTF field offsets, libbcc noise
-// filtering, attach helpers with one-line errors, and detach on destruction.
+// A loaded BPF program and what it is attached to: BpfSession owns the maps, the
+// programs and the probes (attach helpers with one-line errors, detach on
+// destruction). Its jobs' helpers live apart: tracefs and preflight (tracefs.h),
+// libbcc's stderr (bcc_stderr.h), the verifier's refusals (load_failure.h); loading
+// (compile or cache) is bpf_load.cpp. Attaching sets no signal policy: the tool's
+// skeleton does once its attach phase is over (common/tool.h).
 #pragma once
 #include <bcc/BPFTable.h>
 
@@ -10,39 +13,22 @@
 #include <string>
 #include <vector>
 
+#include "common/bcc_stderr.h"
+#include "common/bpf_plan.h"
 #include "common/btf.h"
+#include "common/load_failure.h"
 #include "common/result.h"
+#include "common/tracefs.h"
 
 namespace bpfdiag {
 
-// Must run first in main(), before any thread exists (tool_main does): as root, moves
-// the process into a private mount namespace and mounts tracefs there if the host has
-// not (nothing is left behind on the host). The namespace also lets BpfSession::load
-// hide the 120k-line /proc/kallsyms from libbcc's compiler, which cuts startup ~40%.
-Status ensure_tracefs();
-// True when ensure_tracefs() found tracefs unmounted on the host and mounted it in
-// this process's private mount namespace (doctor reports the host's state).
-bool tracefs_mounted_privately();
-// True when this process runs in the private mount namespace ensure_tracefs() made.
-bool private_mount_namespace();
-// Root tracing directory in use ("/sys/kernel/tracing" or the debugfs one), or "".
-std::string tracefs_dir();
-// True if tracepoint "category:name" exists.
-bool tracepoint_exists(const std::string& tp);
-
-// Root, BTF and the listed tracepoints. The error is one line with a hint.
-Status preflight(const std::vector<std::string>& tracepoints);
-
-// Final BPF text as compiled (for --ebpf): defines from `cflags` as a comment header.
-std::string ebpf_listing(const std::string& text, const std::vector<std::string>& cflags);
-
 class BpfSession {
  public:
-  // Compiles `text` with libbcc against the header shim plus `cflags`, or takes the
-  // compiled object from the cache (common/bpf_object.h) when the same text and cflags
-  // were compiled before on this kernel; creates its maps either way.
-  static Result<std::unique_ptr<BpfSession>> load(const std::string& text,
-                                                  const std::vector<std::string>& cflags);
+  // Compiles the plan's program with libbcc against the header shim and the plan's
+  // defines (render_plan), or takes the compiled object from the cache
+  // (common/bpf_object.h) when the same program was compiled before on this kernel by
+  // this build; creates its maps and fills the ID filter maps either way.
+  static Result<std::unique_ptr<BpfSession>> load(const BpfPlan& plan);
   ~BpfSession();  // detaches everything, then closes programs and maps
   BpfSession(const BpfSession&) = delete;
   BpfSession& operator=(const BpfSession&) = delete;
@@ -118,6 +104,7 @@ class BpfSession {
   Status attach_uprobe_offset(const std::string& module, uint64_t offset, const std::string& fn, bool ret,
                               int pid, const std::string& what);
   void close_probe(Probe& p);
+  Status fill_id_maps(const std::vector<IdMapFilter>& maps);
 
   std::string license_;
   uint32_t kern_version_ = 0;
@@ -132,47 +119,7 @@ class BpfSession {
   std::string cache_key_;  // the cache entry this session's object came from
 };
 
-// Redirects stderr into a temp file while alive; on destruction replays every line
-// except libbcc's harmless noise ("sha1 socket not available", "cannot get prog tag").
-class StderrNoiseFilter {
- public:
-  StderrNoiseFilter();
-  ~StderrNoiseFilter();
-  // Drop everything captured (e.g. clang's diagnostics when the error is reported
-  // as one line instead); BPFDIAG_DEBUG=1 in the environment keeps it all.
-  void discard() { discard_ = true; }
-  // What was written to stderr so far.
-  std::string captured() const;
-  StderrNoiseFilter(const StderrNoiseFilter&) = delete;
-  StderrNoiseFilter& operator=(const StderrNoiseFilter&) = delete;
-
- private:
-  int saved_fd_ = -1;
-  int tmp_fd_ = -1;
-  bool discard_ = false;
-};
-
-bool is_libbcc_noise(const std::string& line);
-
-// One line for program `fn` refused at load, from what libbcc printed meanwhile
-// (`printed`: the verifier log, or libbcc's E2BIG note) and libbcc's status message:
-// "the kernel verifier rejected FN: REASON (processed N insns)" when it was the
-// verifier, "cannot load FN: ..." otherwise.
-std::string load_failure_line(const std::string& fn, const std::string& printed, const std::string& bcc_msg);
-// The first compiler error line of clang/LLVM diagnostics ("" if none).
-std::string first_compile_error(const std::string& diagnostics);
-
-// While alive (around a libbcc compile, created before its StderrNoiseFilter): if the
-// compiler exits the process (LLVM's fatal-error path), what the filter captured is
-// printed as one line, "TOOL: cannot compile BPF program: FIRST ERROR", on the real
-// stderr before the exit completes.
-class CompileExitRescue {
- public:
-  CompileExitRescue();
-  ~CompileExitRescue();
-  void watch(StderrNoiseFilter* quiet);
-  CompileExitRescue(const CompileExitRescue&) = delete;
-  CompileExitRescue& operator=(const CompileExitRescue&) = delete;
-};
+// libbcc's StatusTuple message, reduced to its most useful line.
+std::string bcc_msg(const ebpf::StatusTuple& st);
 
 }  // namespace bpfdiag

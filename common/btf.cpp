@@ -82,15 +82,15 @@ bool KernelBtf::has_field(const std::string& type, const std::string& name) cons
   return t && find_member(btf_, t, name, nullptr) >= 0;
 }
 
-Result<std::vector<std::string>> offset_cflags(const KernelBtf& btf,
-                                               const std::vector<OffsetSpec>& specs) {
-  std::vector<std::string> out;
+Status add_offsets(BpfPlan& plan, const KernelBtf& btf, const std::vector<OffsetSpec>& specs) {
+  BpfPlan found;
   for (const auto& s : specs) {
     auto off = btf.field_offset(s.type, s.names);
     if (!off) return Error{off.error()};
-    out.push_back("-D" + s.macro + "=" + std::to_string(*off));
+    found.integer(s.macro, *off);
   }
-  return out;
+  plan.merge(found);
+  return std::nullopt;
 }
 
 namespace {
@@ -108,21 +108,20 @@ Result<std::shared_ptr<KernelBtf>> kernel_btf() {
 
 void release_kernel_btf() { g_kernel_btf.reset(); }
 
-std::vector<std::string> arrival_cflags() {
-  auto f = kernel_offset_cflags({{"OFF_TASK_SCHED_INFO", "task_struct", {"sched_info"}},
+bool add_arrival_offsets(BpfPlan& plan) {
+  return !add_kernel_offsets(plan, {{"OFF_TASK_SCHED_INFO", "task_struct", {"sched_info"}},
                                  {"OFF_SI_LAST_ARRIVAL", "sched_info", {"last_arrival"}},
                                  {"OFF_SI_PCOUNT", "sched_info", {"pcount"}},
                                  {"OFF_TASK_SE", "task_struct", {"se"}},
                                  {"OFF_SE_CFS_RQ", "sched_entity", {"cfs_rq"}},
                                  {"OFF_CFS_RQ_RQ", "cfs_rq", {"rq"}},
                                  {"OFF_RQ_CLOCK", "rq", {"clock"}}});
-  return f ? *f : std::vector<std::string>{};
 }
 
-Result<std::vector<std::string>> kernel_offset_cflags(const std::vector<OffsetSpec>& specs) {
+Status add_kernel_offsets(BpfPlan& plan, const std::vector<OffsetSpec>& specs) {
   auto btf = kernel_btf();
   if (!btf) return Error{btf.error()};
-  return offset_cflags(**btf, specs);
+  return add_offsets(plan, **btf, specs);
 }
 
 }  // namespace bpfdiag

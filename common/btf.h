@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bpf_plan.h"
 #include "common/result.h"
 
 struct btf;
@@ -28,14 +29,15 @@ class KernelBtf {
   struct btf* btf_;
 };
 
-// One `-DNAME=offset` cflag for a field looked up with alternative names.
+// One `#define NAME offset` for a field looked up with alternative names.
 struct OffsetSpec {
   std::string macro;  // e.g. "OFF_TASK_SE"
   std::string type;   // e.g. "task_struct"
   std::vector<std::string> names;
 };
-Result<std::vector<std::string>> offset_cflags(const KernelBtf& btf,
-                                               const std::vector<OffsetSpec>& specs);
+// Adds every spec's offset to `plan` (integer defines); an error names the first
+// field not found, and then nothing is added.
+Status add_offsets(BpfPlan& plan, const KernelBtf& btf, const std::vector<OffsetSpec>& specs);
 
 // The running kernel's BTF (/sys/kernel/btf/vmlinux), parsed once and kept until
 // release_kernel_btf().
@@ -44,12 +46,12 @@ Result<std::shared_ptr<KernelBtf>> kernel_btf();
 // it before compiling, so the BTF and clang are never in memory together (peak RSS).
 // A later kernel_btf() parses the file again.
 void release_kernel_btf();
-// offset_cflags against the running kernel's BTF: what every tool's bpf_cflags needs.
-Result<std::vector<std::string>> kernel_offset_cflags(const std::vector<OffsetSpec>& specs);
+// add_offsets against the running kernel's BTF: what every tool's bpf_plan needs.
+Status add_kernel_offsets(BpfPlan& plan, const std::vector<OffsetSpec>& specs);
 // The offsets bpf_sources/arrival.h reads (a task's last arrival on a CPU, from
 // task_struct.sched_info and the run queue's clock); none when the running kernel
 // lacks one of them (CONFIG_SCHED_INFO, CONFIG_FAIR_GROUP_SCHED), and then arrival.h
-// defines nothing.
-std::vector<std::string> arrival_cflags();
+// defines nothing. True when they were added.
+bool add_arrival_offsets(BpfPlan& plan);
 
 }  // namespace bpfdiag

@@ -16,7 +16,7 @@
 #include <cxxopts.hpp>
 
 #include "common/timing.h"
-#include "common/bpf_session.h"
+#include "common/tracefs.h"
 #include "common/parse.h"
 #include "common/result.h"
 #include "common/runloop.h"

@@ -179,14 +179,20 @@ unsigned kernel_version_code(const std::string& release) {
   return (a << 16) + (b << 8) + (c > 255 ? 255 : c);
 }
 
-Status write_header_shim(const std::string& dir, const std::string& release) {
-  for (const auto& f : kShim)
-    if (auto st = write_file(dir + "/" + f.path, f.text)) return st;
+std::vector<std::pair<std::string, std::string>> header_shim_files(const std::string& release) {
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto& f : kShim) files.emplace_back(f.path, f.text);
   unsigned code = kernel_version_code(release);
   std::string version = "#pragma once\n#define LINUX_VERSION_CODE " + std::to_string(code) +
                         "\n#define KERNEL_VERSION(a, b, c) (((a) << 16) + ((b) << 8) + ((c) > 255 ? 255 : (c)))\n";
-  if (auto st = write_file(dir + "/include/linux/version.h", version)) return st;
-  if (auto st = write_file(dir + "/include/generated/uapi/linux/version.h", version)) return st;
+  files.emplace_back("include/linux/version.h", version);
+  files.emplace_back("include/generated/uapi/linux/version.h", version);
+  return files;
+}
+
+Status write_header_shim(const std::string& dir, const std::string& release) {
+  for (const auto& [path, text] : header_shim_files(release))
+    if (auto st = write_file(dir + "/" + path, text)) return st;
   for (const EmbeddedFile* e = kEmbeddedBpfHeaders; e->name; ++e)
     if (auto st = write_file(dir + "/include/bpfdiag/" + e->name, e->text)) return st;
   return std::nullopt;

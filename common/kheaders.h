@@ -4,10 +4,17 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/result.h"
 
 namespace bpfdiag {
+
+// The header shim's files for kernel `release` (path under the shim, text), without
+// the embedded bpf_sources/*.h: what write_header_shim writes, and part of the
+// compiled-object cache key.
+std::vector<std::pair<std::string, std::string>> header_shim_files(const std::string& release);
 
 // Writes the header shim (and the embedded bpf_sources/*.h) under `dir`.
 // Kernel version macros come from `release` (uname -r).

@@ -293,7 +293,6 @@ Status attach_pthread_probes(BpfSession& s, const PthreadLib& lib,
                      (pt->offset ? "+" + format_hex(pt->offset) : "") + ": " + msg + hint};
       }
       if (timing_on()) timing_mark(std::string(ret ? "uretprobe " : "uprobe ") + pthread_fn_name(h.fn));
-      enter_reporting();  // attached: a stop signal now asks for the report
     }
   }
   return std::nullopt;

@@ -25,8 +25,9 @@ namespace bpfdiag {
 // Call at the start of main(), before any thread exists (tool_main does).
 void install_stop_handlers();
 // From now on a stop signal asks for the final report instead of ending the process.
-// run_loop() calls it, and so does every successful BpfSession attach: once a probe is
-// attached the tool has something to report, even if the signal lands before the loop.
+// run_loop() calls it, and so does the tool skeleton once the tool's attach phase is
+// over (attach_phase_done, common/tool.h): the tool then has something to report, even
+// if the signal lands before the loop.
 void enter_reporting();
 // The stop signal received since the run loop started, or 0.
 int stop_signal();

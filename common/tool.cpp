@@ -8,16 +8,18 @@ namespace bpfdiag {
 
 Result<std::unique_ptr<BpfSession>> load_tool(const ToolPlan& plan) {
   if (plan.ebpf) {
-    std::cout << ebpf_listing(plan.bpf_text, plan.cflags);
+    std::cout << ebpf_listing(plan.bpf);
     return std::unique_ptr<BpfSession>();
   }
-  timing_mark("tool setup + cflags");
-  if (auto st = preflight(plan.tracepoints)) return Error{st->message};
+  timing_mark("tool setup + build plan");
+  if (auto st = preflight(plan.bpf.tracepoints)) return Error{st->message};
   timing_mark("preflight");
-  auto s = BpfSession::load(plan.bpf_text, plan.cflags);
+  auto s = BpfSession::load(plan.bpf);
   if (!s) return Error{s.error()};
   return std::move(s.value());
 }
+
+void attach_phase_done() { enter_reporting(); }
 
 Status run_tool_loop(const Schedule& s, RunHooks& hooks, TargetWatch& targets) {
   if (!targets.empty()) targets.attach(hooks);

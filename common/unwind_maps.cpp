@@ -276,7 +276,7 @@ bool UnwindMaps::add_process(uint32_t tgid) {
 }
 
 namespace {
-// Map sizes are cflags, so part of the compiled program: rounded up to 3 significant
+// Map sizes are defines, so part of the compiled program: rounded up to 3 significant
 // bits (at most 12.5% more), targets of about the same size share one compile in the
 // compiled-object cache (common/bpf_object.h).
 uint64_t round_size(uint64_t n) {
@@ -286,22 +286,20 @@ uint64_t round_size(uint64_t n) {
 }
 }  // namespace
 
-Result<std::vector<std::string>> UnwindMaps::cflags() {
-  auto f = kernel_offset_cflags({{"OFF_TASK_STACK", "task_struct", {"stack"}}});
-  if (!f) return Error{f.error()};
-  std::vector<std::string> flags = *f;
+Status UnwindMaps::add_defines(BpfPlan& plan) {
+  if (auto st = add_kernel_offsets(plan, {{"OFF_TASK_STACK", "task_struct", {"stack"}}})) return st;
   // room for tables of files mapped later (dlopen, exec) without reloading
   capacity_ = round_size(rows_.size() + std::max<uint64_t>(rows_.size() / 2, 65536));
-  flags.push_back("-DUW_DWARF");
-  flags.push_back("-DTHREAD_SIZE=16384");  // x86-64; the regs are checked (cs == user) in BPF
-  flags.push_back("-DUW_MAX_ROWS=" + std::to_string(capacity_));
-  flags.push_back("-DUW_MAX_DEPTH=" + std::to_string(std::min<uint32_t>(max_depth_, UW_STACK_SLOTS)));
+  plan.flag("UW_DWARF");
+  plan.integer("THREAD_SIZE", 16384);  // x86-64; the regs are checked (cs == user) in BPF
+  plan.integer("UW_MAX_ROWS", capacity_);
+  plan.integer("UW_MAX_DEPTH", std::min<uint32_t>(max_depth_, UW_STACK_SLOTS));
   proc_capacity_ = round_size(std::max<size_t>(64, procs_.size() * 2));  // uw_maps: 4 KB per process
-  flags.push_back("-DUW_PROCS_SIZE=" + std::to_string(proc_capacity_));
+  plan.integer("UW_PROCS_SIZE", proc_capacity_);
   // a ceiling (allocated as used, ~530 bytes a stack): MariaDB under sysbench made
   // 16,384 distinct stacks in 20 s
-  flags.push_back("-DUW_STACKS_SIZE=262144");
-  return flags;
+  plan.integer("UW_STACKS_SIZE", 262144);
+  return std::nullopt;
 }
 
 Status UnwindMaps::fill(BpfSession& bpf) {
@@ -338,16 +336,13 @@ Status UnwindMaps::fill(BpfSession& bpf) {
 }
 
 Status UnwindMaps::prepare(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids, bool ebpf,
-                           std::vector<std::string>& flags) {
+                           BpfPlan& plan) {
   std::set<uint32_t> tgids(pids.begin(), pids.end());
   for (auto t : tids) tgids.insert(proc_tgid(t));
   if (!ebpf)
     for (auto t : tgids)
       if (t) add_process(t);
-  auto f = cflags();
-  if (!f) return Error{f.error()};
-  flags.insert(flags.end(), f->begin(), f->end());
-  return std::nullopt;
+  return add_defines(plan);
 }
 
 Status UnwindMaps::start(BpfSession& session, const std::string& fn, int prog_type, const std::string& after) {

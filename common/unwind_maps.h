@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "common/bpf_maps.h"
+#include "common/bpf_plan.h"
+#include "common/bpf_session.h"
 #include "common/cli.h"
 #include "common/report.h"
 #include "common/result.h"
@@ -69,9 +71,9 @@ class UnwindMaps {
  public:
   explicit UnwindMaps(uint32_t max_depth = 64) : max_depth_(max_depth) {}
   // Before load: the tables of the target processes (-p PIDs and the processes of the
-  // -t TIDs; none with --ebpf), then cflags() appended to `flags`.
+  // -t TIDs; none with --ebpf), then the maps' sizes and offsets added to `plan`.
   Status prepare(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids, bool ebpf,
-                 std::vector<std::string>& flags);
+                 BpfPlan& plan);
   // After load, before attaching the handlers: fill(), then install(); `after`, when
   // given, is the program the unwinder tail-calls in turn (slot UW_PROG_AFTER).
   Status start(BpfSession& session, const std::string& fn, int prog_type, const std::string& after = "");
@@ -88,8 +90,8 @@ class UnwindMaps {
   // Reads /proc/TGID/maps and builds the tables of its executable file mappings.
   // False when the process is gone.
   bool add_process(uint32_t tgid);
-  // BPF cflags (call once, after the first add_process calls): sizes and offsets.
-  Result<std::vector<std::string>> cflags();
+  // BPF defines (call once, after the first add_process calls): sizes and offsets.
+  Status add_defines(BpfPlan& plan);
   // Writes every row and process not yet in the maps.
   Status fill(BpfSession& bpf);
   // Loads the tool's program `fn` (of the handler's type: the unwinder, which calls
@@ -105,7 +107,7 @@ class UnwindMaps {
     uint64_t tables_left = 0;  // mappings left without their table by a row cap (ustack_tables_capped)
   };
   uint32_t max_depth_;
-  uint64_t capacity_ = 0;                // uw_rows entries (0: cflags() not called yet)
+  uint64_t capacity_ = 0;                // uw_rows entries (0: add_defines() not called yet)
   uint64_t proc_capacity_ = 0;           // processes uw_maps holds (blocks of UW_MAX_MAPS)
   std::map<uint32_t, uint32_t> slots_;   // tgid -> its block in uw_maps
   std::vector<uw_row> rows_;             // every placed row, back to back

@@ -16,6 +16,8 @@
 
 #include "common/bpf_object.h"
 #include "common/bpf_session.h"
+#include "common/bpf_plan.h"
+#include "common/embedded.h"
 #include "common/filters.h"
 #include "tests/unit/test_env.h"
 
@@ -139,6 +141,40 @@ TEST_CASE("bpf object: map references are rewritten to the new fds, nothing else
   CHECK(relocate_maps(ragged, {1, 2}));
 }
 
+TEST_CASE("bpf object cache key: covers every embedded BPF header, byte for byte") {
+  std::vector<std::string> names, texts;
+  for (const EmbeddedFile* e = kEmbeddedBpfHeaders; e->name; ++e) {
+    names.push_back(e->name);
+    texts.push_back(e->text);
+  }
+  REQUIRE(names.size() >= 5);
+  auto key_with = [&](const std::vector<std::string>& t) {
+    std::vector<EmbeddedFile> set;
+    for (size_t i = 0; i < t.size(); ++i) set.push_back({names[i].c_str(), t[i].c_str()});
+    set.push_back({nullptr, nullptr});
+    return BpfObjectCache::key("int a;", {"-DX=1"}, set.data());
+  };
+  const std::string base = BpfObjectCache::key("int a;", {"-DX=1"});
+  CHECK(key_with(texts) == base);  // the embedded set is the default
+  CHECK(BpfObjectCache::key("int a;", {"-DX=1"}) == base);  // same inputs, same key
+  for (const char* name : {"offcputime_shared.h", "hist.h", "filters.h", "arrival.h", "unwind_shared.h"}) {
+    CAPTURE(name);
+    size_t i = 0;
+    while (i < names.size() && names[i] != name) ++i;
+    REQUIRE(i < names.size());
+    auto changed = texts;
+    changed[i].back() = changed[i].back() == ' ' ? '\t' : ' ';  // one byte, the last
+    CHECK(key_with(changed) != base);
+  }
+  // a header's text cannot pass for the next one's: lengths are in the key
+  auto shifted = texts;
+  shifted[1] = shifted[0].substr(shifted[0].size() - 1) + shifted[1];
+  shifted[0].pop_back();
+  CHECK(key_with(shifted) != base);
+  CHECK(base.find("\nsuite ") != std::string::npos);
+  CHECK(base.rfind("bpfdiag object 3\n", 0) == 0);
+}
+
 TEST_CASE("bpf object cache: stores and finds by key, only in a directory and files that are ours alone") {
   TempDir t;
   std::string dir = t.path + "/cache";
@@ -232,10 +268,12 @@ TRACEPOINT_PROBE(syscalls, sys_enter_getppid) {
   return 0;
 }
 )";
-  const std::vector<std::string> flags = {id_filter_cflag("TGID_OK", {static_cast<uint32_t>(getpid())})};
+  BpfPlan plan;
+  plan.text = text;
+  plan.id_filter("TGID_OK", {static_cast<uint32_t>(getpid())});
   for (bool cached : {false, true}) {
     CAPTURE(cached);
-    auto s = BpfSession::load(text, flags);
+    auto s = BpfSession::load(plan);
     REQUIRE_MESSAGE(s, (s ? "" : s.error()));
     CHECK((*s)->from_cache() == cached);
     REQUIRE_FALSE((*s)->attach_tracepoint("syscalls:sys_enter_getppid", "tracepoint__syscalls__sys_enter_getppid"));

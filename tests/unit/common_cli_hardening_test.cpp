@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "common/cli.h"
+#include "common/bpf_plan.h"
 #include "common/filters.h"
 #include "common/kheaders.h"
 #include "common/parse.h"
@@ -95,23 +96,34 @@ TEST_CASE("parse_id_list: duplicates dropped, at most kMaxIdList ids") {
 
 TEST_CASE("filters: id lists in a map the loader fills, the program text the same for any list") {
   std::vector<uint32_t> nine = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-  CHECK(id_filter_cflag("TGID_OK", {4}) == "-DBPFDIAG_ID_MAP_TGID_OK=4");
-  CHECK(id_filter_cflag("TGID_OK", nine) == "-DBPFDIAG_ID_MAP_TGID_OK=1,2,3,4,5,6,7,8,9");
-  std::vector<std::string> flags = {"-DX=1", id_filter_cflag("TID_OK", nine), id_filter_cflag("TGID_OK", {4})};
-  auto maps = take_id_maps(flags);
+  BpfPlan plan;
+  plan.text = "int main;\n";
+  plan.integer("X", 1).id_filter("TID_OK", nine).id_filter("TGID_OK", {4});
+  auto r = render_plan(plan);
+  REQUIRE(r.ok());
+  const auto& maps = r->id_maps;
   REQUIRE(maps.size() == 2);
   CHECK(maps[0].macro == "TID_OK");
   CHECK(maps[0].map == "tid_ok_ids");
   CHECK(maps[0].ids == nine);
   CHECK(maps[1].ids == std::vector<uint32_t>{4});
-  CHECK(flags == std::vector<std::string>{"-DX=1", "-DBPFDIAG_ID_MAP_TID_OK=1", "-DBPFDIAG_ID_MAP_TGID_OK=1"});
+  CHECK(r->cflags == std::vector<std::string>{"-DBPFDIAG_ID_MAP_TGID_OK=1", "-DBPFDIAG_ID_MAP_TID_OK=1", "-DX=1"});
+  CHECK(r->text == id_map_prelude(maps) + plan.text);
+  // other IDs, the same compiled program
+  BpfPlan other = plan;
+  other.id_filter("TGID_OK", {7, 8});
+  CHECK(render_plan(other)->cflags == r->cflags);
+  CHECK(render_plan(other)->text == r->text);
   std::string prelude = id_map_prelude(maps);
   CHECK(prelude.find("BPF_HASH(tid_ok_ids, unsigned int, unsigned char, 4096);") != std::string::npos);
   CHECK(prelude.find("int bpfdiag_tid_ok_ids(unsigned int x)") != std::string::npos);
   CHECK(prelude.find("#line 1\n") != std::string::npos);
   CHECK(id_map_prelude({}).empty());
   // the listing shows the map and the program as compiled
-  std::string listing = ebpf_listing("int main;\n", {id_filter_cflag("TGID_OK", nine)});
+  BpfPlan listed;
+  listed.text = "int main;\n";
+  listed.id_filter("TGID_OK", nine);
+  std::string listing = ebpf_listing(listed);
   CHECK(listing.find("TGID_OK: 9 IDs, loaded into map tgid_ok_ids") != std::string::npos);
   CHECK(listing.find("#define BPFDIAG_ID_MAP_TGID_OK 1\n") != std::string::npos);
 }

@@ -61,11 +61,16 @@ TEST_CASE("drain_hash moves every entry out of a real BPF hash map") {
   close(fd);
 }
 
-#include "common/filters.h"
+#include "common/bpf_plan.h"
 
-TEST_CASE("id filter cflags") {
-  CHECK(id_filter_cflag("TGID_OK", {}) == "-DTGID_OK(x)=(1)");
-  CHECK(id_filter_cflag("TGID_OK", {42}) == "-DBPFDIAG_ID_MAP_TGID_OK=42");
-  CHECK(id_filter_cflag("TID_OK", {1, 2}) == "-DBPFDIAG_ID_MAP_TID_OK=1,2");
-  CHECK(id_filter_cflag("CPU_OK", {1, 2}) == "-DCPU_OK(x)=((x)==1||(x)==2)");  // no map variant
+TEST_CASE("id filters rendered") {
+  auto cflags = [](const std::string& macro, const std::vector<uint32_t>& ids) {
+    BpfPlan p;
+    p.id_filter(macro, ids);
+    return render_plan(p)->cflags;
+  };
+  CHECK(cflags("TGID_OK", {}) == std::vector<std::string>{"-DTGID_OK(x)=(1)"});
+  CHECK(cflags("TGID_OK", {42}) == std::vector<std::string>{"-DBPFDIAG_ID_MAP_TGID_OK=1"});
+  CHECK(cflags("TID_OK", {1, 2}) == std::vector<std::string>{"-DBPFDIAG_ID_MAP_TID_OK=1"});
+  CHECK(cflags("CPU_OK", {1, 2}) == std::vector<std::string>{"-DCPU_OK(x)=((x)==1||(x)==2)"});  // no map variant
 }

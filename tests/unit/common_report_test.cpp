@@ -46,9 +46,14 @@ TEST_CASE("libbcc noise filter") {
   CHECK_FALSE(is_libbcc_noise("error: use of undeclared identifier"));
 }
 
-TEST_CASE("ebpf listing shows cflags as defines") {
-  CHECK(ebpf_listing("int x;\n", {"-DOFF_A=8", "-DFLAG", "-Ifoo"}) ==
-        "#define OFF_A 8\n#define FLAG\nint x;\n");
+TEST_CASE("ebpf listing shows the plan's defines") {
+  BpfPlan p;
+  p.text = "int x;\n";
+  p.integer("OFF_A", 8).flag("FLAG").integer("MIN", 5, "ULL").expression("MAX", "0xffULL");
+  CHECK(ebpf_listing(p) == "#define FLAG\n#define MAX 0xffULL\n#define MIN 5ULL\n#define OFF_A 8\nint x;\n");
+  CHECK(p.has("FLAG"));
+  CHECK(p.value("OFF_A") == "8");
+  CHECK_FALSE(p.value("NOPE"));
 }
 
 TEST_CASE("BTF offsets, with alternative names and anonymous members") {
@@ -64,9 +69,12 @@ TEST_CASE("BTF offsets, with alternative names and anonymous members") {
   CHECK(missing.error() == "kernel struct task_struct has no field nope1/nope2");
   CHECK_FALSE((*btf)->field_offset("no_such_struct_xyz", {"a"}).ok());
   CHECK((*btf)->field_size("task_struct", "pid") == 4);
-  auto flags = offset_cflags(**btf, {{"OFF_PID", "task_struct", {"pid"}}});
-  REQUIRE(flags.ok());
-  CHECK((*flags)[0] == "-DOFF_PID=" + std::to_string(*pid));
+  BpfPlan plan;
+  REQUIRE_FALSE(add_offsets(plan, **btf, {{"OFF_PID", "task_struct", {"pid"}}}));
+  CHECK(plan.value("OFF_PID") == std::to_string(*pid));
+  // one missing field: an error, and nothing added
+  CHECK(add_offsets(plan, **btf, {{"OFF_TGID", "task_struct", {"tgid"}}, {"OFF_NO", "task_struct", {"nope"}}}));
+  CHECK_FALSE(plan.has("OFF_TGID"));
 }
 
 TEST_CASE("header shim is written with the version and embedded headers") {
@@ -82,15 +90,21 @@ TEST_CASE("header shim is written with the version and embedded headers") {
 
 TEST_CASE("a BPF compile error is one line") {
   if (!require_env(geteuid() == 0, "compiling BPF needs root")) return;
-  auto s = BpfSession::load("int broken(void *ctx) { return undeclared_thing; }\n", {});
+  BpfPlan plan;
+  plan.text = "int broken(void *ctx) { return undeclared_thing; }\n";
+  auto s = BpfSession::load(plan);
   REQUIRE_FALSE(s.ok());
   CHECK(s.error().find("cannot compile BPF program") == 0);
   CHECK(s.error().find("undeclared_thing") != std::string::npos);
   CHECK(s.error().find('\n') == std::string::npos);
 }
 
-TEST_CASE("cflags with white space are refused (libbcc would split them)") {
-  auto s = BpfSession::load("int x;\n", {"-DA(x)=((x) == 1)"});
+TEST_CASE("defines with white space are refused (libbcc would split them)") {
+  BpfPlan plan;
+  plan.text = "int x;\n";
+  plan.expression("A(x)", "((x) == 1)");
+  CHECK_FALSE(render_plan(plan).ok());
+  auto s = BpfSession::load(plan);
   REQUIRE_FALSE(s.ok());
   CHECK(s.error().find("white space") != std::string::npos);
 }

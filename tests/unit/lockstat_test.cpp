@@ -287,31 +287,33 @@ TEST_CASE("lockstat: text, CSV and JSON reports") {
 TEST_CASE("lockstat: BPF text and mode flags") {
   CHECK(bpf_text().find("TRACEPOINT_PROBE(lock, contention_begin)") != std::string::npos);
   CHECK(bpf_text().find("TRACEPOINT_PROBE(syscalls, sys_enter_futex)") != std::string::npos);
-  auto has = [](const std::vector<std::string>& v, const std::string& s) {
-    return std::find(v.begin(), v.end(), s) != v.end();
+  auto filter = [](const bpfdiag::BpfPlan& p, const std::string& macro) {
+    for (const auto& f : p.id_filters())
+      if (f.macro == macro) return f.ids;
+    return std::vector<uint32_t>{99};
   };
-  auto f = *bpf_cflags(*parse({}), false);
-  CHECK(has(f, "-DUSER_FUTEX"));
-  CHECK(has(f, "-DKERNEL_LOCKS"));
-  CHECK(has(f, "-DTGID_OK(x)=(1)"));  // no -p/--tid: everything passes
-  CHECK(has(f, "-DTID_OK(x)=(1)"));
-  CHECK(!has(f, "-DFILTER_ADDRS"));
-  auto k = *bpf_cflags(*parse({"-K", "-p", "1", "-t", "7,8"}), false);
-  CHECK(!has(k, "-DUSER_FUTEX"));
-  CHECK(has(k, "-DBPFDIAG_ID_MAP_TGID_OK=1"));
-  CHECK(has(k, "-DBPFDIAG_ID_MAP_TID_OK=7,8"));
-  auto u = *bpf_cflags(*parse({"--uprobes", "-U", "-L", "0x10", "-m", "5"}), false);
-  CHECK(has(u, "-DUSER_PTHREAD"));
-  CHECK(!has(u, "-DKERNEL_LOCKS"));
-  CHECK(has(u, "-DFILTER_ADDRS"));
-  CHECK(has(u, "-DADDR_FILTER_ENTRIES=1"));
+  auto f = *bpf_plan(*parse({}), false);
+  CHECK(f.has("USER_FUTEX"));
+  CHECK(f.has("KERNEL_LOCKS"));
+  CHECK(filter(f, "TGID_OK").empty());  // no -p/--tid: everything passes
+  CHECK(filter(f, "TID_OK").empty());
+  CHECK(!f.has("FILTER_ADDRS"));
+  auto k = *bpf_plan(*parse({"-K", "-p", "1", "-t", "7,8"}), false);
+  CHECK(!k.has("USER_FUTEX"));
+  CHECK(filter(k, "TGID_OK") == std::vector<uint32_t>{1});
+  CHECK(filter(k, "TID_OK") == std::vector<uint32_t>{7, 8});
+  auto u = *bpf_plan(*parse({"--uprobes", "-U", "-L", "0x10", "-m", "5"}), false);
+  CHECK(u.has("USER_PTHREAD"));
+  CHECK(!u.has("KERNEL_LOCKS"));
+  CHECK(u.has("FILTER_ADDRS"));
+  CHECK(u.value("ADDR_FILTER_ENTRIES") == "1");
   // the address filter map is sized from the list: no silently shorter filter
   std::string many;
   for (int i = 1; i <= 1500; ++i) many += (many.empty() ? "0x" : ",0x") + std::to_string(i);
-  CHECK(has(*bpf_cflags(*parse({"-L", many}), false), "-DADDR_FILTER_ENTRIES=1500"));
-  CHECK(has(u, "-DMIN_WAIT_NS=5000ULL"));
+  CHECK(bpf_plan(*parse({"-L", many}), false)->value("ADDR_FILTER_ENTRIES") == "1500");
+  CHECK(u.value("MIN_WAIT_NS") == "5000ULL");
   // a symbolic name is matched after symbolization, so no in-kernel address filter
-  CHECK(!has(*bpf_cflags(*parse({"-L", "mmap_lock"}), false), "-DFILTER_ADDRS"));
+  CHECK(!bpf_plan(*parse({"-L", "mmap_lock"}), false)->has("FILTER_ADDRS"));
 }
 
 TEST_CASE("lockstat: --unwind (dwarf by default with -p/-t, fp system-wide)") {
@@ -325,11 +327,8 @@ TEST_CASE("lockstat: --unwind (dwarf by default with -p/-t, fp system-wide)") {
   CHECK(parse({"-p", self, "--unwind", "lbr"}).error().find("fp or dwarf") != std::string::npos);
   // the fp-mode stack scan reads the user registers through task_struct.stack (BTF);
   // dwarf mode has the whole stack and must not define it (the unwinder's flags do)
-  auto has_scan = [](const std::vector<std::string>& v) {
-    return std::any_of(v.begin(), v.end(), [](const std::string& f) { return f.rfind("-DOFF_TASK_STACK=", 0) == 0; });
-  };
-  CHECK(has_scan(*bpf_cflags(*parse({"-p", self, "--unwind", "fp"}), true)));
-  CHECK_FALSE(has_scan(*bpf_cflags(*parse({"-p", self}), true)));
+  CHECK(bpf_plan(*parse({"-p", self, "--unwind", "fp"}), true)->has("OFF_TASK_STACK"));
+  CHECK_FALSE(bpf_plan(*parse({"-p", self}), true)->has("OFF_TASK_STACK"));
 }
 
 // --- what a wait is ---------------------------------------------------------------------

@@ -123,17 +123,28 @@ TEST_CASE("naptime BPF text: both sleep syscalls, enter and exit") {
 TEST_CASE("naptime filters become BPF defines") {
   Config c;
   // the suite's one generator (common/filters.h): everything passes when unfiltered
-  CHECK(filter_cflags(c) == std::vector<std::string>{"-DTGID_OK(x)=(1)", "-DTID_OK(x)=(1)"});
+  auto none = render_plan(filter_plan(c));
+  REQUIRE(none.ok());
+  CHECK(none->cflags == std::vector<std::string>{"-DTGID_OK(x)=(1)", "-DTID_OK(x)=(1)"});
   c.pids = {42, 43};
   c.tids = {7};
   c.comm = "java";
   c.min_ns = 10000000;
-  auto f = filter_cflags(c);
-  REQUIRE(f.size() == 4);
-  CHECK(f[0] == "-DBPFDIAG_ID_MAP_TGID_OK=42,43");
-  CHECK(f[1] == "-DBPFDIAG_ID_MAP_TID_OK=7");
-  CHECK(f[2] == "-DFILTER_COMM");
-  CHECK(f[3] == "-DMIN_NS=10000000ULL");
+  auto p = filter_plan(c);
+  REQUIRE(p.id_filters().size() == 2);
+  CHECK(p.id_filters()[0].macro == "TGID_OK");
+  CHECK(p.id_filters()[0].ids == std::vector<uint32_t>{42, 43});
+  CHECK(p.id_filters()[1].ids == std::vector<uint32_t>{7});
+  CHECK(p.has("FILTER_COMM"));
+  CHECK(p.value("MIN_NS") == "10000000ULL");
+  // rendered: the ID lists become maps, the same flags whatever the IDs
+  auto f = render_plan(p);
+  REQUIRE(f.ok());
+  CHECK(f->cflags == std::vector<std::string>{"-DBPFDIAG_ID_MAP_TGID_OK=1", "-DBPFDIAG_ID_MAP_TID_OK=1",
+                                              "-DFILTER_COMM", "-DMIN_NS=10000000ULL"});
+  REQUIRE(f->id_maps.size() == 2);
+  CHECK(f->id_maps[0].map == "tgid_ok_ids");
+  CHECK(f->id_maps[0].ids == std::vector<uint32_t>{42, 43});
   // the BPF side uses exactly these macros
   CHECK(bpf_text().find("!TGID_OK(tgid) || !TID_OK(tid)") != std::string::npos);
   CHECK(bpf_text().find("FILTER_TGID") == std::string::npos);

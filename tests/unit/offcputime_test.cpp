@@ -164,11 +164,15 @@ TEST_CASE("offcputime: BPF cflags carry filters, bounds and BTF offsets") {
   }
   auto c = parse({"-p", std::to_string(getpid()), "-m", "10", "-M", "20", "--state", "0", "-K"});
   REQUIRE(c);
-  auto f = bpf_cflags(*c);
+  auto plan = bpf_plan(*c);
+  REQUIRE(plan);
+  auto f = render_plan(*plan);
   REQUIRE(f);
   std::string all;
-  for (auto& s : *f) all += s + " ";
-  CHECK(all.find("-DBPFDIAG_ID_MAP_TGID_OK=" + std::to_string(getpid()) + " ") != std::string::npos);
+  for (auto& s : f->cflags) all += s + " ";
+  CHECK(all.find("-DBPFDIAG_ID_MAP_TGID_OK=1 ") != std::string::npos);  // the same for every PID
+  REQUIRE(f->id_maps.size() == 1);
+  CHECK(f->id_maps[0].ids == std::vector<uint32_t>{static_cast<uint32_t>(getpid())});
   CHECK(all.find("-DTID_OK(x)=(1)") != std::string::npos);
   CHECK(all.find("-DMIN_NS=10000ULL") != std::string::npos);
   CHECK(all.find("-DMAX_NS=20000ULL") != std::string::npos);
@@ -183,12 +187,11 @@ TEST_CASE("offcputime: BPF cflags carry filters, bounds and BTF offsets") {
   // several PIDs: the shared generator's form
   auto c2 = parse({"-p", std::to_string(getpid()) + ",1"});
   REQUIRE(c2);
-  auto f2 = bpf_cflags(*c2);
+  auto f2 = bpf_plan(*c2);
   REQUIRE(f2);
-  bool found = false;
-  for (auto& s : *f2)
-    found = found || s == "-DBPFDIAG_ID_MAP_TGID_OK=" + std::to_string(getpid()) + ",1";
-  CHECK(found);
+  REQUIRE(f2->id_filters().size() == 2);
+  CHECK(f2->id_filters()[0].ids == std::vector<uint32_t>{static_cast<uint32_t>(getpid()), 1});
+  CHECK(render_plan(*f2)->cflags == f->cflags);  // one compiled program for any PID list
 }
 
 // The fixture shared with the golden tests (offcputime_golden_test.cpp).

@@ -101,11 +101,14 @@ TEST_CASE("--ebpf text and cflags") {
   CHECK(bpf_text().find("int lock_return(struct pt_regs *ctx)") != std::string::npos);
   CHECK(bpf_text().find("int cond_entry(struct pt_regs *ctx)") != std::string::npos);
   Config c;
-  CHECK(bpf_cflags(c) == std::vector<std::string>{"-DSTACK_ENTRIES=16384"});
+  auto defines = [](const Config& c) { return bpf_plan(c).defines(); };
+  using Defines = std::map<std::string, std::string>;
+  CHECK(defines(c) == Defines{{"STACK_ENTRIES", "16384"}});
   c.stack_storage_size = 1000;
-  CHECK(bpf_cflags(c) == std::vector<std::string>{"-DSTACK_ENTRIES=1000"});
+  CHECK(defines(c) == Defines{{"STACK_ENTRIES", "1000"}});
   c.stacks = 0;
-  CHECK(bpf_cflags(c) == std::vector<std::string>{"-DNO_STACKS"});
+  CHECK(defines(c) == Defines{{"NO_STACKS", ""}});
+  CHECK(bpf_plan(c).text == bpf_text());
 }
 
 TEST_CASE("render: text table, histogram, stacks and data quality") {

@@ -17,20 +17,18 @@ static bpfdiag::Result<Config> parse(std::vector<std::string> args) {
   return parse_args(static_cast<int>(argv.size()), argv.data());
 }
 
-static bool has(const std::vector<std::string>& v, const std::string& s) {
-  return std::find(v.begin(), v.end(), s) != v.end();
-}
+static bool has(const bpfdiag::BpfPlan& p, const std::string& s) { return p.has(s); }
 
 TEST_CASE("profile: defaults are BCC's (49 Hz, user + kernel, idle excluded)") {
   auto c = parse({});
   REQUIRE(c);
   CHECK(c->freq_hz == 49);
   CHECK_FALSE(c->include_idle);
-  auto f = bpf_cflags(*c);
-  CHECK(has(f, "-DCAPTURE_USER"));
-  CHECK(has(f, "-DCAPTURE_KERNEL"));
-  CHECK_FALSE(has(f, "-DINCLUDE_IDLE"));
-  CHECK(has(f, "-DSTACK_STORAGE_SIZE=16384"));
+  auto f = bpf_plan(*c);
+  CHECK(has(f, "CAPTURE_USER"));
+  CHECK(has(f, "CAPTURE_KERNEL"));
+  CHECK_FALSE(has(f, "INCLUDE_IDLE"));
+  CHECK(f.value("STACK_STORAGE_SIZE") == "16384");
 }
 
 TEST_CASE("profile: -F, -U/-K, -I, duration forms, --svg") {
@@ -39,14 +37,14 @@ TEST_CASE("profile: -F, -U/-K, -I, duration forms, --svg") {
   CHECK(c->freq_hz == 99);
   CHECK(c->svg == "/tmp/x.svg");
   CHECK(c->schedule.duration_ns == 5000000000ULL);
-  auto f = bpf_cflags(*c);
-  CHECK(has(f, "-DCAPTURE_USER"));
-  CHECK_FALSE(has(f, "-DCAPTURE_KERNEL"));
-  CHECK(has(f, "-DINCLUDE_IDLE"));
+  auto f = bpf_plan(*c);
+  CHECK(has(f, "CAPTURE_USER"));
+  CHECK_FALSE(has(f, "CAPTURE_KERNEL"));
+  CHECK(has(f, "INCLUDE_IDLE"));
   auto d = parse({"-d", "1500ms", "-K"});
   REQUIRE(d);
   CHECK(d->schedule.duration_ns == 1500000000ULL);
-  CHECK_FALSE(has(bpf_cflags(*d), "-DCAPTURE_USER"));
+  CHECK_FALSE(has(bpf_plan(*d), "CAPTURE_USER"));
 }
 
 TEST_CASE("profile: --unwind (dwarf by default with -p/-t, fp system-wide)") {

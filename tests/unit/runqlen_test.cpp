@@ -66,13 +66,16 @@ TEST_CASE("runqlen BPF text reads the CPU's run queue from BTF offsets") {
   CHECK(t.find("#include <linux/sched.h>") == std::string::npos);  // no kernel headers
   CHECK(t.find("dq_count(RUNQLEN_CNT_READ_ERRORS)") != std::string::npos);  // shared counters
   Config c;
-  auto flags = bpf_cflags(c);
-  if (flags.ok()) {
-    CHECK(flags->size() >= 6);  // + rq.clock and rq.clock_idle where the kernel has them
-    CHECK(flags->front().rfind("-DOFF_TASK_PID=", 0) == 0);
+  auto plan = bpf_plan(c);
+  if (plan.ok()) {
+    CHECK(plan->defines().size() >= 6);  // + rq.clock and rq.clock_idle where the kernel has them
+    CHECK(plan->has("OFF_TASK_PID"));
+    CHECK(plan->has("OFF_CFS_RQ_NR"));
+    CHECK(!plan->has("CFS_ONLY"));
+    CHECK(plan->text == t);
     Config cfs;
     cfs.cfs_only = true;
-    CHECK(bpf_cflags(cfs)->back() == "-DCFS_ONLY");
+    CHECK(bpf_plan(cfs)->value("CFS_ONLY") == "");
   }
 }
 

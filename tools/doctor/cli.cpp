@@ -79,11 +79,15 @@ const ToolEntry& registry_entry() {
 // common.h pasted in: libbcc rewrites map calls only in the main file
 std::string bpf_text() { return with_common_header(kBpf_doctor[0].text); }
 
-bpfdiag::Result<std::vector<std::string>> bpf_cflags(uint32_t tid) {
-  auto flags = bpfdiag::kernel_offset_cflags({{"OFF_TASK_NVCSW", "task_struct", {"nvcsw"}},
-                                              {"OFF_TASK_NIVCSW", "task_struct", {"nivcsw"}}});
-  if (flags) flags.value().push_back("-DTARGET_TID=" + std::to_string(tid));
-  return flags;
+bpfdiag::Result<bpfdiag::BpfPlan> bpf_plan(uint32_t tid) {
+  bpfdiag::BpfPlan p;
+  p.text = bpf_text();
+  p.tracepoints = {"syscalls:sys_enter_getppid"};
+  if (auto st = bpfdiag::add_kernel_offsets(p, {{"OFF_TASK_NVCSW", "task_struct", {"nvcsw"}},
+                                                {"OFF_TASK_NIVCSW", "task_struct", {"nivcsw"}}}))
+    return bpfdiag::Error{st->message};
+  p.integer("TARGET_TID", tid);
+  return p;
 }
 
 }  // namespace doctor

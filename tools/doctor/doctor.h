@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bpf_plan.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/registry.h"
@@ -37,7 +38,7 @@ bpfdiag::Result<Config> parse_args(int argc, char** argv);
 // The live-check program and its flags (the thread whose events are counted, and the
 // kernel's offsets of that thread's switch counts).
 std::string bpf_text();
-bpfdiag::Result<std::vector<std::string>> bpf_cflags(uint32_t tid);
+bpfdiag::Result<bpfdiag::BpfPlan> bpf_plan(uint32_t tid);
 
 // --- checks ------------------------------------------------------------------------
 enum class Verdict { Ok, Warn, Fail, Skip };

@@ -132,7 +132,8 @@ Check switch_recovery(bool btf_ok) {
     k.detail = "needs the kernel's BTF (see the btf line)";
     return k;
   }
-  const bool arrival = !arrival_cflags().empty();
+  BpfPlan offsets;
+  const bool arrival = add_arrival_offsets(offsets);
   auto b = kernel_btf();
   const bool clock_idle = b && (*b)->has_field("rq", "clock_idle");
   if (arrival && clock_idle) {

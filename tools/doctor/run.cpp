@@ -63,9 +63,9 @@ Result<LiveResult> live_check(DataQuality& dq) {
   const auto tid = static_cast<uint32_t>(syscall(SYS_gettid));
   // Found before loading: the uprobe's library (our own libc, through the open file).
   auto lib = find_pthread_lib(static_cast<uint32_t>(getpid()));
-  auto cflags = bpf_cflags(tid);
-  if (!cflags) return Error{cflags.error()};
-  auto loaded = load_tool(ToolPlan{"doctor", bpf_text(), *cflags, false, {"syscalls:sys_enter_getppid"}});
+  auto plan = bpf_plan(tid);
+  if (!plan) return Error{plan.error()};
+  auto loaded = load_tool(ToolPlan{"doctor", *plan, false});
   if (!loaded) return Error{loaded.error()};
   BpfSession& s = **loaded;
   r.compile_ns = monotonic_ns() - t0;
@@ -149,9 +149,9 @@ Status run(const Config& c) {
     return std::nullopt;
   }
   if (c.ebpf) {
-    auto cflags = bpf_cflags(static_cast<uint32_t>(syscall(SYS_gettid)));
-    if (!cflags) return Error{cflags.error()};
-    std::cout << ebpf_listing(bpf_text(), *cflags);
+    auto plan = bpf_plan(static_cast<uint32_t>(syscall(SYS_gettid)));
+    if (!plan) return Error{plan.error()};
+    std::cout << ebpf_listing(*plan);
     return std::nullopt;
   }
   const uint64_t t0 = monotonic_ns();

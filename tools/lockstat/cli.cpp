@@ -209,72 +209,76 @@ std::vector<std::pair<std::string, uint64_t>> map_sizes(const Config& c) {
 
 std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_lockstat[0].text)); }
 
-Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf) {
-  std::vector<std::string> f;
-  if (!c.kernel_only) {
-    f.push_back(c.uprobes ? "-DUSER_PTHREAD" : "-DUSER_FUTEX");
-    if (tracepoint_exists("syscalls:sys_enter_futex_wait")) f.push_back("-DHAVE_FUTEX_WAIT");
-    if (tracepoint_exists("syscalls:sys_enter_futex_waitv")) f.push_back("-DHAVE_FUTEX_WAITV");
+namespace {
+
+// futex mode's user-stack scan (fp mode): the user registers at the top of the
+// kernel stack
+void add_stack_scan(BpfPlan& p, const KernelBtf& k) {
+  auto st = k.field_offset("task_struct", {"stack"});
+  if (!st) return;
+  p.integer("OFF_TASK_STACK", *st);
+  p.integer("THREAD_SIZE", 16384);  // x86-64 default; checked in BPF via orig_ax
+}
+
+// Optional kernel-lock names: without them kernel locks are still reported, unnamed.
+void add_kernel_lock_names(BpfPlan& p, const KernelBtf& k) {
+  auto mm = k.field_offset("task_struct", {"mm"});
+  auto ml = k.field_offset("mm_struct", {"mmap_lock", "mmap_sem"});
+  uint32_t msz = k.field_size("mm_struct", "mmap_lock");
+  if (mm && ml && msz) {
+    p.integer("OFF_TASK_MM", *mm);
+    p.integer("OFF_MM_MMAP_LOCK", *ml);
+    p.integer("MMAP_LOCK_SIZE", std::min<uint32_t>(msz, 4095));
   }
-  if (!c.user_only) f.push_back("-DKERNEL_LOCKS");
-  f.push_back(id_filter_cflag("TGID_OK", c.pids));
-  f.push_back(id_filter_cflag("TID_OK", c.tids));
+  // per-CPU run-queue locks (named rq_lock): current->se.cfs_rq->rq->__lock
+  auto se = k.field_offset("task_struct", {"se"});
+  auto cq = k.field_offset("sched_entity", {"cfs_rq"});
+  auto rq = k.field_offset("cfs_rq", {"rq"});
+  auto rl = k.field_offset("rq", {"__lock", "lock"});
+  auto rc = k.field_offset("rq", {"cpu"});
+  int ncpu = libbpf_num_possible_cpus();
+  if (se && cq && rq && rl && rc && ncpu > 0) {
+    p.integer("OFF_TASK_CFS_RQ", *se + *cq);
+    p.integer("OFF_CFS_RQ_RQ", *rq);
+    p.integer("OFF_RQ_LOCK", *rl);
+    p.integer("OFF_RQ_CPU", *rc);
+    p.integer("RQ_CPUS", static_cast<uint64_t>(ncpu));
+  }
+  auto sh = k.field_offset("task_struct", {"sighand"});
+  auto sl = k.field_offset("sighand_struct", {"siglock"});
+  if (sh && sl) {
+    p.integer("OFF_TASK_SIGHAND", *sh);
+    p.integer("OFF_SIGHAND_SIGLOCK", *sl);
+  }
+}
+
+}  // namespace
+
+Result<BpfPlan> bpf_plan(const Config& c, bool btf) {
+  BpfPlan p;
+  p.text = bpf_text();
+  if (!c.kernel_only) {
+    p.flag(c.uprobes ? "USER_PTHREAD" : "USER_FUTEX");
+    if (tracepoint_exists("syscalls:sys_enter_futex_wait")) p.flag("HAVE_FUTEX_WAIT");
+    if (tracepoint_exists("syscalls:sys_enter_futex_waitv")) p.flag("HAVE_FUTEX_WAITV");
+  }
+  if (!c.user_only) p.flag("KERNEL_LOCKS");
+  p.id_filter("TGID_OK", c.pids).id_filter("TID_OK", c.tids);
   // symbolic names that are not addresses (mmap_lock, ...) are filtered after the fact;
   // the address map holds every address given (a kernel symbol can have several)
   if (!c.lock_addrs.empty() && c.lock_names.empty()) {
-    f.push_back("-DFILTER_ADDRS");
-    f.push_back("-DADDR_FILTER_ENTRIES=" + std::to_string(c.lock_addrs.size()));
+    p.flag("FILTER_ADDRS");
+    p.integer("ADDR_FILTER_ENTRIES", c.lock_addrs.size());
   }
-  f.push_back("-DMIN_WAIT_NS=" + std::to_string(c.min_wait_ns) + "ULL");
-  for (const auto& m : map_sizes(c)) f.push_back("-D" + m.first + "=" + std::to_string(m.second));
-  if (!c.kernel_only && !c.uprobes) f.push_back("-DWAKERS");
-  if (btf && !c.kernel_only && !c.uprobes && !c.unwind_dwarf) {
-    // futex mode's user-stack scan (fp mode): the user registers at the top of the
-    // kernel stack
-    auto k = kernel_btf();
-    if (k) {
-      auto st = (*k)->field_offset("task_struct", {"stack"});
-      if (st) {
-        f.push_back("-DOFF_TASK_STACK=" + std::to_string(*st));
-        f.push_back("-DTHREAD_SIZE=16384");  // x86-64 default; checked in BPF via orig_ax
-      }
-    }
-  }
-  if (btf && !c.user_only) {
-    auto k = kernel_btf();
-    if (k) {
-      // optional: without them kernel locks are still reported, just not named
-      auto mm = (*k)->field_offset("task_struct", {"mm"});
-      auto ml = (*k)->field_offset("mm_struct", {"mmap_lock", "mmap_sem"});
-      uint32_t msz = (*k)->field_size("mm_struct", "mmap_lock");
-      if (mm && ml && msz) {
-        f.push_back("-DOFF_TASK_MM=" + std::to_string(*mm));
-        f.push_back("-DOFF_MM_MMAP_LOCK=" + std::to_string(*ml));
-        f.push_back("-DMMAP_LOCK_SIZE=" + std::to_string(std::min<uint32_t>(msz, 4095)));
-      }
-      // per-CPU run-queue locks (named rq_lock): current->se.cfs_rq->rq->__lock
-      auto se = (*k)->field_offset("task_struct", {"se"});
-      auto cq = (*k)->field_offset("sched_entity", {"cfs_rq"});
-      auto rq = (*k)->field_offset("cfs_rq", {"rq"});
-      auto rl = (*k)->field_offset("rq", {"__lock", "lock"});
-      auto rc = (*k)->field_offset("rq", {"cpu"});
-      int ncpu = libbpf_num_possible_cpus();
-      if (se && cq && rq && rl && rc && ncpu > 0) {
-        f.push_back("-DOFF_TASK_CFS_RQ=" + std::to_string(*se + *cq));
-        f.push_back("-DOFF_CFS_RQ_RQ=" + std::to_string(*rq));
-        f.push_back("-DOFF_RQ_LOCK=" + std::to_string(*rl));
-        f.push_back("-DOFF_RQ_CPU=" + std::to_string(*rc));
-        f.push_back("-DRQ_CPUS=" + std::to_string(ncpu));
-      }
-      auto sh = (*k)->field_offset("task_struct", {"sighand"});
-      auto sl = (*k)->field_offset("sighand_struct", {"siglock"});
-      if (sh && sl) {
-        f.push_back("-DOFF_TASK_SIGHAND=" + std::to_string(*sh));
-        f.push_back("-DOFF_SIGHAND_SIGLOCK=" + std::to_string(*sl));
-      }
-    }
-  }
-  return f;
+  p.integer("MIN_WAIT_NS", c.min_wait_ns, "ULL");
+  for (const auto& m : map_sizes(c)) p.integer(m.first, m.second);
+  if (!c.kernel_only && !c.uprobes) p.flag("WAKERS");
+  if (!btf) return p;
+  auto k = kernel_btf();
+  if (!k) return p;
+  if (!c.kernel_only && !c.uprobes && !c.unwind_dwarf) add_stack_scan(p, **k);
+  if (!c.user_only) add_kernel_lock_names(p, **k);
+  return p;
 }
 
 }  // namespace lockstat

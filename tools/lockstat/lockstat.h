@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bpf_plan.h"
 #include "common/histogram.h"
 #include "common/options.h"
 #include "common/output.h"
@@ -69,7 +70,7 @@ std::vector<std::pair<std::string, uint64_t>> map_sizes(const Config& c);
 // Map size for `threads` traced threads: 8 entries each, at least 16384, a power of 2.
 uint64_t map_entries_for_threads(uint64_t threads);
 // Mode, filter and map-size defines (plus optional BTF offsets when `btf` is true).
-bpfdiag::Result<std::vector<std::string>> bpf_cflags(const Config& c, bool btf = true);
+bpfdiag::Result<bpfdiag::BpfPlan> bpf_plan(const Config& c, bool btf = true);
 
 // --- data model (independent of BPF, so the report is unit-testable) --------------
 

@@ -161,12 +161,6 @@ const std::vector<CounterSlot> kCounters = {
     {LS_CNT_BELOW_MIN, "below_min"},        {LS_CNT_SCAN_FAILED, "stack_scans_failed"},
     {LS_CNT_STALE_BEGIN, "stale_begins"},   {LS_CNT_NEST_OVERFLOW, "nest_overflow"}};
 
-bool has_flag(const std::vector<std::string>& flags, const std::string& prefix) {
-  for (const auto& f : flags)
-    if (f.rfind(prefix, 0) == 0) return true;
-  return false;
-}
-
 // The start record's fields: targets, probes attached and the effective options.
 nlohmann::json start_fields(const Config& c, uint64_t probes) {
   nlohmann::json locks = nlohmann::json::array();
@@ -222,13 +216,14 @@ Status run(const Config& c0) {
     if (!ch) return Error{ch.error()};
     calib = std::move(ch.value());
   }
-  auto flags = bpf_cflags(c);
-  if (!flags) return Error{flags.error()};
-  if (calib) flags.value().push_back("-DCALIB");
+  auto plan = bpf_plan(c);
+  if (!plan) return Error{plan.error()};
+  plan.value().tracepoints = tps;
+  if (calib) plan.value().flag("CALIB");
   UnwindMaps uw;
   if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
-    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, flags.value())) return st;
-  auto loaded = load_tool(ToolPlan{"lockstat", bpf_text(), *flags, c.ebpf, tps});
+    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, plan.value())) return st;
+  auto loaded = load_tool(ToolPlan{"lockstat", *plan, c.ebpf});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   auto& session = **loaded;
@@ -291,9 +286,10 @@ Status run(const Config& c0) {
     if (auto st = attach_tp("lock:contention_begin", "tracepoint__lock__contention_begin")) return st;
     what += std::string(what.empty() ? "" : " + ") + "kernel locks";
   }
-  const bool wakers = has_flag(*flags, "-DWAKERS");
+  const bool wakers = plan->has("WAKERS");
   if (wakers)
     if (auto st = attach_tp("sched:sched_waking", "tracepoint__sched__sched_waking")) return st;
+  attach_phase_done();
   // the window opens here: waits that end while the symbols are read are counted, so
   // their time is inside the first interval (thread wait shares stay <= 100%)
   const uint64_t attached = monotonic_ns();
@@ -319,8 +315,8 @@ Status run(const Config& c0) {
   if (!c.user_only) start_maps.push_back("klock_start");
   std::map<std::string, uint32_t> exes;  // binary -> a process that runs it (debuginfo hints)
 
-  const bool has_scans = !c.unwind_dwarf && has_flag(*flags, "-DOFF_TASK_STACK=");  // fp mode only
-  const bool has_rq_locks = has_flag(*flags, "-DRQ_CPUS=");
+  const bool has_scans = !c.unwind_dwarf && plan->has("OFF_TASK_STACK");  // fp mode only
+  const bool has_rq_locks = plan->has("RQ_CPUS");
   // pids are remembered (mappings read) while they run; exited ones are forgotten after
   // the report that printed their waits
   // processes whose binary was looked up (bounded: past it, new binaries get no hint);

@@ -105,24 +105,25 @@ const ToolEntry& registry_entry() {
 
 std::string bpf_text() { return with_common_header(kBpf_naptime[0].text); }
 
-std::vector<std::string> filter_cflags(const Config& c) {
-  std::vector<std::string> f;
-  f.push_back(id_filter_cflag("TGID_OK", c.pids));
-  f.push_back(id_filter_cflag("TID_OK", c.tids));
-  if (!c.comm.empty()) f.push_back("-DFILTER_COMM");
-  if (c.min_ns) f.push_back("-DMIN_NS=" + std::to_string(c.min_ns) + "ULL");
-  return f;
+BpfPlan filter_plan(const Config& c) {
+  BpfPlan p;
+  p.id_filter("TGID_OK", c.pids).id_filter("TID_OK", c.tids);
+  if (!c.comm.empty()) p.flag("FILTER_COMM");
+  if (c.min_ns) p.integer("MIN_NS", c.min_ns, "ULL");
+  return p;
 }
 
-Result<std::vector<std::string>> bpf_cflags(const Config& c) {
-  auto flags = kernel_offset_cflags({
+Result<BpfPlan> bpf_plan(const Config& c) {
+  BpfPlan p;
+  p.text = bpf_text();
+  auto st = add_kernel_offsets(p, {
       {"OFF_TASK_REAL_PARENT", "task_struct", {"real_parent", "parent"}},
       {"OFF_TASK_TGID", "task_struct", {"tgid"}},
       {"OFF_TASK_COMM", "task_struct", {"comm"}},
   });
-  if (!flags) return Error{flags.error()};
-  for (auto& f : filter_cflags(c)) flags.value().push_back(f);
-  return flags;
+  if (st) return Error{st->message};
+  p.merge(filter_plan(c));
+  return p;
 }
 
 nlohmann::json start_fields(const Config& c, uint64_t probes) {

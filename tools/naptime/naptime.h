@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bpf_plan.h"
 #include "common/histogram.h"
 #include "common/options.h"
 #include "common/output.h"
@@ -48,9 +49,9 @@ bpfdiag::Result<Config> parse_args(int argc, char** argv);
 
 // BPF program text and the cflags (BTF offsets, filters) it is compiled with.
 std::string bpf_text();
-bpfdiag::Result<std::vector<std::string>> bpf_cflags(const Config& c);
+bpfdiag::Result<bpfdiag::BpfPlan> bpf_plan(const Config& c);
 // The filter defines alone (no BTF needed), for tests.
-std::vector<std::string> filter_cflags(const Config& c);
+bpfdiag::BpfPlan filter_plan(const Config& c);
 
 // Offsets of the clocks that absolute requests may use, from CLOCK_MONOTONIC.
 struct ClockOffsets {

@@ -96,9 +96,10 @@ uint64_t in_progress(BpfSession& session, const Config& c, const ClockOffsets& o
 }  // namespace
 
 Status run(const Config& c) {
-  auto flags = bpf_cflags(c);
-  if (!flags) return Error{flags.error()};
-  auto loaded = load_tool(ToolPlan{"naptime", bpf_text(), *flags, c.ebpf, kTracepoints});
+  auto plan = bpf_plan(c);
+  if (!plan) return Error{plan.error()};
+  plan.value().tracepoints = kTracepoints;
+  auto loaded = load_tool(ToolPlan{"naptime", *plan, c.ebpf});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
@@ -120,6 +121,7 @@ Status run(const Config& c) {
   for (auto it = probes.rbegin(); it != probes.rend(); ++it)
     if (auto st = session.attach_tracepoint(it->first, it->second))
       return Error{st->message + "; are syscall tracepoints enabled (CONFIG_FTRACE_SYSCALLS)?"};
+  attach_phase_done();
   announce_attached(std::cout, "naptime", c.json, "Tracing sleeps" + banner_until(c.schedule),
                     start_fields(c, probes.size() + 1), t.so_far);
   if (!c.json && !c.summary) render_header(std::cout);

@@ -149,32 +149,35 @@ Status validate_targets(const Config& c) { return check_targets(c.pids, c.tids);
 
 std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_offcputime[0].text)); }
 
-Result<std::vector<std::string>> bpf_cflags(const Config& c) {
-  auto f = kernel_offset_cflags({
+Result<BpfPlan> bpf_plan(const Config& c) {
+  BpfPlan p;
+  p.text = bpf_text();
+  auto st = add_kernel_offsets(p, {
       {"OFF_TASK_PID", "task_struct", {"pid"}},
       {"OFF_TASK_TGID", "task_struct", {"tgid"}},
       {"OFF_TASK_FLAGS", "task_struct", {"flags"}},
       {"OFF_TASK_STATE", "task_struct", {"__state", "state"}},
   });
-  if (!f) return Error{f.error()};
-  std::vector<std::string> flags = *f;
-  for (auto& a : arrival_cflags()) flags.push_back(a);
-  flags.push_back(id_filter_cflag("TGID_OK", c.pids));
-  flags.push_back(id_filter_cflag("TID_OK", c.tids));
-  if (c.user_threads_only) flags.push_back("-DUSER_THREADS_ONLY");
-  if (c.kernel_threads_only) flags.push_back("-DKERNEL_THREADS_ONLY");
-  if (c.state) flags.push_back((*c.state == 0 ? "-DSTATE_EQ=" : "-DSTATE_MASK=") + std::to_string(*c.state));
-  flags.push_back("-DMIN_NS=" + std::to_string(c.min_ns) + "ULL");
-  flags.push_back("-DMAX_NS=" + (c.max_ns ? std::to_string(c.max_ns) + "ULL" : std::string("0xffffffffffffffffULL")));
-  if (!c.kernel_stacks_only) flags.push_back("-DCAPTURE_USER");
-  if (!c.user_stacks_only) flags.push_back("-DCAPTURE_KERNEL");
+  if (st) return Error{st->message};
+  add_arrival_offsets(p);
+  p.id_filter("TGID_OK", c.pids).id_filter("TID_OK", c.tids);
+  if (c.user_threads_only) p.flag("USER_THREADS_ONLY");
+  if (c.kernel_threads_only) p.flag("KERNEL_THREADS_ONLY");
+  if (c.state) p.integer(*c.state == 0 ? "STATE_EQ" : "STATE_MASK", *c.state);
+  p.integer("MIN_NS", c.min_ns, "ULL");
+  if (c.max_ns)
+    p.integer("MAX_NS", c.max_ns, "ULL");
+  else
+    p.expression("MAX_NS", "0xffffffffffffffffULL");
+  if (!c.kernel_stacks_only) p.flag("CAPTURE_USER");
+  if (!c.user_stacks_only) p.flag("CAPTURE_KERNEL");
   uint64_t stacks = c.stack_storage_size ? c.stack_storage_size : kDefaultStackStorage;
-  flags.push_back("-DSTACK_STORAGE_SIZE=" + std::to_string(stacks));
-  flags.push_back("-DOVERFLOW_STORAGE_SIZE=" + std::to_string(overflow_storage_size(stacks)));
-  flags.push_back("-DSTART_SIZE=" + std::to_string(c.map_entries));
-  flags.push_back("-DCOUNTS_SIZE=" + std::to_string(c.map_entries * 8));  // allocated as used
-  flags.push_back("-DSEEN_SIZE=" + std::to_string(c.map_entries));
-  return flags;
+  p.integer("STACK_STORAGE_SIZE", stacks);
+  p.integer("OVERFLOW_STORAGE_SIZE", overflow_storage_size(stacks));
+  p.integer("START_SIZE", c.map_entries);
+  p.integer("COUNTS_SIZE", c.map_entries * 8);  // allocated as used
+  p.integer("SEEN_SIZE", c.map_entries);
+  return p;
 }
 
 }  // namespace offcputime

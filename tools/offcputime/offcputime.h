@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bpf_plan.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/report.h"
@@ -65,7 +66,7 @@ uint64_t auto_stack_storage(uint64_t threads);
 uint64_t overflow_storage_size(uint64_t stack_storage_size);
 // Threads the filters select now: -t TIDs, threads of the -p PIDs, or every task.
 uint64_t count_traced_threads(const Config& c);
-bpfdiag::Result<std::vector<std::string>> bpf_cflags(const Config& c);
+bpfdiag::Result<bpfdiag::BpfPlan> bpf_plan(const Config& c);
 
 // The data_quality keys of every record (the common ones plus these, always present).
 const std::vector<std::string>& dq_keys();

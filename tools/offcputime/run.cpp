@@ -72,13 +72,12 @@ void on_lost(void* cookie, uint64_t n) { static_cast<Live*>(cookie)->lost_events
 Status run(const Config& user_config) {
   Config c = user_config;
   if (!c.stack_storage_size) c.stack_storage_size = auto_stack_storage(count_traced_threads(c));
-  auto base_flags = bpf_cflags(c);
-  if (!base_flags) return Error{base_flags.error()};
-  std::vector<std::string> flags = *base_flags;
+  auto plan = bpf_plan(c);
+  if (!plan) return Error{plan.error()};
   UnwindMaps uw;
   if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
-    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, flags)) return st;
-  auto loaded = load_tool(ToolPlan{"offcputime", bpf_text(), flags, c.ebpf, {}});
+    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, plan.value())) return st;
+  auto loaded = load_tool(ToolPlan{"offcputime", *plan, c.ebpf});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
@@ -97,6 +96,7 @@ Status run(const Config& user_config) {
   for (auto& [tp, fn] : kProbes)
     if (auto st = session.attach_raw_tracepoint(tp, fn))
       return st;  // one line: a verifier rejection, or the attach failure with its hint
+  attach_phase_done();
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
   nlohmann::json fields = start_fields(c, kProbes.size());
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost

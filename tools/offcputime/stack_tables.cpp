@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "common/bpf_session.h"
 #include "common/stacks.h"
 #include "tools/offcputime/offcputime.h"
 

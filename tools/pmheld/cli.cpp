@@ -102,11 +102,14 @@ const ToolEntry& registry_entry() {
 
 std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_pmheld[0].text)); }
 
-std::vector<std::string> bpf_cflags(const Config& c) {
-  std::vector<std::string> f;
-  if (c.stacks == 0) f.push_back("-DNO_STACKS");
-  else f.push_back("-DSTACK_ENTRIES=" + std::to_string(c.stack_storage_size));
-  return f;
+BpfPlan bpf_plan(const Config& c) {
+  BpfPlan p;
+  p.text = bpf_text();
+  if (c.stacks == 0)
+    p.flag("NO_STACKS");
+  else
+    p.integer("STACK_ENTRIES", c.stack_storage_size);
+  return p;
 }
 
 }  // namespace pmheld

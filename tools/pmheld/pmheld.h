@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bpf_plan.h"
 #include "common/histogram.h"
 #include "common/options.h"
 #include "common/output.h"
@@ -46,7 +47,7 @@ const char* help_text();
 bpfdiag::Result<Config> parse_args(int argc, char** argv);
 
 std::string bpf_text();
-std::vector<std::string> bpf_cflags(const Config& c);
+bpfdiag::BpfPlan bpf_plan(const Config& c);
 
 // One acquiring stack of a lock (frames innermost first).
 struct StackHold {

@@ -229,11 +229,11 @@ Status run(const Config& c) {
       {PthreadFn::CondClockwait, "cond_entry", "cond_return"},
   };
 
-  std::vector<std::string> flags = bpf_cflags(c);
+  BpfPlan plan = bpf_plan(c);
   UnwindMaps uw;
   if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
-    if (auto st = uw.prepare(c.pids, {}, c.ebpf, flags)) return st;
-  auto loaded = load_tool(ToolPlan{"pmheld", bpf_text(), flags, c.ebpf, {}});
+    if (auto st = uw.prepare(c.pids, {}, c.ebpf, plan)) return st;
+  auto loaded = load_tool(ToolPlan{"pmheld", plan, c.ebpf});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   auto& session = **loaded;
@@ -251,6 +251,7 @@ Status run(const Config& c) {
       for (const auto& p : t.points)
         std::cerr << "pmheld: probe " << t.lib.display << ":" << describe_probe_point(p) << "\n";
   }
+  attach_phase_done();
   // the targets' identity for the exec/exit policy is read before the start record,
   // with their names and symbols: an exec after it is then always seen as one
   TargetWatch watch(c.pids, [&](uint32_t pid) { col.refresh(pid); });

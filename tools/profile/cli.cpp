@@ -106,16 +106,16 @@ const ToolEntry& registry_entry() {
 
 std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_profile[0].text)); }
 
-std::vector<std::string> bpf_cflags(const Config& c) {
-  std::vector<std::string> flags;
-  flags.push_back(id_filter_cflag("TGID_OK", c.pids));
-  flags.push_back(id_filter_cflag("TID_OK", c.tids));
-  if (c.include_idle) flags.push_back("-DINCLUDE_IDLE");
-  if (!c.kernel_stacks_only) flags.push_back("-DCAPTURE_USER");
-  if (!c.user_stacks_only) flags.push_back("-DCAPTURE_KERNEL");
-  flags.push_back("-DSTACK_STORAGE_SIZE=" + std::to_string(c.stack_storage_size));
-  flags.push_back("-DCOUNTS_SIZE=" + std::to_string(c.map_entries));
-  return flags;
+BpfPlan bpf_plan(const Config& c) {
+  BpfPlan p;
+  p.text = bpf_text();
+  p.id_filter("TGID_OK", c.pids).id_filter("TID_OK", c.tids);
+  if (c.include_idle) p.flag("INCLUDE_IDLE");
+  if (!c.kernel_stacks_only) p.flag("CAPTURE_USER");
+  if (!c.user_stacks_only) p.flag("CAPTURE_KERNEL");
+  p.integer("STACK_STORAGE_SIZE", c.stack_storage_size);
+  p.integer("COUNTS_SIZE", c.map_entries);
+  return p;
 }
 
 }  // namespace profile

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bpf_plan.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/report.h"
@@ -37,7 +38,7 @@ struct Config : bpfdiag::StackToolConfig {
 const bpfdiag::ToolSpec& tool_spec();
 bpfdiag::Result<Config> parse_args(int argc, char** argv);
 std::string bpf_text();
-std::vector<std::string> bpf_cflags(const Config& c);
+bpfdiag::BpfPlan bpf_plan(const Config& c);
 
 // The data_quality keys of every record (the common ones plus these, always present).
 const std::vector<std::string>& dq_keys();

@@ -55,11 +55,11 @@ void remember_sampled(BpfSession& bpf, Symbolizer& sym) {
 }  // namespace
 
 Status run(const Config& c) {
-  std::vector<std::string> flags = bpf_cflags(c);
+  BpfPlan plan = bpf_plan(c);
   UnwindMaps uw;
   if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
-    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, flags)) return st;
-  auto loaded = load_tool(ToolPlan{"profile", bpf_text(), flags, c.ebpf, {}});
+    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, plan)) return st;
+  auto loaded = load_tool(ToolPlan{"profile", plan, c.ebpf});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
@@ -74,6 +74,7 @@ Status run(const Config& c) {
   if (c.pids.empty() && c.tids.empty()) (void)sym.kernel_symbols_available();
   if (auto st = session.attach_perf_event(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, "do_perf_event", c.freq_hz))
     return Error{st->message + "; is perf_event_paranoid too strict, or are perf events disabled?"};
+  attach_phase_done();
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
   nlohmann::json fields = start_fields(c, static_cast<uint64_t>(online_cpus()));
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost

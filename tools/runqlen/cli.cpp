@@ -93,8 +93,10 @@ const ToolEntry& registry_entry() {
 // common.h pasted in: libbcc rewrites map calls only in the main file
 std::string bpf_text() { return with_common_header(kBpf_runqlen[0].text); }
 
-Result<std::vector<std::string>> bpf_cflags(const Config& c) {
-  auto flags = kernel_offset_cflags({
+Result<BpfPlan> bpf_plan(const Config& c) {
+  BpfPlan p;
+  p.text = bpf_text();
+  auto st = add_kernel_offsets(p, {
       {"OFF_TASK_PID", "task_struct", {"pid"}},
       {"OFF_TASK_SE", "task_struct", {"se"}},
       {"OFF_SE_CFS_RQ", "sched_entity", {"cfs_rq"}},
@@ -102,13 +104,12 @@ Result<std::vector<std::string>> bpf_cflags(const Config& c) {
       {"OFF_RQ_NR_RUNNING", "rq", {"nr_running"}},
       {"OFF_CFS_RQ_NR", "cfs_rq", {"nr_queued", "nr_running"}},
   });
-  if (!flags) return Error{flags.error()};
+  if (st) return Error{st->message};
   // optional: rq.clock_idle (CONFIG_SMP kernels since 6.1) dates an idle period whose
   // start was never seen; without it such a period is counted as dropped
-  if (auto idle = kernel_offset_cflags({{"OFF_RQ_CLOCK", "rq", {"clock"}}, {"OFF_RQ_CLOCK_IDLE", "rq", {"clock_idle"}}}))
-    for (auto& f : *idle) flags.value().push_back(f);
-  if (c.cfs_only) flags.value().push_back("-DCFS_ONLY");
-  return flags;
+  (void)add_kernel_offsets(p, {{"OFF_RQ_CLOCK", "rq", {"clock"}}, {"OFF_RQ_CLOCK_IDLE", "rq", {"clock_idle"}}});
+  if (c.cfs_only) p.flag("CFS_ONLY");
+  return p;
 }
 
 const std::vector<CounterSlot>& counter_table() {

@@ -72,9 +72,9 @@ class Reader {
 }  // namespace
 
 Status run(const Config& c) {
-  auto flags = bpf_cflags(c);
-  if (!flags) return Error{flags.error()};
-  auto loaded = load_tool(ToolPlan{"runqlen", bpf_text(), *flags, c.ebpf, {}});
+  auto plan = bpf_plan(c);
+  if (!plan) return Error{plan.error()};
+  auto loaded = load_tool(ToolPlan{"runqlen", *plan, c.ebpf});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
@@ -83,6 +83,7 @@ Status run(const Config& c) {
     return st;
   if (auto st = session.attach_raw_tracepoint("sched_switch", "raw_tracepoint__sched_switch"))
     return st;  // one line: a verifier rejection, or the attach failure with its hint
+  attach_phase_done();
   visit_every_cpu();
 
   Reader reader(session);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bpf_plan.h"
 #include "common/bpf_counters.h"
 #include "common/options.h"
 #include "common/output.h"
@@ -35,7 +36,7 @@ bpfdiag::Result<Config> parse_args(int argc, char** argv);
 
 // BPF program text and the cflags (BTF offsets) it is compiled with.
 std::string bpf_text();
-bpfdiag::Result<std::vector<std::string>> bpf_cflags(const Config& c);
+bpfdiag::Result<bpfdiag::BpfPlan> bpf_plan(const Config& c);
 
 // The BPF data-quality counters and their data_quality keys; a report's fixed key set.
 const std::vector<bpfdiag::CounterSlot>& counter_table();

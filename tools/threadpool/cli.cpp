@@ -136,18 +136,20 @@ MapSizes map_sizes(const Config& c, size_t nthreads) {
   return m;
 }
 
-Result<std::vector<std::string>> bpf_cflags(const Config& c, size_t nthreads) {
-  auto flags = kernel_offset_cflags({{"OFF_TASK_PID", "task_struct", {"pid"}},
-                                     {"OFF_TASK_TGID", "task_struct", {"tgid"}},
-                                     {"OFF_TASK_STATE", "task_struct", {"__state", "state"}}});
-  if (!flags) return Error{flags.error()};
-  for (auto& a : arrival_cflags()) flags.value().push_back(a);
+Result<BpfPlan> bpf_plan(const Config& c, size_t nthreads) {
+  BpfPlan p;
+  p.text = bpf_text();
+  if (auto st = add_kernel_offsets(p, {{"OFF_TASK_PID", "task_struct", {"pid"}},
+                                       {"OFF_TASK_TGID", "task_struct", {"tgid"}},
+                                       {"OFF_TASK_STATE", "task_struct", {"__state", "state"}}}))
+    return Error{st->message};
+  add_arrival_offsets(p);
   const MapSizes m = map_sizes(c, nthreads);
-  flags.value().push_back("-DTARGET_TGID=" + std::to_string(c.pid));
-  flags.value().push_back("-DTP_MAX_THREADS=" + std::to_string(m.threads));
-  flags.value().push_back("-DTP_MAX_WAITS=" + std::to_string(m.waits));
-  flags.value().push_back("-DTP_MAX_HIST=" + std::to_string(m.hist));
-  return flags;
+  p.integer("TARGET_TGID", c.pid);
+  p.integer("TP_MAX_THREADS", m.threads);
+  p.integer("TP_MAX_WAITS", m.waits);
+  p.integer("TP_MAX_HIST", m.hist);
+  return p;
 }
 
 const char* help_text() { return help_cstr(tool_spec()); }

@@ -36,14 +36,15 @@ Status run(const Config& c) {
       return Error{"PID " + std::to_string(c.pid) + " (" + proc_comm(c.pid) +
                    ") has a single thread; threadpool needs a multi-threaded process"};
   }
-  auto flags = bpf_cflags(c, nthreads);
-  if (!flags) return Error{flags.error()};
-  auto loaded = load_tool(ToolPlan{"threadpool", bpf_text(), *flags, c.ebpf, {}});
+  auto plan = bpf_plan(c, nthreads);
+  if (!plan) return Error{plan.error()};
+  auto loaded = load_tool(ToolPlan{"threadpool", *plan, c.ebpf});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
   for (const char* tp : kTracepoints)
     if (auto st = session.attach_raw_tracepoint(tp, std::string("raw_tracepoint__") + tp)) return st;
+  attach_phase_done();
   Tracer tracer(c, session, map_sizes(c, nthreads));
   if (auto st = session.open_perf_buffer("reqs", on_event, on_lost, &tracer.requests(), 256)) return st;
   if (auto st = tracer.init()) return st;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bpf_plan.h"
 #include "common/bpf_counters.h"
 #include "common/histogram.h"
 #include "common/options.h"
@@ -64,7 +65,7 @@ struct MapSizes {
   uint32_t threads = 0, waits = 0, hist = 0;
 };
 MapSizes map_sizes(const Config& c, size_t nthreads);
-bpfdiag::Result<std::vector<std::string>> bpf_cflags(const Config& c, size_t nthreads = 0);
+bpfdiag::Result<bpfdiag::BpfPlan> bpf_plan(const Config& c, size_t nthreads = 0);
 bpfdiag::Status run(const Config& c);
 
 // --- analysis (pure, unit-tested) ---------------------------------------------------
