@@ -33,6 +33,9 @@
 #include "lockstat_shared.h"
 #define DQ_NCOUNTERS LS_CNT_MAX
 #include "common.h"
+#define STACKS_SIZE STACK_ENTRIES
+#define STACKS_DQ_OVERFLOW LS_CNT_OVERFLOW_STACKS
+#include "stacks.h"
 #ifdef UW_DWARF
 #include "unwind.h"
 #endif
@@ -43,7 +46,6 @@
 BPF_HASH(stats, struct lockstat_key, struct lockstat_val, STATS_ENTRIES);
 BPF_HASH(hist, struct lockstat_hkey, u64, HIST_ENTRIES);
 BPF_HASH(comms, u32, struct lockstat_comm, 65536);
-BPF_STACK_TRACE(stacks, STACK_ENTRIES);
 #ifdef WAKERS
 BPF_HASH(wakers, struct lockstat_wkey, u64, STATS_ENTRIES);
 #endif
@@ -189,7 +191,7 @@ static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
   s.stack_id = -1;
   s.user_hash = UW_HASH_LOST; /* until uw_lockstat_futex_tail has run */
 #else
-  s.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+  s.stack_id = bpfdiag_stack_id(ctx, BPF_F_USER_STACK);
   if (s.stack_id < 0 && s.stack_id != -14 /* -EFAULT: no stack to take */)
     dq_count(LS_CNT_LOST_USTACK);
   SCAN_USER_STACK(s.stack_id, nr);
@@ -435,7 +437,7 @@ int on_lock_ret(struct pt_regs *ctx) {
     dq_count(LS_CNT_LOST_USTACK);
     k.user_hash = UW_HASH_LOST;
 #else
-    k.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    k.stack_id = bpfdiag_stack_id(ctx, BPF_F_USER_STACK);
     if (k.stack_id < 0 && k.stack_id != -14)
       dq_count(LS_CNT_LOST_USTACK);
 #endif
@@ -741,7 +743,7 @@ TRACEPOINT_PROBE(lock, contention_end) {
   struct kwalk_key wk = {.addr = addr, .pid = pid};
   u64 *last = kwalk_last.lookup(&wk);
   if (!last || now - *last >= LS_KWALK_INTERVAL_NS) {
-    k.stack_id = stacks.get_stackid(args, 0);
+    k.stack_id = bpfdiag_stack_id(args, 0);
     if (k.stack_id < 0 && k.stack_id != -14 /* -EFAULT: no stack to take */)
       dq_count(LS_CNT_LOST_KSTACK);
     kwalk_last.update(&wk, &now);

@@ -46,7 +46,8 @@ static inline int ls_kernel_spins(__u32 flags) {
 #define LS_CNT_SCAN_FAILED 5 /* user registers not found where expected */
 #define LS_CNT_STALE_BEGIN 6 /* kernel begin whose end was never seen (replaced/dropped) */
 #define LS_CNT_NEST_OVERFLOW 7 /* kernel waits nested deeper than LS_KNEST */
-#define LS_CNT_MAX 8
+#define LS_CNT_OVERFLOW_STACKS 8 /* stacks kept in the overflow map (stacks.h) */
+#define LS_CNT_MAX 9
 
 /* lockstat_key.stack_id of a kernel wait whose stack was not taken: stacks are sampled
  * (lockstat.bpf.c "Kernel stacks"); not an errno, never counted as lost */

@@ -20,18 +20,15 @@
  *                             (bpf_sources/unwind.h) by uw_offcpu_tail, a program of
  *                             its own that sched_switch tail-calls; keyed by their hash
  *
- * Stack tables: the kernel's stack map keeps one stack per hash bucket and refuses
- * (-EEXIST) a new stack whose bucket holds another one, so with D distinct stacks in
- * N buckets about D*D/2N stacks collide however large N is (and a second stack map
- * would not help: the bucket is jhash(ips, seed 0) & (N-1) in every map). A stack
- * refused by the primary table goes to `overflow_ids`, a hash map keyed by the
- * stack's frames themselves (no collisions), which numbers it; its
- * ids carry OFFCPU_OVERFLOW_BIT. It is lost only when that map is full.
+ * Stack tables: bpf_sources/stacks.h (the stack table and its collision overflow map).
  */
 #include "filters.h"
 #include "offcputime_shared.h"
 #define DQ_NCOUNTERS OFFCPU_CNT_MAX
 #include "common.h"
+#define STACKS_SIZE STACK_STORAGE_SIZE
+#define STACKS_DQ_OVERFLOW OFFCPU_CNT_STACK_OVERFLOW
+#include "stacks.h"
 #include "arrival.h"
 #ifdef UW_DWARF
 #include "unwind.h"
@@ -43,43 +40,8 @@
 BPF_HASH(start, u32, struct offcpu_start, START_SIZE);
 /* a ceiling (allocated as used): MariaDB under sysbench filled 32,768 keys in 25 s */
 BPF_F_TABLE("hash", struct offcpu_key, struct offcpu_val, counts, COUNTS_SIZE, BPF_F_NO_PREALLOC);
-BPF_STACK_TRACE(stack_traces, STACK_STORAGE_SIZE);
-/* preallocated: an allocation in sched_switch could fail under a burst of new stacks */
-BPF_TABLE("hash", struct offcpu_stack, u32, overflow_ids, OVERFLOW_STORAGE_SIZE);
-BPF_PERCPU_ARRAY(overflow_scratch, struct offcpu_stack, 1);
-BPF_PERCPU_ARRAY(overflow_next, u32, 1); /* per-CPU id counter: ids need no atomics */
 BPF_HASH(seen, u32, u8, SEEN_SIZE);    /* live processes already announced (pruned at exit) */
 BPF_PERF_OUTPUT(new_procs);            /* tgid of each newly seen process */
-
-/* Stack id in the primary table, else in the overflow map (flagged), else < 0. */
-static inline __attribute__((always_inline)) int get_stack(void *ctx, u64 flags) {
-  int id = stack_traces.get_stackid(ctx, flags);
-  if (id != -17 /* EEXIST: bucket taken by another stack */)
-    return id;
-  int zero = 0;
-  struct offcpu_stack *buf = overflow_scratch.lookup(&zero);
-  u32 *next = overflow_next.lookup(&zero);
-  if (!buf || !next)
-    return -17;
-  __builtin_memset(buf, 0, sizeof(*buf)); /* the whole key: unused frames are 0 */
-  if (bpf_get_stack(ctx, buf, sizeof(*buf), flags) <= 0)
-    return -17;
-  u32 *known = overflow_ids.lookup(buf);
-  if (known)
-    return *known | OFFCPU_OVERFLOW_BIT;
-  u32 nid = (bpf_get_smp_processor_id() << OFFCPU_OVERFLOW_CPU_SHIFT) |
-            (*next & ((1 << OFFCPU_OVERFLOW_CPU_SHIFT) - 1));
-  int err = overflow_ids.insert(buf, &nid);
-  if (err == -17) { /* another CPU stored the same stack just now */
-    known = overflow_ids.lookup(buf);
-    return known ? (*known | OFFCPU_OVERFLOW_BIT) : -17;
-  }
-  if (err)
-    return err; /* full: lost */
-  (*next)++;
-  dq_count(OFFCPU_CNT_STACK_OVERFLOW);
-  return nid | OFFCPU_OVERFLOW_BIT;
-}
 
 static inline __attribute__((always_inline)) int thread_kind_ok(void *task) {
 #if defined(USER_THREADS_ONLY) || defined(KERNEL_THREADS_ONLY)
@@ -206,14 +168,14 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
       s.user_stack_id = -14; /* the user part is s.user_hash, set by uw_offcpu_tail */
       s.user_hash = UW_HASH_LOST; /* until the unwinder has run */
 #elif defined(CAPTURE_USER)
-      s.user_stack_id = get_stack(ctx, BPF_F_USER_STACK);
+      s.user_stack_id = bpfdiag_stack_id(ctx, BPF_F_USER_STACK);
       if (s.user_stack_id < 0 && s.user_stack_id != -14 /* EFAULT: no user stack */)
         dq_count(OFFCPU_CNT_STACK_LOST);
 #else
       s.user_stack_id = -1;
 #endif
 #ifdef CAPTURE_KERNEL
-      s.kernel_stack_id = get_stack(ctx, 0);
+      s.kernel_stack_id = bpfdiag_stack_id(ctx, 0);
       if (s.kernel_stack_id < 0 && s.kernel_stack_id != -14)
         dq_count(OFFCPU_CNT_STACK_LOST);
 #else

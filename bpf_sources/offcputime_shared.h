@@ -3,16 +3,9 @@
 #define BPFDIAG_OFFCPUTIME_SHARED_H
 
 #define OFFCPU_COMM_LEN 16
-/* Set in a stack id stored in the overflow map (bit 30: ids stay positive). Overflow
- * ids are (cpu << OFFCPU_OVERFLOW_CPU_SHIFT) | n, n counted per CPU. */
-#define OFFCPU_OVERFLOW_BIT 0x40000000
-#define OFFCPU_OVERFLOW_CPU_SHIFT 20
-/* Frames kept for a stack in the overflow map (its key: deeper stacks are cut). */
-#define OFFCPU_OVERFLOW_DEPTH 64
-
-struct offcpu_stack {
-  __u64 ip[OFFCPU_OVERFLOW_DEPTH];
-};
+#include "stacks_shared.h"
+/* Stack ids with this bit are in the overflow map (bpf_sources/stacks.h). */
+#define OFFCPU_OVERFLOW_BIT BPFDIAG_OVERFLOW_BIT
 
 /* Aggregation key: one entry per thread and (user, kernel) stack pair. */
 struct offcpu_key {

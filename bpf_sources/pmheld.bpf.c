@@ -19,6 +19,11 @@
 #include "pmheld_shared.h"
 #define DQ_NCOUNTERS PMHELD_NCOUNTERS
 #include "common.h"
+#ifndef NO_STACKS
+#define STACKS_SIZE STACK_ENTRIES
+#define STACKS_DQ_OVERFLOW PMHELD_C_OVERFLOW_STACKS
+#include "stacks.h"
+#endif
 #ifdef UW_DWARF
 #include "unwind.h"
 BPF_PERCPU_ARRAY(acquiring, struct pmheld_held_key, 1); /* return probe -> uw_pmheld_tail */
@@ -35,9 +40,6 @@ BPF_HASH(pending, u32, u64, MAX_LOCKS);                      /* tid -> mutex bei
 BPF_HASH(held, struct pmheld_held_key, struct pmheld_held, MAX_LOCKS);
 BPF_HASH(stats, struct pmheld_stat_key, struct pmheld_stat, MAX_LOCKS);
 BPF_HASH(hist, struct pmheld_hist_key, u64, HIST_ENTRIES);
-#ifndef NO_STACKS
-BPF_STACK_TRACE(stacks, STACK_ENTRIES);
-#endif
 
 /* A hold starts. Returns 1 when a new hold was stored (not a recursive re-lock). */
 static inline int acquired(struct pt_regs *ctx, u64 lock) {
@@ -63,8 +65,8 @@ static inline int acquired(struct pt_regs *ctx, u64 lock) {
   val.stack_id = -1;
   val.user_hash = UW_HASH_LOST; /* until uw_pmheld_tail has run */
 #else
-  val.stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
-  if (val.stack_id < 0)
+  val.stack_id = bpfdiag_stack_id(ctx, BPF_F_USER_STACK);
+  if (val.stack_id < 0 && val.stack_id != -14 /* EFAULT: no user stack */)
     dq_count(PMHELD_C_LOST_STACKS);
 #endif
   if (held.update(&key, &val)) {

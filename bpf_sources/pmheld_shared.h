@@ -43,11 +43,12 @@ struct pmheld_hist_key {
 
 /* Slots of `dq_counters` (bpf_sources/common.h): data-quality and event counters. */
 #define PMHELD_C_UNMATCHED_END 0  /* unlock of a mutex not seen acquired */
-#define PMHELD_C_LOST_STACKS 1    /* bpf_get_stackid failed */
+#define PMHELD_C_LOST_STACKS 1    /* no stack id (stack table and overflow map) */
 #define PMHELD_C_MAP_FULL 2       /* an update was dropped: map full */
 #define PMHELD_C_REACQUIRED 3     /* acquired again without an unlock seen (stale hold dropped) */
 #define PMHELD_C_COND_WAITS 4     /* pthread_cond_*wait calls (holds ended/restarted) */
 #define PMHELD_C_FAILED_LOCKS 5   /* trylock/timedlock/lock returned an error */
-#define PMHELD_NCOUNTERS 6
+#define PMHELD_C_OVERFLOW_STACKS 6 /* stacks kept in the overflow map (stacks.h) */
+#define PMHELD_NCOUNTERS 7
 
 #endif

@@ -11,22 +11,24 @@
  *                             by uw_profile_tail, a program of its own that
  *                             do_perf_event tail-calls; keyed by their hash
  *
- * Stack ids: -EFAULT means "no such part" (a kernel thread has no user stack, a
- * sample taken in user mode no kernel stack) and is not a loss; any other error is a
- * missing stack, and -EEXIST (bucket taken by another stack) or -ENOMEM also mean the
- * stack storage is too small (--stack-storage-size).
+ * Stack ids (bpf_sources/stacks.h): -EFAULT means "no such part" (a kernel thread has
+ * no user stack, a sample taken in user mode no kernel stack) and is not a loss; any
+ * other error is a missing stack, and -EEXIST or -ENOMEM (stack table bucket taken and
+ * the overflow map full) also mean the stack storage is too small (--stack-storage-size).
  */
 #include <uapi/linux/bpf_perf_event.h>
 #include "filters.h"
 #include "profile_shared.h"
 #define DQ_NCOUNTERS PROFILE_CNT_MAX
 #include "common.h"
+#define STACKS_SIZE STACK_STORAGE_SIZE
+#define STACKS_DQ_OVERFLOW PROFILE_CNT_STACK_OVERFLOW
+#include "stacks.h"
 #ifdef UW_DWARF
 #include "unwind.h"
 #endif
 
 BPF_HASH(counts, struct profile_key, u64, COUNTS_SIZE);
-BPF_STACK_TRACE(stack_traces, STACK_STORAGE_SIZE);
 #if defined(CAPTURE_USER) && defined(UW_DWARF)
 BPF_PERCPU_ARRAY(sample_key, struct profile_key, 1); /* do_perf_event -> uw_profile_tail */
 #endif
@@ -67,13 +69,13 @@ int do_perf_event(struct bpf_perf_event_data *ctx) {
 #if defined(CAPTURE_USER) && defined(UW_DWARF)
   key.user_stack_id = -14; /* "no such part" here: the user part is key.user_hash (uw_profile_tail) */
 #elif defined(CAPTURE_USER)
-  key.user_stack_id = stack_traces.get_stackid(&ctx->regs, BPF_F_USER_STACK);
+  key.user_stack_id = bpfdiag_stack_id(&ctx->regs, BPF_F_USER_STACK);
   count_stack_error(key.user_stack_id, PROFILE_CNT_USER_MISSING);
 #else
   key.user_stack_id = -1;
 #endif
 #ifdef CAPTURE_KERNEL
-  key.kernel_stack_id = stack_traces.get_stackid(&ctx->regs, 0);
+  key.kernel_stack_id = bpfdiag_stack_id(&ctx->regs, 0);
   count_stack_error(key.kernel_stack_id, PROFILE_CNT_KERNEL_MISSING);
 #else
   key.kernel_stack_id = -1;

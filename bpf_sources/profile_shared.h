@@ -24,6 +24,7 @@ enum profile_counter {
   PROFILE_CNT_KERNEL_MISSING,    /* kernel_stack_missing: kernel stack wanted, not stored */
   PROFILE_CNT_STORAGE_FULL,      /* stack_storage_full: -EEXIST/-ENOMEM from the stack map */
   PROFILE_CNT_IDLE,              /* idle_samples: the idle task (pid 0), left out without -I */
+  PROFILE_CNT_STACK_OVERFLOW,    /* overflow_stacks: stacks kept in the overflow map (stacks.h) */
   PROFILE_CNT_MAX
 };
 

@@ -6,14 +6,24 @@
 
 namespace bpfdiag {
 
-std::string with_common_header(const std::string& text) {
-  static const char kInclude[] = "#include \"common.h\"\n";
-  auto at = text.find(kInclude);
+const std::vector<std::string>& pasted_headers() {
+  static const std::vector<std::string> names = {"common.h", "stacks.h", "unwind.h"};
+  return names;
+}
+
+std::string with_pasted_header(const std::string& text, const std::string& name) {
+  const std::string include = "#include \"" + name + "\"\n";
+  auto at = text.find(include);
   if (at == std::string::npos) return text;
   for (const EmbeddedFile* e = kEmbeddedBpfHeaders; e->name; ++e)
-    if (std::strcmp(e->name, "common.h") == 0)
-      return text.substr(0, at) + e->text + "\n" + text.substr(at + sizeof kInclude - 1);
+    if (name == e->name) return text.substr(0, at) + e->text + "\n" + text.substr(at + include.size());
   return text;
+}
+
+std::string with_common_header(const std::string& text) {
+  std::string out = text;
+  for (const auto& name : pasted_headers()) out = with_pasted_header(out, name);
+  return out;
 }
 
 }  // namespace bpfdiag

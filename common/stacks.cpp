@@ -134,13 +134,6 @@ std::vector<FoldedLine> FoldedSet::stacks(uint64_t divisor) const {
   return out;
 }
 
-std::vector<uint64_t> stack_addrs(ebpf::BPFStackTable& table, int64_t id) {
-  std::vector<uint64_t> out;
-  if (id < 0) return out;
-  for (uintptr_t a : table.get_stack_addr(static_cast<int>(id))) out.push_back(a);
-  return out;
-}
-
 bool is_tracing_frame(const std::string& name) {
   // The probe's own path: tracepoint dispatch, the BPF trampoline and the JIT-ed
   // program (no kallsyms entry; it resolves past the end of kernel text).
@@ -150,39 +143,6 @@ bool is_tracing_frame(const std::string& name) {
   for (const char* p : kPrefixes)
     if (name.rfind(p, 0) == 0) return true;
   return false;
-}
-
-Stack resolve_stack(ebpf::BPFStackTable& table, Symbolizer& sym, uint32_t tgid, int64_t user_id,
-                    int64_t kernel_id, StackParts parts, DataQuality* dq) {
-  Stack st;
-  st.want_kernel = parts.kernel;
-  st.want_user = parts.user;
-  if (parts.kernel) {
-    if (stack_id_lost(kernel_id)) {
-      st.kernel_missing = true;
-    } else {
-      auto addrs = stack_addrs(table, kernel_id);
-      if (kernel_id >= 0 && addrs.empty()) st.kernel_missing = true;  // evicted from the table
-      for (auto a : addrs) {
-        std::string name = sym.kernel(a);
-        // drop the innermost frames that belong to the tracing machinery itself
-        if (st.kernel.empty() && is_tracing_frame(name)) continue;
-        st.kernel.push_back(std::move(name));
-      }
-    }
-    if (st.kernel_missing && dq) dq->lost_stacks++;
-  }
-  if (parts.user) {
-    if (stack_id_lost(user_id) && tgid != 0) {
-      st.user_missing = true;
-    } else {
-      auto addrs = stack_addrs(table, user_id);
-      if (user_id >= 0 && addrs.empty()) st.user_missing = true;
-      for (auto a : addrs) st.user.push_back(sym.user(tgid, a));
-    }
-    if (st.user_missing && dq) dq->lost_stacks++;
-  }
-  return st;
 }
 
 size_t clear_stack_ids(int fd, const std::set<int32_t>& keep) {

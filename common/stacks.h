@@ -1,9 +1,8 @@
 // Stack rendering shared by every stack tool: BCC-style multi-line stacks, folded
-// lines for flamegraph.pl/speedscope (and a parser for them), and reading stack ids
-// from a BPF_STACK_TRACE table into symbolized frames.
+// lines for flamegraph.pl/speedscope (and a parser for them). Reading stack ids back
+// from the BPF maps: common/stack_reader.
 //
 // PUBLIC API:
-//   Stack st = resolve_stack(table, sym, tgid, user_id, kernel_id, parts, &dq);
 //   print_stack_multiline(os, st, "comm", pid, value, opts);   // BCC's layout
 //   folded_line("comm", st, value, opts)  -> "comm;main;f;-;sys_read;...;schedule 42"
 //   parse_folded(line)                    -> FoldedLine{frames, value} or an error
@@ -20,10 +19,6 @@
 #include "common/report.h"
 #include "common/result.h"
 #include "common/symbolize.h"
-
-namespace ebpf {
-class BPFStackTable;
-}
 
 namespace bpfdiag {
 
@@ -133,18 +128,9 @@ struct StackParts {
 };
 
 // True for frames of the tracing path itself (tracepoint dispatch, BPF trampoline,
-// JIT-ed program); resolve_stack drops them from the innermost end of kernel stacks
+// JIT-ed program); StackReader::resolve drops them from the innermost end of kernel stacks
 // so a stack reads the same as with a kprobe and identical stacks do not split.
 bool is_tracing_frame(const std::string& name);
-
-// Reads both stacks from `table` and symbolizes them (user frames in process `tgid`).
-// Lost ids set *_missing and count in dq->lost_stacks (if dq is given); ids that were
-// not captured (-EFAULT user stack of a kernel thread) give an empty part.
-Stack resolve_stack(ebpf::BPFStackTable& table, Symbolizer& sym, uint32_t tgid, int64_t user_id,
-                    int64_t kernel_id, StackParts parts, DataQuality* dq);
-
-// Raw addresses of one stack id (empty for a negative or unknown id).
-std::vector<uint64_t> stack_addrs(ebpf::BPFStackTable& table, int64_t id);
 
 // Deletes every entry of an int-keyed BPF map (a BPF_STACK_TRACE table, or a map keyed
 // by stack id) except the ids in `keep`. Tools that report per interval call it after

@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "common/bpf_session.h"
+#include "common/bpf_text.h"
 #include "common/btf.h"
 #include "common/cli.h"
 #include "common/elf_file.h"
@@ -46,15 +47,7 @@ Result<bool> unwind_dwarf_option(const cxxopts::ParseResult& raw, bool have_targ
   return true;
 }
 
-std::string with_unwind_header(const std::string& text) {
-  static const char kInclude[] = "#include \"unwind.h\"\n";
-  auto at = text.find(kInclude);
-  if (at == std::string::npos) return text;
-  for (const EmbeddedFile* e = kEmbeddedBpfHeaders; e->name; ++e)
-    if (std::strcmp(e->name, "unwind.h") == 0)
-      return text.substr(0, at) + e->text + "\n" + text.substr(at + sizeof kInclude - 1);
-  return text;
-}
+std::string with_unwind_header(const std::string& text) { return with_pasted_header(text, "unwind.h"); }
 
 const std::vector<std::string>& unwind_dq_keys() {
   static const std::vector<std::string> keys = {

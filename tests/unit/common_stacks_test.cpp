@@ -1,8 +1,13 @@
 #include <doctest/doctest.h>
+#include <linux/types.h>
 
 #include <sstream>
 
+#include "common/stack_reader.h"
 #include "common/stacks.h"
+extern "C" {
+#include "stacks_shared.h"
+}
 
 using namespace bpfdiag;
 
@@ -109,4 +114,87 @@ TEST_CASE("stacks: tracing-machinery frames are recognised") {
   CHECK_FALSE(bpfdiag::is_tracing_frame("__schedule"));
   CHECK_FALSE(bpfdiag::is_tracing_frame("schedule"));
   CHECK_FALSE(bpfdiag::is_tracing_frame("do_nanosleep"));
+}
+
+// ---- common/stack_reader: ids from bpf_sources/stacks.h's bpfdiag_stack_id -------
+
+namespace {
+// A stack table holding ids 3 and 5, and an overflow map holding index 7.
+StackReader fake_reader() {
+  StackReader::TableLookup table = [](int32_t id) -> std::vector<uint64_t> {
+    if (id == 3) return {0x1000, 0x2000};
+    if (id == 5) return {0x5000};
+    return {};  // cleared or evicted
+  };
+  StackReader::Overflow overflow;
+  overflow[7] = {0x7000, 0x7100, 0x7200};
+  return StackReader(table, overflow);
+}
+}  // namespace
+
+TEST_CASE("stack_reader: id decoding (table, overflow bit, none, lost)") {
+  CHECK(stack_id_kind(0) == StackIdKind::Table);
+  CHECK(stack_id_kind(3) == StackIdKind::Table);
+  CHECK(stack_id_kind(BPFDIAG_OVERFLOW_BIT | 7) == StackIdKind::Overflow);
+  CHECK(stack_id_kind(-14) == StackIdKind::None);  // -EFAULT: no such part
+  CHECK(stack_id_kind(-17) == StackIdKind::Lost);  // -EEXIST with the overflow map refused too
+  CHECK(stack_id_kind(-12) == StackIdKind::Lost);  // -ENOMEM: both maps full
+  CHECK(stack_id_kind(-1) == StackIdKind::Lost);
+  // ids of a CPU's counter: (cpu << shift) | n, the bit on top
+  int64_t id = BPFDIAG_OVERFLOW_BIT | (1 << BPFDIAG_OVERFLOW_CPU_SHIFT) | 42;
+  CHECK(stack_id_kind(id) == StackIdKind::Overflow);
+  CHECK(overflow_index(id) == ((1u << BPFDIAG_OVERFLOW_CPU_SHIFT) | 42));
+  CHECK(BPFDIAG_OVERFLOW_BIT > 0);  // ids stay positive in the s32 keys
+  CHECK((2u << BPFDIAG_OVERFLOW_CPU_SHIFT) < static_cast<uint32_t>(BPFDIAG_OVERFLOW_BIT));
+}
+
+TEST_CASE("stack_reader: addresses come from the table or the overflow map") {
+  StackReader r = fake_reader();
+  CHECK(r.addrs(3) == std::vector<uint64_t>{0x1000, 0x2000});
+  CHECK(r.addrs(BPFDIAG_OVERFLOW_BIT | 7) == std::vector<uint64_t>{0x7000, 0x7100, 0x7200});
+  CHECK(r.addrs(7).empty());                          // 7 without the bit: the table's, absent
+  CHECK(r.addrs(BPFDIAG_OVERFLOW_BIT | 3).empty());  // 3 with the bit: the overflow map's, absent
+  CHECK(r.addrs(-17).empty());
+  CHECK(r.addrs(-14).empty());
+  CHECK(r.overflow_size() == 1);
+}
+
+TEST_CASE("stack_reader: lost and vanished parts") {
+  StackReader r = fake_reader();
+  auto p = r.part(-14);  // no such part: neither missing nor lost
+  CHECK_FALSE(p.missing);
+  CHECK_FALSE(p.vanished);
+  p = r.part(-17);  // lost in BPF (counted there): missing, not vanished
+  CHECK(p.missing);
+  CHECK_FALSE(p.vanished);
+  CHECK_FALSE(r.part(-17, false).missing);  // the idle task's user part
+  p = r.part(9);  // stored, gone from the table when read
+  CHECK(p.missing);
+  CHECK(p.vanished);
+  p = r.part(BPFDIAG_OVERFLOW_BIT | 8);  // stored in the overflow map, gone
+  CHECK(p.vanished);
+  p = r.part(BPFDIAG_OVERFLOW_BIT | 7);
+  CHECK_FALSE(p.missing);
+  CHECK(p.addrs.size() == 3);
+}
+
+TEST_CASE("stack_reader: resolve counts only vanished stacks in lost_stacks") {
+  StackReader r = fake_reader();
+  Symbolizer sym;
+  DataQuality dq;
+  // kernel part only (no process to symbolize in): found in the overflow map
+  Stack st = r.resolve(sym, 0, -1, BPFDIAG_OVERFLOW_BIT | 7, StackParts{false, true}, &dq);
+  CHECK_FALSE(st.kernel_missing);
+  CHECK(st.kernel.size() == 3);
+  CHECK(dq.lost_stacks == 0);
+  st = r.resolve(sym, 0, -1, -17, StackParts{false, true}, &dq);  // lost in BPF: counted there
+  CHECK(st.kernel_missing);
+  CHECK(dq.lost_stacks == 0);
+  st = r.resolve(sym, 0, -1, 11, StackParts{false, true}, &dq);  // vanished: counted here
+  CHECK(st.kernel_missing);
+  CHECK(dq.lost_stacks == 1);
+  st = r.resolve(sym, 0, -1, BPFDIAG_OVERFLOW_BIT | 1, StackParts{false, true}, nullptr);
+  CHECK(st.kernel_missing);
+  CHECK(dq.lost_stacks == 1);
+  CHECK_FALSE(st.want_user);
 }

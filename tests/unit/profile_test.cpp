@@ -77,5 +77,7 @@ TEST_CASE("profile: the BPF program has the sampler and no kprobes") {
   std::string t = bpf_text();
   CHECK(t.find("int do_perf_event(struct bpf_perf_event_data *ctx)") != std::string::npos);
   CHECK(t.find("kprobe") == std::string::npos);
-  CHECK(t.find("BPF_STACK_TRACE(stack_traces, STACK_STORAGE_SIZE)") != std::string::npos);
+  CHECK(t.find("#define STACKS_SIZE STACK_STORAGE_SIZE") != std::string::npos);
+  CHECK(t.find("BPF_STACK_TRACE(stack_traces, STACKS_SIZE)") != std::string::npos);  // stacks.h, pasted
+  CHECK(t.find("bpfdiag_stack_id(&ctx->regs, BPF_F_USER_STACK)") != std::string::npos);
 }

@@ -509,7 +509,7 @@ Report build_report(const Snapshot& s, const Names& n, const Config& c) {
 }
 
 DataQuality empty_dq() {
-  std::vector<std::string> keys = {"below_min", "stack_scans_failed", "stale_begins", "nest_overflow"};
+  std::vector<std::string> keys = {"below_min", "stack_scans_failed", "stale_begins", "nest_overflow", "overflow_stacks"};
   for (auto& u : unwind_dq_keys()) keys.push_back(u);  // --unwind=dwarf (zero with fp)
   return DataQuality::with_keys(keys);
 }

@@ -16,6 +16,7 @@ Names Resolver::names() {
       std::vector<std::string> out;
       if (k.kind == LS_KIND_KERNEL) {
         for (uint64_t a : addrs(k)) out.push_back(sym_.kernel(a));
+        if (auto m = missing_marker(k); !m.empty()) out.push_back(m);
         return out;
       }
       // user: the frame-pointer walk, with the lock call's caller found by the stack
@@ -32,6 +33,7 @@ Names Resolver::names() {
       }
       if (!inserted) out.push_back(format_symbol(caller, false));
       if (auto m = marker(k); !m.empty()) out.push_back(m);  // a stack cut short says so
+      if (auto m = missing_marker(k); !m.empty()) out.push_back(m);  // and one not there
       return out;
     };
     n.site = [this](const lockstat_key& k, const std::vector<std::string>& frames) -> std::string {

@@ -3,10 +3,12 @@
 #include <bcc/BPF.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <vector>
 
+#include "common/stack_reader.h"
 #include "common/stacks.h"
 #include "common/symbolize.h"
 #include "common/unwind_maps.h"
@@ -17,10 +19,10 @@ namespace lockstat {
 using bpfdiag::SymbolInfo;
 using bpfdiag::Symbolizer;
 
-// Names for the report, from the symbolizer and the BPF stack table.
+// Names for the report, from the symbolizer and the BPF stack maps (common/stack_reader).
 class Resolver {
  public:
-  explicit Resolver(ebpf::BPFStackTable table) : table_(std::move(table)) {}
+  explicit Resolver(const bpfdiag::BpfSession& session) : session_(session) {}
   Symbolizer& sym() { return sym_; }
 
   // Futex mode's user-stack scans (stack id -> words at the user sp), per report.
@@ -37,7 +39,12 @@ class Resolver {
   // Call at the start of every report: the stack addresses cached for the previous one
   // go (stack ids are reused once the BPF stack table is cleared, and a long run under
   // a fork storm would otherwise keep one entry per process and stack forever).
-  void new_report() { cache_.clear(); }
+  // The stack maps are read again at the first stack of the report (after the drain,
+  // so the overflow map holds every stack of the waits drained).
+  void new_report() {
+    cache_.clear();
+    stacks_.reset();
+  }
   size_t cached_stacks() const { return cache_.size(); }
 
  private:
@@ -76,8 +83,19 @@ class Resolver {
     auto key = std::make_tuple(k.kind == LS_KIND_KERNEL ? 0u : k.pid, k.stack_id, k.user_hash);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
+    if (!k.user_hash && !stacks_) stacks_ = bpfdiag::StackReader::from_session(session_);
     return cache_[key] = k.user_hash ? bpfdiag::unwound_lookup_addrs(unwound_, k.user_hash)
-                                     : bpfdiag::stack_addrs(table_, k.stack_id);
+                                     : stacks_->addrs(k.stack_id);
+  }
+  // The marker frame of a stack the BPF side could not store, or that was gone from
+  // the stack maps when read ("" otherwise, and for stacks not taken: -1, unsampled).
+  // A site found from such a stack is marked by it, never a silent guess.
+  std::string missing_marker(const lockstat_key& k) {
+    if (k.user_hash || k.stack_id == -1 || k.stack_id == LS_STACK_UNSAMPLED) return "";
+    auto kind = bpfdiag::stack_id_kind(k.stack_id);
+    if (kind == bpfdiag::StackIdKind::None) return "";
+    if (kind != bpfdiag::StackIdKind::Lost && !addrs(k).empty()) return "";
+    return k.kind == LS_KIND_KERNEL ? "[Missed Kernel Stack]" : "[Missed User Stack]";
   }
   // The marker frame of an unwound stack that stopped early ("" otherwise).
   std::string marker(const lockstat_key& k) const {
@@ -85,7 +103,8 @@ class Resolver {
     return u == unwound_.end() ? "" : bpfdiag::unwind_marker(u->second.status);
   }
   Symbolizer sym_;
-  ebpf::BPFStackTable table_;
+  const bpfdiag::BpfSession& session_;
+  std::optional<bpfdiag::StackReader> stacks_;  // this report's, read at first use
   std::map<std::tuple<uint32_t, int32_t, uint64_t>, std::vector<uint64_t>> cache_;
   bpfdiag::UnwoundStacks unwound_;
   std::map<int32_t, std::vector<uint64_t>> scans_;

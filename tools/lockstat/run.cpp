@@ -19,6 +19,7 @@
 #include "common/proc.h"
 #include "common/pthread_probes.h"
 #include "common/stacks.h"
+#include "common/stack_reader.h"
 #include "common/symbolize.h"
 #include "common/target.h"
 #include "common/tool.h"
@@ -159,7 +160,8 @@ const std::vector<CounterSlot> kCounters = {
     {LS_CNT_LOST_USTACK, "lost_stacks"},    {LS_CNT_LOST_KSTACK, "lost_stacks"},
     {LS_CNT_MAP_FULL, "map_full"},          {LS_CNT_UNMATCHED_END, "unmatched_end"},
     {LS_CNT_BELOW_MIN, "below_min"},        {LS_CNT_SCAN_FAILED, "stack_scans_failed"},
-    {LS_CNT_STALE_BEGIN, "stale_begins"},   {LS_CNT_NEST_OVERFLOW, "nest_overflow"}};
+    {LS_CNT_STALE_BEGIN, "stale_begins"},   {LS_CNT_NEST_OVERFLOW, "nest_overflow"},
+    {LS_CNT_OVERFLOW_STACKS, "overflow_stacks"}};
 
 // The start record's fields: targets, probes attached and the effective options.
 nlohmann::json start_fields(const Config& c, uint64_t probes) {
@@ -295,7 +297,7 @@ Status run(const Config& c0) {
   const uint64_t attached = monotonic_ns();
   // names and symbols of the targets, and their identity for the exec/exit policy, are
   // read before the start record: an exec after it is then always seen as one
-  Resolver res(session.get_stack_table("stacks"));
+  Resolver res(session);
   for (uint32_t pid : c.pids) res.sym().remember(pid);
   TargetWatch watch(c.pids, [&](uint32_t pid) {  // common/target.h: exec, new image
     res.sym().refresh(pid);
@@ -354,7 +356,7 @@ Status run(const Config& c0) {
       else prune_starts<futex_start>(session, "futex_start", keep_stacks, futex_stack);
     }
     if (!c.user_only) prune_starts<klock_task>(session, "klock_start", keep_stacks, klock_stack);
-    clear_stack_ids(session.get_table("stacks").get_fd(), keep_stacks);
+    clear_stacks(session, keep_stacks);
     if (has_scans) clear_stack_ids(session.get_table("scans").get_fd(), keep_stacks);
     res.sym().forget_exited_every(0, [&] { return keep_pids; });
     for (auto it = comm_of.begin(); it != comm_of.end();)

@@ -2,7 +2,7 @@
 // from the sched_switch tracepoint, aggregated in the kernel.
 //
 //   cli.cpp           the option table (ToolSpec), parsing into Config, BPF cflags
-//   stack_tables.cpp  stack table sizing, reading the primary and overflow stack maps
+//   stack_tables.cpp  stack table sizing (reading them: common/stack_reader)
 //   model.cpp         entries: merging, per-thread totals, folded lines, warnings
 //   render.cpp        text (BCC layout), folded, NDJSON records
 //   run.cpp           the skeleton: load, attach, start record, run loop, reports
@@ -111,15 +111,6 @@ std::vector<std::string> warnings(const Config& c, const bpfdiag::DataQuality& d
 nlohmann::json start_fields(const Config& c, uint64_t probes);
 // "Tracing off-CPU time (us) of ... by ... stack..." (stderr, once attached).
 std::string banner(const Config& c);
-
-// Frames of the stacks in the overflow map, by id (OFFCPU_OVERFLOW_BIT cleared).
-using OverflowStacks = std::map<uint32_t, std::vector<uint64_t>>;
-OverflowStacks read_overflow(bpfdiag::BpfSession& bpf);
-// Ids with OFFCPU_OVERFLOW_BIT are in `overflow`, the others in `primary`; the user
-// and kernel parts may live in different places.
-bpfdiag::Stack resolve_both(ebpf::BPFStackTable& primary, const OverflowStacks& overflow,
-                            bpfdiag::Symbolizer& sym, uint32_t tgid, int32_t user_id, int32_t kernel_id,
-                            bpfdiag::StackParts parts);
 
 bpfdiag::Status run(const Config& c);
 

@@ -11,6 +11,7 @@
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
 #include "common/flamegraph.h"
+#include "common/stack_reader.h"
 #include "common/symbolize.h"
 #include "common/target.h"
 #include "common/timing.h"
@@ -143,8 +144,7 @@ Status run(const Config& user_config) {
     lost_reported = live.lost_events;
     // threads off-CPU right now: their period ends in a later window (or never)
     rep.dq.unmatched_begin = session.get_hash_table<uint32_t, offcpu_start>("start").get_table_offline().size();
-    auto primary = session.get_stack_table("stack_traces");
-    auto overflow = read_overflow(session);
+    StackReader stacks = StackReader::from_session(session);
     auto counts_table = session.get_hash_table<offcpu_key, offcpu_val>("counts");
     StackParts parts = c.parts();
     UnwoundStacks unwound;
@@ -158,7 +158,7 @@ Status run(const Config& user_config) {
       e.total_ns = v.total_ns;
       e.count = v.count;
       e.max_ns = v.max_ns;
-      e.stack = resolve_both(primary, overflow, live.sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts);
+      e.stack = stacks.resolve(live.sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, &rep.dq);
       if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
         bool found = false;
         e.stack.user = symbolize_unwound(unwound, k.user_hash, live.sym, k.tgid, &found);

@@ -10,7 +10,7 @@ using namespace bpfdiag;
 std::string lock_name(const LockHold& l) { return l.symbol.empty() ? hex_addr(l.addr) : l.symbol; }
 
 DataQuality empty_dq() {
-  std::vector<std::string> keys = {"reacquired_without_unlock", "cond_waits", "failed_locks"};
+  std::vector<std::string> keys = {"reacquired_without_unlock", "cond_waits", "failed_locks", "overflow_stacks"};
   for (auto& u : unwind_dq_keys()) keys.push_back(u);  // --unwind=dwarf (zero with fp)
   return DataQuality::with_keys(keys);
 }

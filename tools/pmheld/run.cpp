@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "common/bpf_counters.h"
@@ -18,6 +19,7 @@
 #include "common/flamegraph.h"
 #include "common/proc.h"
 #include "common/pthread_probes.h"
+#include "common/stack_reader.h"
 #include "common/stacks.h"
 #include "common/symbolize.h"
 #include "common/target.h"
@@ -52,7 +54,8 @@ const std::vector<CounterSlot> kCounters = {{PMHELD_C_UNMATCHED_END, "unmatched_
                                             {PMHELD_C_MAP_FULL, "map_full"},
                                             {PMHELD_C_REACQUIRED, "reacquired_without_unlock"},
                                             {PMHELD_C_COND_WAITS, "cond_waits"},
-                                            {PMHELD_C_FAILED_LOCKS, "failed_locks"}};
+                                            {PMHELD_C_FAILED_LOCKS, "failed_locks"},
+                                            {PMHELD_C_OVERFLOW_STACKS, "overflow_stacks"}};
 
 class Collector {
  public:
@@ -101,7 +104,7 @@ class Collector {
     auto pending = s_.get_hash_table<uint32_t, uint64_t>("pending");
     for (const auto& [tid, m] : pending.get_table_offline())
       if (!pid_exists(tid)) pending.remove_value(tid);
-    if (c_.stacks && !uw_) clear_stack_ids(s_.get_table("stacks").get_fd(), keep_stacks);
+    if (c_.stacks && !uw_) clear_stacks(s_, keep_stacks);
     sym_.forget_exited_every(0, [&] { return keep_pids; });
     for (auto it = comms_.begin(); it != comms_.end();)
       it = sym_.remembered(it->first) ? std::next(it) : comms_.erase(it);
@@ -124,8 +127,8 @@ class Collector {
     auto held = s_.get_hash_table<pmheld_held_key, pmheld_held>("held");
     auto st = drain_hash<pmheld_stat_key, pmheld_stat>(stats);
     auto hs = drain_hash<pmheld_hist_key, uint64_t>(hist);
-    // Acquisitions whose stack id failed in BPF count as lost stacks; stacks found
-    // missing from the table while resolving are added below by resolve_stack.
+    // Acquisitions whose stack id failed in BPF count as lost stacks there; stacks
+    // found gone from the maps while resolving are added below by the StackReader.
     if (auto e = add_bpf_counters(s_, kCounters, dq, &deltas_)) failed_ = e;
     UnwoundStacks unwound;
     if (uw_) {
@@ -139,18 +142,17 @@ class Collector {
       auto& l = locks[{k.tgid, k.lock}];
       l.hist.add_bucket(k.bucket, v);
     }
-    std::unique_ptr<ebpf::BPFStackTable> stacks;
-    if (c_.stacks) stacks = std::make_unique<ebpf::BPFStackTable>(s_.get_stack_table("stacks"));
+    std::optional<StackReader> stacks;
+    if (c_.stacks && !uw_) stacks = StackReader::from_session(s_);
     for (const auto& [k, v] : st) {
       auto& l = locks[{k.tgid, k.lock}];
       l.count += v.count;
       l.total_ns += v.total_ns;
       l.max_ns = std::max<uint64_t>(l.max_ns, v.max_ns);
-      if (!stacks) continue;
+      if (!c_.stacks) continue;
       remember(k.tgid);
       StackHold sh;
       sh.count = v.count, sh.total_ns = v.total_ns, sh.max_ns = v.max_ns;
-      const uint64_t lost_before = dq.lost_stacks;
       if (uw_) {  // --unwind=dwarf: a lost hash (uw_stacks full) was counted by BPF
         bool found = false;
         sh.frames = symbolize_unwound(unwound, k.user_hash, sym_, k.tgid, &found);
@@ -158,11 +160,8 @@ class Collector {
         l.stacks.push_back(std::move(sh));
         continue;
       }
-      Stack stk = resolve_stack(*stacks, sym_, k.tgid, k.stack_id, -1, StackParts{true, false}, &dq);
-      // A failed id was already counted by BPF, once per acquisition: count only
-      // ids that were valid but whose frames are gone from the table.
-      if (k.stack_id < 0) dq.lost_stacks = lost_before;
-      sh.missing = k.stack_id < 0 || stk.user_missing;
+      Stack stk = stacks->resolve(sym_, k.tgid, k.stack_id, -1, StackParts{true, false}, &dq);
+      sh.missing = stk.user_missing;
       sh.frames = stk.user;
       l.stacks.push_back(std::move(sh));
     }

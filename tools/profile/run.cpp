@@ -16,6 +16,7 @@
 #include "common/bpf_session.h"
 #include "common/flamegraph.h"
 #include "common/proc.h"
+#include "common/stack_reader.h"
 #include "common/stacks.h"
 #include "common/symbolize.h"
 #include "common/target.h"
@@ -40,7 +41,8 @@ const std::vector<CounterSlot> kCounters = {{PROFILE_CNT_COUNTS_FULL, "lost_samp
                                             {PROFILE_CNT_KERNEL_MISSING, "kernel_stack_missing"},
                                             {PROFILE_CNT_KERNEL_MISSING, "lost_stacks"},
                                             {PROFILE_CNT_STORAGE_FULL, "stack_storage_full"},
-                                            {PROFILE_CNT_IDLE, "idle_samples"}};
+                                            {PROFILE_CNT_IDLE, "idle_samples"},
+                                            {PROFILE_CNT_STACK_OVERFLOW, "overflow_stacks"}};
 
 // Processes that appear in the counts are remembered (their mappings read) while they
 // are alive, so a process that exits before the report still gets its names.
@@ -110,7 +112,7 @@ Status run(const Config& c) {
       if (auto st = uw.add_dq(session, rep.dq, &uw_deltas)) std::cerr << "profile: " << st->message << "\n";
       unwound = read_unwound_stacks(session);
     }
-    auto stacks = session.get_stack_table("stack_traces");
+    StackReader stacks = StackReader::from_session(session);
     auto counts = session.get_hash_table<profile_key, uint64_t>("counts");
     StackParts parts = c.parts();
     auto before = sym.stats();
@@ -120,7 +122,7 @@ Status run(const Config& c) {
       e.tid = k.tid;
       e.comm = std::string(k.comm, strnlen(k.comm, sizeof k.comm));
       e.samples = v;
-      e.stack = resolve_stack(stacks, sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, nullptr);
+      e.stack = stacks.resolve(sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, &rep.dq);
       if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
         bool found = false;
         e.stack.user = symbolize_unwound(unwound, k.user_hash, sym, k.tgid, &found);
@@ -142,7 +144,7 @@ Status run(const Config& c) {
         keep_stacks.insert(kv.first.kernel_stack_id);
         keep_pids.insert(kv.first.tgid);
       }
-      clear_stack_ids(stacks.get_fd(), keep_stacks);
+      clear_stacks(session, keep_stacks);
       sym.forget_exited_every(0, [&] { return keep_pids; });
       return;
     }
