@@ -1,7 +1,6 @@
 // Unwind tables from .eh_frame: common/cfa_program runs each FDE's CFA program once,
-// classify() turns each row's rules into a uw_row (see unwind_tables.h). First built on
-// libdw's dwarf_cfi_addrframe (docs/design/unwinding-proto/ehtab.cpp, issue 11), which
-// re-ran the program for every row; the unit test compares both on real files.
+// classify() turns each row's rules into a uw_row (see unwind_tables.h). The unit test
+// compares the rows with libdw's dwarf_cfi_addrframe on real files.
 #include "common/unwind_tables.h"
 
 #include "common/cfa_program.h"
