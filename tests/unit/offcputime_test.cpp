@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/stacks.h"
+#include "tests/unit/test_env.h"
 #include "tools/offcputime/offcputime.h"
 
 using namespace offcputime;
@@ -158,10 +159,7 @@ TEST_CASE("offcputime: generated help") {
 }
 
 TEST_CASE("offcputime: BPF cflags carry filters, bounds and BTF offsets") {
-  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
-    MESSAGE("skipped: no /sys/kernel/btf/vmlinux");
-    return;
-  }
+  if (!bpfdiag_test::require_env(access("/sys/kernel/btf/vmlinux", R_OK) == 0, "no /sys/kernel/btf/vmlinux")) return;
   auto c = parse({"-p", std::to_string(getpid()), "-m", "10", "-M", "20", "--state", "0", "-K"});
   REQUIRE(c);
   auto plan = bpf_plan(*c);
@@ -185,7 +183,7 @@ TEST_CASE("offcputime: BPF cflags carry filters, bounds and BTF offsets") {
   // `seen` is pruned when a process exits
   CHECK(bpf_text().find("RAW_TRACEPOINT_PROBE(sched_process_exit)") != std::string::npos);
   // several PIDs: the shared generator's form
-  auto c2 = parse({"-p", std::to_string(getpid()) + ",1"});
+  auto c2 = parse({"-p", std::to_string(getpid()) + ",1", "-m", "10", "-M", "20", "--state", "0", "-K"});
   REQUIRE(c2);
   auto f2 = bpf_plan(*c2);
   REQUIRE(f2);
