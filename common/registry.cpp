@@ -34,7 +34,8 @@ nlohmann::json tool_json(const ToolEntry& t) {
           {"summary", spec.summary},
           {"usage", usage_line(spec)},
           {"options", std::move(options)},
-          {"modes", std::move(modes)}};
+          {"modes", std::move(modes)},
+          {"bpf_variants", t.bpf_variants}};
 }
 
 }  // namespace bpfdiag

@@ -45,6 +45,12 @@ struct ToolEntry {
   // The tool's own parse_args on a command line (argv[0] = the tool's name).
   Status (*check)(const std::vector<std::string>& argv);
   std::vector<ModeNeeds> modes;
+  // The command-line choices that change the compiled BPF program, one list of
+  // alternatives per axis ("" = the option left out; $PID/$TID: a live multi-threaded
+  // process and one of its threads). scripts/check-bpf-variants compiles the program of
+  // every combination the tool's parser accepts, at build time. Options that only
+  // change a constant's value (sizes, -M bounds) are left out.
+  std::vector<std::vector<std::string>> bpf_variants;
 };
 
 // Every tool of the suite, in CMake's TOOLS order (defined by the generated

@@ -1,6 +1,8 @@
 #include "common/tool.h"
 
+#include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "common/timing.h"
 
@@ -16,6 +18,12 @@ Result<std::unique_ptr<BpfSession>> load_tool(const ToolPlan& plan) {
   timing_mark("preflight");
   auto s = BpfSession::load(plan.bpf);
   if (!s) return Error{s.error()};
+  // scripts/check-bpf-variants: the program of this command line compiled and its maps
+  // made; nothing is attached, and the tool ends as after --ebpf (exit 0)
+  if (const char* check = std::getenv("BPFDIAG_COMPILE_CHECK"); check && std::string(check) == "1") {
+    std::cerr << plan.tool << ": compiled (" << (s.value()->from_cache() ? "from cache" : "compiled now") << ")\n";
+    return std::unique_ptr<BpfSession>();
+  }
   return std::move(s.value());
 }
 

@@ -34,7 +34,9 @@ struct ToolPlan {
 };
 
 // --ebpf -> preflight -> load. A null session (with success) means --ebpf
-// printed the listing on stdout and there is nothing to run.
+// printed the listing on stdout and there is nothing to run; so it does with
+// BPFDIAG_COMPILE_CHECK=1 in the environment once the program has compiled and its maps
+// exist (scripts/check-bpf-variants; with BPFDIAG_CACHE=0 it always compiles).
 [[nodiscard]] Result<std::unique_ptr<BpfSession>> load_tool(const ToolPlan& plan);
 
 // Runs the loop with the -p policy wired in (`targets` may watch nothing: system-wide)

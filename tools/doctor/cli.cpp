@@ -72,7 +72,8 @@ Result<Config> parse_args(int argc, char** argv) {
 // mode attaches.
 const ToolEntry& registry_entry() {
   static const ToolEntry e{"doctor", &tool_spec, &check_args<&parse_args>, {{"doctor", {"syscalls:sys_enter_getppid"}, {"sched:sched_switch"}, false, false,
-        "the live check (uprobe events too, where uprobes work)"}}};
+        "the live check (uprobe events too, where uprobes work)"}},
+      {}};
   return e;
 }
 

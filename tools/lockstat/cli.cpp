@@ -193,7 +193,8 @@ const ToolEntry& registry_entry() {
       {"lockstat --uprobes", {"syscalls:sys_enter_futex", "lock:contention_begin", "lock:contention_end"}, {},
        false, true, "pthread_mutex_lock calls timed (uprobes), and kernel locks"},
       {"lockstat --uprobes -U", {"syscalls:sys_enter_futex"}, {}, false, true,
-       "pthread_mutex_lock calls timed (uprobes on libc)"}}};
+       "pthread_mutex_lock calls timed (uprobes on libc)"}},
+      {{"", "-U", "-K", "--uprobes", "--uprobes -U"}, {"", "-L 0x1000"}, {"--unwind fp", "-p $PID --unwind fp", "-t $TID --unwind fp", "-p $PID --unwind dwarf"}}};
   return e;
 }
 

@@ -99,7 +99,8 @@ const ToolEntry& registry_entry() {
         {"syscalls:sys_enter_nanosleep", "syscalls:sys_exit_nanosleep", "syscalls:sys_enter_clock_nanosleep",
          "syscalls:sys_exit_clock_nanosleep", "syscalls:sys_enter_restart_syscall",
          "syscalls:sys_exit_restart_syscall", "signal:signal_deliver"},
-        {"sched:sched_process_exit"}, false, false, "sleeps (nanosleep/clock_nanosleep tracepoints)"}}};
+        {"sched:sched_process_exit"}, false, false, "sleeps (nanosleep/clock_nanosleep tracepoints)"}},
+      {{"", "--comm x"}, {"", "-m 10"}, {"", "-p $PID", "-t $TID"}}};
   return e;
 }
 

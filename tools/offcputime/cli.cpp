@@ -141,7 +141,8 @@ Result<Config> parse_args(int argc, char** argv) {
 // mode attaches.
 const ToolEntry& registry_entry() {
   static const ToolEntry e{"offcputime", &tool_spec, &check_args<&parse_args>, {{"offcputime", {}, {"sched:sched_switch", "sched:sched_process_exec", "sched:sched_process_exit"},
-        false, false, "off-CPU stacks (sched_switch raw tracepoint)"}}};
+        false, false, "off-CPU stacks (sched_switch raw tracepoint)"}},
+      {{"", "-U", "-K"}, {"", "-u", "-k"}, {"", "--state 0", "--state 2"}, {"--unwind fp", "-p $PID --unwind fp", "-t $TID --unwind fp", "-p $PID --unwind dwarf"}}};
   return e;
 }
 

@@ -96,7 +96,8 @@ Result<Config> parse_args(int argc, char** argv) {
 // The registry's entry (common/registry.h): the option table, the parser and what each
 // mode attaches.
 const ToolEntry& registry_entry() {
-  static const ToolEntry e{"pmheld", &spec, &check_args<&parse_args>, {{"pmheld", {}, {}, false, true, "pthread mutex hold times (uprobes on libc)"}}};
+  static const ToolEntry e{"pmheld", &spec, &check_args<&parse_args>, {{"pmheld", {}, {}, false, true, "pthread mutex hold times (uprobes on libc)"}},
+      {{"", "-s 0"}, {"--unwind fp", "-p $PID --unwind fp", "-p $PID --unwind dwarf"}}};
   return e;
 }
 

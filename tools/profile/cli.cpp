@@ -100,7 +100,8 @@ Result<Config> parse_args(int argc, char** argv) {
 // The registry's entry (common/registry.h): the option table, the parser and what each
 // mode attaches.
 const ToolEntry& registry_entry() {
-  static const ToolEntry e{"profile", &tool_spec, &check_args<&parse_args>, {{"profile", {}, {}, true, false, "on-CPU stacks (perf cpu-clock samples)"}}};
+  static const ToolEntry e{"profile", &tool_spec, &check_args<&parse_args>, {{"profile", {}, {}, true, false, "on-CPU stacks (perf cpu-clock samples)"}},
+      {{"", "-U", "-K"}, {"", "-I"}, {"--unwind fp", "-p $PID --unwind fp", "-t $TID --unwind fp", "-p $PID --unwind dwarf"}}};
   return e;
 }
 

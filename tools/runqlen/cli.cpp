@@ -86,7 +86,8 @@ Result<Config> parse_args(int argc, char** argv) {
 // mode attaches.
 const ToolEntry& registry_entry() {
   static const ToolEntry e{"runqlen", &tool_spec, &check_args<&parse_args>, {{"runqlen", {}, {"sched:sched_switch"}, true, false,
-        "run queue length (perf cpu-clock samples + sched_switch raw tracepoint)"}}};
+        "run queue length (perf cpu-clock samples + sched_switch raw tracepoint)"}},
+      {{"", "--cfs"}}};
   return e;
 }
 

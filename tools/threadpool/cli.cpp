@@ -116,7 +116,8 @@ const ToolEntry& registry_entry() {
   static const ToolEntry e{"threadpool", &tool_spec, &check_args<&parse_args>, {{"threadpool", {},
         {"sched:sched_switch", "sched:sched_waking", "sched:sched_wakeup_new", "sched:sched_process_fork",
          "raw_syscalls:sys_enter", "raw_syscalls:sys_exit"},
-        false, false, "pool utilisation (scheduler and syscall raw tracepoints)"}}};
+        false, false, "pool utilisation (scheduler and syscall raw tracepoints)"}},
+      {{"-p $PID"}}};
   return e;
 }
 
