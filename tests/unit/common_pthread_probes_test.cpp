@@ -139,15 +139,20 @@ TEST_CASE("resolve_pthread_probes on this machine's libc") {
     CHECK(p.offset < 64);
   }
   // symbols resolve to what the dynamic linker binds: the default (@@) version, e.g.
-  // pthread_cond_wait@@GLIBC_2.3.2, not the GLIBC_2.2.5 compat one
-  void* fns_addr[] = {(void*)&pthread_mutex_lock,  (void*)&pthread_mutex_trylock,
-                      (void*)&pthread_mutex_timedlock, (void*)&pthread_mutex_unlock,
-                      (void*)&pthread_cond_wait,   (void*)&pthread_cond_timedwait};
+  // pthread_cond_wait@@GLIBC_2.3.2, not the GLIBC_2.2.5 compat one. Looked up in the
+  // library itself: &pthread_mutex_lock is ASan's interceptor in a sanitizer build.
+  void* handle = dlopen(lib->path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(handle);
+  const char* names[] = {"pthread_mutex_lock", "pthread_mutex_trylock", "pthread_mutex_timedlock",
+                         "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_timedwait"};
   for (size_t i = 0; i < fns.size(); ++i) {
+    void* addr = dlsym(handle, names[i]);
+    REQUIRE(addr);
     Dl_info info;
-    REQUIRE(dladdr(fns_addr[i], &info));
-    CHECK((*pts)[i].sym_vaddr == (uintptr_t)fns_addr[i] - (uintptr_t)info.dli_fbase);
+    REQUIRE(dladdr(addr, &info));
+    CHECK((*pts)[i].sym_vaddr == (uintptr_t)addr - (uintptr_t)info.dli_fbase);
   }
+  dlclose(handle);
   auto at_sym = resolve_pthread_probes(*lib, fns, {true});
   REQUIRE(at_sym);
   for (const auto& p : *at_sym) CHECK(p.offset == 0);
