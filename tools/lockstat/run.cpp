@@ -188,6 +188,257 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
   return j;
 }
 
+using PthreadTargets = std::vector<std::pair<PthreadLib, std::vector<ProbePoint>>>;
+
+// Before anything is loaded: root/BTF first (so an unprivileged user hears about root
+// first), -L names, map sizes, and with --uprobes every target's pthread functions.
+Result<PthreadTargets> prepare(Config& c, const std::vector<std::string>& tps) {
+  PthreadTargets libs;
+  if (c.ebpf) return libs;
+  if (auto st = preflight(tps)) return Error{st->message};
+  if (auto st = resolve_lock_names(c)) return Error{st->message};
+  if (!c.map_entries) c.map_entries = map_entries_for_threads(traced_threads(c));
+  std::vector<uint32_t> targets = c.pids.empty() ? std::vector<uint32_t>{0} : c.pids;
+  for (uint32_t pid : c.uprobes ? targets : std::vector<uint32_t>{}) {
+    auto lib = find_pthread_lib(pid);
+    if (!lib) return Error{lib.error()};
+    auto pts =
+        resolve_pthread_probes(*lib, {PthreadFn::MutexLock, PthreadFn::MutexTimedlock, PthreadFn::MutexClocklock}, {});
+    if (!pts) return Error{pts.error()};
+    libs.emplace_back(*lib, *pts);
+  }
+  return libs;
+}
+
+// What was attached: probe count and the banner's "futex waits + kernel locks".
+struct Attached {
+  uint64_t probes = 0;
+  std::string what;
+  uint64_t calibrated_cost = 0;  // --uprobes: the probes' own cost, measured
+};
+
+// Attaches in lockstat's order: futex syscalls, (calibration), pthread uprobes, kernel
+// lock ends before begins, sched_waking for wakers.
+Result<Attached> attach_all(BpfSession& session, Config& c, const PthreadTargets& libs,
+                            std::unique_ptr<CalibChild>& calib, bool wakers) {
+  Attached a;
+  auto attach_tp = [&](const std::string& tp, const std::string& fn) -> Status {
+    if (auto st = session.attach_tracepoint(tp, fn)) return st;
+    ++a.probes;
+    return std::nullopt;
+  };
+  if (!c.kernel_only) {
+    std::vector<std::string> calls = {"futex"};
+    if (tracepoint_exists("syscalls:sys_enter_futex_wait")) calls.push_back("futex_wait");
+    if (tracepoint_exists("syscalls:sys_enter_futex_waitv")) calls.push_back("futex_waitv");
+    for (const auto& sc : calls)
+      for (const std::string dir : {"enter", "exit"}) {
+        if (c.uprobes && dir == "exit") continue;  // only marks blocked calls
+        if (auto st = attach_tp("syscalls:sys_" + dir + "_" + sc, "tracepoint__syscalls__sys_" + dir + "_" + sc))
+          return Error{st->message};
+      }
+    a.what = c.uprobes ? "pthread_mutex_lock calls" : "futex waits";
+  }
+  if (calib) {
+    auto cost = calibrate_probe_cost(session, *calib);
+    if (!cost) return Error{cost.error()};
+    c.probe_cost_ns = a.calibrated_cost = *cost;
+    calib.reset();
+    if (c.verbose)
+      std::fprintf(stderr, "lockstat: probe cost %llu ns per call, taken off each timed call\n",
+                   static_cast<unsigned long long>(c.probe_cost_ns));
+  }
+  for (auto& [lib, pts] : libs) {
+    if (auto st = attach_pthread_probes(session, lib, pts,
+                                        {{PthreadFn::MutexLock, "on_lock", "on_lock_ret"},
+                                         {PthreadFn::MutexTimedlock, "on_lock", "on_lock_ret"},
+                                         {PthreadFn::MutexClocklock, "on_lock", "on_lock_ret"}}))
+      return Error{st->message};
+    a.probes += 2 * pts.size();  // uprobe + uretprobe each
+    if (c.verbose)
+      for (const auto& p : pts)
+        std::fprintf(stderr, "lockstat: uprobe on %s:%s\n", lib.display.c_str(), describe_probe_point(p).c_str());
+  }
+  if (!c.user_only) {
+    // ends first: a wait that began before its end was traced would stay open and
+    // stretch a later wait on the same lock (an end without a begin is only counted)
+    if (auto st = attach_tp("lock:contention_end", "tracepoint__lock__contention_end")) return Error{st->message};
+    if (auto st = attach_tp("lock:contention_begin", "tracepoint__lock__contention_begin"))
+      return Error{st->message};
+    a.what += std::string(a.what.empty() ? "" : " + ") + "kernel locks";
+  }
+  if (wakers)
+    if (auto st = attach_tp("sched:sched_waking", "tracepoint__sched__sched_waking")) return Error{st->message};
+  return a;
+}
+
+// The run loop's state and hooks: new processes remembered while the run goes on, each
+// report's snapshot drained from the maps, and what a report no longer needs dropped.
+class Reporter {
+ public:
+  Reporter(BpfSession& session, Config& c, UnwindMaps& uw, Resolver& res, const BpfPlan& plan,
+           uint64_t calibrated_cost, uint64_t attached)
+      : session_(session), c_(c), uw_(uw), res_(res), calibrated_cost_(calibrated_cost), last_(attached),
+        stats_(session.get_hash_table<lockstat_key, lockstat_val>("stats")),
+        hist_(session.get_hash_table<lockstat_hkey, uint64_t>("hist")),
+        comms_(session.get_hash_table<uint32_t, lockstat_comm>("comms")),
+        wakers_(plan.has("WAKERS")),
+        has_scans_(!c.unwind_dwarf && plan.has("OFF_TASK_STACK")),  // fp mode only
+        has_rq_locks_(plan.has("RQ_CPUS")),
+        flame_(c.svg, {"Off-CPU Flame Graph: lock waits", "lockstat: wait time at the contended locks' call sites",
+                       "us", FlamePalette::OffCpu}) {  // --svg: the waits of every report
+    if (!c.kernel_only) start_maps_.push_back(c.uprobes ? "plock_start" : "futex_start");
+    if (!c.user_only) start_maps_.push_back("klock_start");
+  }
+
+  void set_names(Names n) { names_ = std::move(n); }
+  Status failed() const { return failed_; }
+
+  void poll(int timeout_ms) {
+    if (timeout_ms > 0) usleep(static_cast<useconds_t>(timeout_ms) * 1000);
+    uint64_t now = monotonic_ns();
+    if (now - last_scan_ > 250 * 1000000ULL) {
+      remember_new();
+      last_scan_ = now;
+    }
+  }
+
+  void report(bool final) {
+    remember_new();
+    res_.new_report();
+    ++report_no_;
+    Snapshot s;
+    drain(s);
+    read_state(s);
+    uint64_t now = monotonic_ns();
+    s.window_ns = now - last_;
+    if (c_.uprobes) c_.probe_cost_ns = tracked_probe_cost(session_, calibrated_cost_);
+    render(std::cout, std::cerr, c_, s, names_, window_ending_now(now - last_, final));
+    if (s.dq.map_full)
+      std::fprintf(stderr,
+                   "lockstat: WARNING: %llu waits or details were not recorded because BPF maps were "
+                   "full (%llu entries); rerun with --map-entries %llu\n",
+                   static_cast<unsigned long long>(s.dq.map_full), static_cast<unsigned long long>(c_.map_entries),
+                   static_cast<unsigned long long>(std::min<uint64_t>(c_.map_entries * 4, 1u << 22)));
+    if (flame_.enabled()) add_folded_waits(build_report(s, names_, c_), flame_.stacks());
+    if (Status st = final ? flame_.write() : std::nullopt; st && !failed_) failed_ = st;
+    if (final)
+      for (const auto& [exe, pid] : exes_) hint_debuginfo(pid, exe);
+    if (!c_.json && !c_.csv && !final) std::cout << "\n";
+    last_ = now;
+    if (!final) forget_reported();
+  }
+
+ private:
+  // pids are remembered (mappings read) while they run; exited ones are forgotten after
+  // the report that printed their waits. Processes whose binary was looked up are
+  // bounded (past it, new binaries get no hint).
+  void remember_new() {
+    for (auto& [k, v] : stats_.get_table_offline()) {
+      if (k.kind == LS_KIND_KERNEL) continue;
+      if (!res_.sym().remembered(k.pid)) res_.sym().remember(k.pid);
+      if (exes_.size() < 4096 && exe_checked_.size() < 16384 && exe_checked_.insert(k.pid).second)
+        if (std::string exe = exe_path(k.pid); !exe.empty()) exes_.emplace(exe, k.pid);
+    }
+  }
+
+  // Drained (atomic lookup-and-delete per key): a wait recorded while this report is
+  // built is either in it or stays in the map for the next one. Comms are drained after
+  // stats (BPF writes a wait's comm right after its stats) and kept here across
+  // intervals; draining keeps the BPF map from filling up.
+  void drain(Snapshot& s) {
+    for (auto& [k, v] : drain_hash<lockstat_key, lockstat_val>(stats_)) s.waits.push_back({k, v});
+    for (auto& kv : drain_hash<lockstat_hkey, uint64_t>(hist_)) s.hist.push_back(kv);
+    if (wakers_) {
+      auto wt = session_.get_hash_table<lockstat_wkey, uint64_t>("wakers");
+      for (auto& kv : drain_hash<lockstat_wkey, uint64_t>(wt)) s.wakers.push_back(kv);
+    }
+    for (auto& [tid, cm] : drain_hash<uint32_t, lockstat_comm>(comms_))
+      comm_of_[tid] = {std::string(cm.comm, strnlen(cm.comm, sizeof cm.comm)), report_no_};
+    auto use_comm = [&](uint32_t tid) {
+      if (auto it = comm_of_.find(tid); it != comm_of_.end()) {
+        s.comms[tid] = it->second.first;
+        it->second.second = report_no_;
+      }
+    };
+    for (const auto& w : s.waits) {
+      use_comm(w.key.tid);
+      use_comm(w.key.pid);  // a process is named after its main thread
+    }
+    for (const auto& [wk, n] : s.wakers) use_comm(wk.waker);
+  }
+
+  // Counters, unwound stacks, waits still open, run-queue locks and stack scans.
+  void read_state(Snapshot& s) {
+    if (auto st = add_bpf_counters(session_, kCounters, s.dq, &counter_deltas_)) failed_ = st;
+    if (c_.unwind_dwarf) {
+      if (auto st = uw_.add_dq(session_, s.dq, &uw_deltas_)) failed_ = st;
+      res_.set_unwound(read_unwound_stacks(session_));
+    }
+    // waits still in progress (or whose end was never seen)
+    for (const auto& m : start_maps_) s.dq.unmatched_begin += count_entries(session_.get_table(m).get_fd());
+    if (has_rq_locks_) {
+      std::set<uint64_t> rq;
+      for (uint64_t a : session_.get_array_table<uint64_t>("rq_locks").get_table_offline())
+        if (a) rq.insert(a);
+      res_.set_rq_locks(std::move(rq));
+    }
+    if (has_scans_) {
+      std::map<int32_t, std::vector<uint64_t>> sc;
+      for (auto& [id, words] : session_.get_hash_table<int32_t, lockstat_scan>("scans").get_table_offline())
+        sc[id] = std::vector<uint64_t>(words.words, words.words + LS_SCAN_WORDS);
+      res_.set_scans(std::move(sc));
+    }
+  }
+
+  // After a report: drop what only its waits needed (see prune_starts).
+  void forget_reported() {
+    std::set<int32_t> keep_stacks;
+    std::set<uint32_t> keep_pids;
+    for (auto& [k, v] : stats_.get_table_offline()) {  // recorded since the drain
+      if (k.stack_id >= 0) keep_stacks.insert(k.stack_id);
+      if (k.kind != LS_KIND_KERNEL) keep_pids.insert(k.pid);
+    }
+    if (!c_.kernel_only) {
+      if (c_.uprobes) prune_starts<plock_start>(session_, "plock_start", keep_stacks, plock_stack);
+      else prune_starts<futex_start>(session_, "futex_start", keep_stacks, futex_stack);
+    }
+    if (!c_.user_only) prune_starts<klock_task>(session_, "klock_start", keep_stacks, klock_stack);
+    clear_stacks(session_, keep_stacks);
+    if (has_scans_) clear_stack_ids(session_.get_table("scans").get_fd(), keep_stacks);
+    res_.sym().forget_exited_every(0, [&] { return keep_pids; });
+    for (auto it = comm_of_.begin(); it != comm_of_.end();)
+      it = it->second.second + 1 < report_no_ ? comm_of_.erase(it) : std::next(it);
+    for (auto it = exes_.begin(); it != exes_.end();)  // binaries no running process runs
+      it = exe_path(it->second) != it->first ? exes_.erase(it) : std::next(it);
+    if (c_.verbose)
+      std::fprintf(stderr, "lockstat: tracking %zu processes, %zu symbol tables, %zu thread names\n",
+                   res_.sym().remembered_count(), res_.sym().symbol_tables_count(), comm_of_.size());
+  }
+
+  BpfSession& session_;
+  Config& c_;
+  UnwindMaps& uw_;
+  Resolver& res_;
+  const uint64_t calibrated_cost_;
+  uint64_t last_, last_scan_ = 0;
+  ebpf::BPFHashTable<lockstat_key, lockstat_val> stats_;
+  ebpf::BPFHashTable<lockstat_hkey, uint64_t> hist_;
+  ebpf::BPFHashTable<uint32_t, lockstat_comm> comms_;
+  const bool wakers_, has_scans_, has_rq_locks_;
+  RunFlameGraph flame_;
+  std::vector<std::string> start_maps_;
+  Names names_;
+  std::map<std::string, uint32_t> exes_;  // binary -> a process that runs it (debuginfo hints)
+  std::set<uint32_t> exe_checked_;       // apart from the symbolizer's own set (the -p targets)
+  CounterDeltas counter_deltas_, uw_deltas_;  // counters are cumulative in BPF
+  // tid -> {comm, last report that drained or used it}: kept across one report
+  // boundary (a wait's comm may be drained a report before its stats), then dropped
+  std::map<uint32_t, std::pair<std::string, uint64_t>> comm_of_;
+  uint64_t report_no_ = 0;
+  Status failed_;
+};
+
 }  // namespace
 
 Status run(const Config& c0) {
@@ -195,23 +446,8 @@ Status run(const Config& c0) {
   std::vector<std::string> tps;
   if (!c.kernel_only) tps.push_back("syscalls:sys_enter_futex");
   if (!c.user_only) tps.push_back("lock:contention_begin");
-  // --uprobes: find every target's pthread functions before loading anything
-  std::vector<std::pair<PthreadLib, std::vector<ProbePoint>>> libs;
-  if (!c.ebpf) {
-    // the root/BTF check first, so an unprivileged user hears about root first
-    if (auto st = preflight(tps)) return st;
-    if (auto st = resolve_lock_names(c)) return st;
-    if (!c.map_entries) c.map_entries = map_entries_for_threads(traced_threads(c));
-    std::vector<uint32_t> targets = c.pids.empty() ? std::vector<uint32_t>{0} : c.pids;
-    for (uint32_t pid : c.uprobes ? targets : std::vector<uint32_t>{}) {
-      auto lib = find_pthread_lib(pid);
-      if (!lib) return Error{lib.error()};
-      auto pts = resolve_pthread_probes(
-          *lib, {PthreadFn::MutexLock, PthreadFn::MutexTimedlock, PthreadFn::MutexClocklock}, {});
-      if (!pts) return Error{pts.error()};
-      libs.emplace_back(*lib, *pts);
-    }
-  }
+  auto libs = prepare(c, tps);
+  if (!libs) return Error{libs.error()};
   std::unique_ptr<CalibChild> calib;  // --uprobes: times the probes' own cost
   if (c.uprobes && !c.ebpf) {
     auto ch = start_calibration_child();
@@ -237,64 +473,12 @@ Status run(const Config& c0) {
     if (auto st = fill_addr_filter(session, c.lock_addrs)) return st;
   if (!session.get_array_table<uint32_t>("self_pid").update_value(0, static_cast<uint32_t>(getpid())).ok())
     return Error{"cannot write lockstat's own PID to the BPF map self_pid"};  // never trace ourselves
-
-  // attach
-  uint64_t probes = 0;
-  auto attach_tp = [&](const std::string& tp, const std::string& fn) -> Status {
-    if (auto st = session.attach_tracepoint(tp, fn)) return st;
-    ++probes;
-    return std::nullopt;
-  };
-  std::string what;
-  if (!c.kernel_only) {
-    std::vector<std::string> calls = {"futex"};
-    if (tracepoint_exists("syscalls:sys_enter_futex_wait")) calls.push_back("futex_wait");
-    if (tracepoint_exists("syscalls:sys_enter_futex_waitv")) calls.push_back("futex_waitv");
-    for (const auto& sc : calls) {
-      for (const char* dir : {"enter", "exit"}) {
-        if (c.uprobes && std::string(dir) == "exit") continue;  // only marks blocked calls
-        std::string tp = "syscalls:sys_" + std::string(dir) + "_" + sc;
-        if (auto st = attach_tp(tp, "tracepoint__syscalls__sys_" + std::string(dir) + "_" + sc)) return st;
-      }
-    }
-    what = c.uprobes ? "pthread_mutex_lock calls" : "futex waits";
-  }
-  uint64_t calibrated_cost = 0;
-  if (calib) {
-    auto cost = calibrate_probe_cost(session, *calib);
-    if (!cost) return Error{cost.error()};
-    c.probe_cost_ns = calibrated_cost = *cost;
-    calib.reset();
-    if (c.verbose)
-      std::fprintf(stderr, "lockstat: probe cost %llu ns per call, taken off each timed call\n",
-                   static_cast<unsigned long long>(c.probe_cost_ns));
-  }
-  for (auto& [lib, pts] : libs) {
-    if (auto st = attach_pthread_probes(
-            session, lib, pts,
-            {{PthreadFn::MutexLock, "on_lock", "on_lock_ret"},
-             {PthreadFn::MutexTimedlock, "on_lock", "on_lock_ret"},
-             {PthreadFn::MutexClocklock, "on_lock", "on_lock_ret"}}))
-      return st;
-    probes += 2 * pts.size();  // uprobe + uretprobe each
-    if (c.verbose)
-      for (const auto& p : pts)
-        std::fprintf(stderr, "lockstat: uprobe on %s:%s\n", lib.display.c_str(), describe_probe_point(p).c_str());
-  }
-  if (!c.user_only) {
-    // ends first: a wait that began before its end was traced would stay open and
-    // stretch a later wait on the same lock (an end without a begin is only counted)
-    if (auto st = attach_tp("lock:contention_end", "tracepoint__lock__contention_end")) return st;
-    if (auto st = attach_tp("lock:contention_begin", "tracepoint__lock__contention_begin")) return st;
-    what += std::string(what.empty() ? "" : " + ") + "kernel locks";
-  }
-  const bool wakers = plan->has("WAKERS");
-  if (wakers)
-    if (auto st = attach_tp("sched:sched_waking", "tracepoint__sched__sched_waking")) return st;
+  auto attached = attach_all(session, c, *libs, calib, plan->has("WAKERS"));
+  if (!attached) return Error{attached.error()};
   attach_phase_done();
   // the window opens here: waits that end while the symbols are read are counted, so
   // their time is inside the first interval (thread wait shares stay <= 100%)
-  const uint64_t attached = monotonic_ns();
+  const uint64_t window_start = monotonic_ns();
   // names and symbols of the targets, and their identity for the exec/exit policy, are
   // read before the start record: an exec after it is then always seen as one
   Resolver res(session);
@@ -303,146 +487,17 @@ Status run(const Config& c0) {
     res.sym().refresh(pid);
     if (c.unwind_dwarf) (void)uw.refresh(session, pid);
   });
-  nlohmann::json fields = start_fields(c, probes);
+  nlohmann::json fields = start_fields(c, attached->probes);
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
-  announce_attached(std::cout, "lockstat", c.json, "Tracing " + what + banner_until(c.schedule), fields,
+  announce_attached(std::cout, "lockstat", c.json, "Tracing " + attached->what + banner_until(c.schedule), fields,
                     empty_dq());
-  Names names = res.names();
-
-  auto stats = session.get_hash_table<lockstat_key, lockstat_val>("stats");
-  auto hist = session.get_hash_table<lockstat_hkey, uint64_t>("hist");
-  auto comms = session.get_hash_table<uint32_t, lockstat_comm>("comms");
-  std::vector<std::string> start_maps;
-  if (!c.kernel_only) start_maps.push_back(c.uprobes ? "plock_start" : "futex_start");
-  if (!c.user_only) start_maps.push_back("klock_start");
-  std::map<std::string, uint32_t> exes;  // binary -> a process that runs it (debuginfo hints)
-
-  const bool has_scans = !c.unwind_dwarf && plan->has("OFF_TASK_STACK");  // fp mode only
-  const bool has_rq_locks = plan->has("RQ_CPUS");
-  // pids are remembered (mappings read) while they run; exited ones are forgotten after
-  // the report that printed their waits
-  // processes whose binary was looked up (bounded: past it, new binaries get no hint);
-  // apart from the symbolizer's own set, which already holds the -p targets
-  std::set<uint32_t> exe_checked;
-  auto remember_new = [&]() {
-    for (auto& [k, v] : stats.get_table_offline()) {
-      if (k.kind == LS_KIND_KERNEL) continue;
-      if (!res.sym().remembered(k.pid)) res.sym().remember(k.pid);
-      if (exes.size() < 4096 && exe_checked.size() < 16384 && exe_checked.insert(k.pid).second)
-        if (std::string exe = exe_path(k.pid); !exe.empty()) exes.emplace(exe, k.pid);
-    }
-  };
-  uint64_t last = attached, last_scan = 0;
-  CounterDeltas counter_deltas, uw_deltas;   // counters are cumulative in BPF
-  // tid -> {comm, last report that drained or used it}: kept across one report
-  // boundary (a wait's comm may be drained a report before its stats), then dropped
-  std::map<uint32_t, std::pair<std::string, uint64_t>> comm_of;
-  uint64_t report_no = 0;
-  Status failed;
-  RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph: lock waits",
-                              "lockstat: wait time at the contended locks' call sites", "us",
-                              FlamePalette::OffCpu});  // --svg: the waits of every report
-
-  // After a report: drop what only its waits needed (see prune_starts).
-  auto forget_reported = [&]() {
-    std::set<int32_t> keep_stacks;
-    std::set<uint32_t> keep_pids;
-    for (auto& [k, v] : stats.get_table_offline()) {  // recorded since the drain
-      if (k.stack_id >= 0) keep_stacks.insert(k.stack_id);
-      if (k.kind != LS_KIND_KERNEL) keep_pids.insert(k.pid);
-    }
-    if (!c.kernel_only) {
-      if (c.uprobes) prune_starts<plock_start>(session, "plock_start", keep_stacks, plock_stack);
-      else prune_starts<futex_start>(session, "futex_start", keep_stacks, futex_stack);
-    }
-    if (!c.user_only) prune_starts<klock_task>(session, "klock_start", keep_stacks, klock_stack);
-    clear_stacks(session, keep_stacks);
-    if (has_scans) clear_stack_ids(session.get_table("scans").get_fd(), keep_stacks);
-    res.sym().forget_exited_every(0, [&] { return keep_pids; });
-    for (auto it = comm_of.begin(); it != comm_of.end();)
-      it = it->second.second + 1 < report_no ? comm_of.erase(it) : std::next(it);
-    for (auto it = exes.begin(); it != exes.end();)  // binaries no running process runs
-      it = exe_path(it->second) != it->first ? exes.erase(it) : std::next(it);
-    if (c.verbose)
-      std::fprintf(stderr, "lockstat: tracking %zu processes, %zu symbol tables, %zu thread names\n",
-                   res.sym().remembered_count(), res.sym().symbol_tables_count(), comm_of.size());
-  };
+  Reporter rep(session, c, uw, res, *plan, attached->calibrated_cost, window_start);
+  rep.set_names(res.names());
   RunHooks hooks;
-  hooks.poll = [&](int timeout_ms) {
-    if (timeout_ms > 0) usleep(static_cast<useconds_t>(timeout_ms) * 1000);
-    uint64_t now = monotonic_ns();
-    if (now - last_scan > 250 * 1000000ULL) {
-      remember_new();
-      last_scan = now;
-    }
-  };
-  hooks.report = [&](bool final) {
-    remember_new();
-    res.new_report();
-    ++report_no;
-    Snapshot s;
-    // Drained (atomic lookup-and-delete per key): a wait recorded while this report
-    // is built is either in it or stays in the map for the next one. Comms are
-    // drained after stats (BPF writes a wait's comm right after its stats) and
-    // kept here across intervals; draining keeps the BPF map from filling up.
-    for (auto& [k, v] : drain_hash<lockstat_key, lockstat_val>(stats)) s.waits.push_back({k, v});
-    for (auto& kv : drain_hash<lockstat_hkey, uint64_t>(hist)) s.hist.push_back(kv);
-    if (wakers) {
-      auto wt = session.get_hash_table<lockstat_wkey, uint64_t>("wakers");
-      for (auto& kv : drain_hash<lockstat_wkey, uint64_t>(wt)) s.wakers.push_back(kv);
-    }
-    for (auto& [tid, cm] : drain_hash<uint32_t, lockstat_comm>(comms))
-      comm_of[tid] = {std::string(cm.comm, strnlen(cm.comm, sizeof cm.comm)), report_no};
-    auto use_comm = [&](uint32_t tid) {
-      if (auto it = comm_of.find(tid); it != comm_of.end()) {
-        s.comms[tid] = it->second.first;
-        it->second.second = report_no;
-      }
-    };
-    for (const auto& w : s.waits) {
-      use_comm(w.key.tid);
-      use_comm(w.key.pid);  // a process is named after its main thread
-    }
-    for (const auto& [wk, n] : s.wakers) use_comm(wk.waker);
-    if (auto st = add_bpf_counters(session, kCounters, s.dq, &counter_deltas)) failed = st;
-    if (c.unwind_dwarf) {
-      if (auto st = uw.add_dq(session, s.dq, &uw_deltas)) failed = st;
-      res.set_unwound(read_unwound_stacks(session));
-    }
-    // waits still in progress (or whose end was never seen)
-    for (const auto& m : start_maps) s.dq.unmatched_begin += count_entries(session.get_table(m).get_fd());
-    if (has_rq_locks) {
-      std::set<uint64_t> rq;
-      for (uint64_t a : session.get_array_table<uint64_t>("rq_locks").get_table_offline())
-        if (a) rq.insert(a);
-      res.set_rq_locks(std::move(rq));
-    }
-    if (has_scans) {
-      std::map<int32_t, std::vector<uint64_t>> sc;
-      for (auto& [id, words] : session.get_hash_table<int32_t, lockstat_scan>("scans").get_table_offline())
-        sc[id] = std::vector<uint64_t>(words.words, words.words + LS_SCAN_WORDS);
-      res.set_scans(std::move(sc));
-    }
-    uint64_t now = monotonic_ns();
-    s.window_ns = now - last;
-    if (c.uprobes) c.probe_cost_ns = tracked_probe_cost(session, calibrated_cost);
-    render(std::cout, std::cerr, c, s, names, window_ending_now(now - last, final));
-    if (s.dq.map_full)
-      std::fprintf(stderr,
-                   "lockstat: WARNING: %llu waits or details were not recorded because BPF maps were "
-                   "full (%llu entries); rerun with --map-entries %llu\n",
-                   static_cast<unsigned long long>(s.dq.map_full), static_cast<unsigned long long>(c.map_entries),
-                   static_cast<unsigned long long>(std::min<uint64_t>(c.map_entries * 4, 1u << 22)));
-    if (flame.enabled()) add_folded_waits(build_report(s, names, c), flame.stacks());
-    if (Status st = final ? flame.write() : std::nullopt; st && !failed) failed = st;
-    if (final)
-      for (const auto& [exe, pid] : exes) hint_debuginfo(pid, exe);
-    if (!c.json && !c.csv && !final) std::cout << "\n";
-    last = now;
-    if (!final) forget_reported();
-  };
+  hooks.poll = [&](int timeout_ms) { rep.poll(timeout_ms); };
+  hooks.report = [&](bool final) { rep.report(final); };
   if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;
-  return failed;
+  return rep.failed();
 }
 
 }  // namespace lockstat

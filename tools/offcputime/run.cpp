@@ -68,6 +68,46 @@ void on_new_proc(void* cookie, void* data, int size) {
 
 void on_lost(void* cookie, uint64_t n) { static_cast<Live*>(cookie)->lost_events += n; }
 
+// Between reports: new processes announced, tables refreshed after an exec, and (bounded
+// memory on long runs) exited processes no counted stack refers to forgotten.
+void poll_live(BpfSession& session, Live& live, int timeout_ms) {
+  session.poll_perf_buffer("new_procs", std::min(timeout_ms, 100));
+  for (auto t : live.uw_stale)  // after exec: the new image's tables and mappings
+    if (live.uw) (void)live.uw->refresh(session, t);
+  live.uw_stale.clear();
+  live.sym.forget_exited_every(10000000000ULL, [&] {
+    std::set<uint32_t> tgids;
+    for (auto& kv : session.get_hash_table<offcpu_key, offcpu_val>("counts").get_table_offline())
+      tgids.insert(kv.first.tgid);
+    return tgids;
+  });
+}
+
+// The counts drained from BPF into rep.entries, their stacks read and symbolized.
+void read_entries(BpfSession& session, const Config& c, Live& live, Report& rep) {
+  StackReader stacks = StackReader::from_session(session);
+  auto counts_table = session.get_hash_table<offcpu_key, offcpu_val>("counts");
+  StackParts parts = c.parts();
+  UnwoundStacks unwound;
+  if (c.unwind_dwarf) unwound = read_unwound_stacks(session);
+  for (auto& [k, v] : drain_hash<offcpu_key, offcpu_val>(counts_table)) {
+    Entry e;
+    e.pid = k.tgid;
+    e.tid = k.tid;
+    e.comm = std::string(k.comm, strnlen(k.comm, sizeof k.comm));
+    e.total_ns = v.total_ns;
+    e.count = v.count;
+    e.max_ns = v.max_ns;
+    e.stack = stacks.resolve(live.sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, &rep.dq);
+    if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
+      bool found = false;
+      e.stack.user = symbolize_unwound(unwound, k.user_hash, live.sym, k.tgid, &found);
+      e.stack.user_missing = !found;  // UW_HASH_LOST (uw_stacks full, counted in lost_stacks)
+    }
+    rep.entries.push_back(std::move(e));
+  }
+}
+
 }  // namespace
 
 Status run(const Config& user_config) {
@@ -109,19 +149,7 @@ Status run(const Config& user_config) {
   RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph", banner(c), "us", FlamePalette::OffCpu}, 1000);
   Status svg_failed;
   RunHooks hooks;
-  hooks.poll = [&](int timeout_ms) {
-    session.poll_perf_buffer("new_procs", std::min(timeout_ms, 100));
-    for (auto t : live.uw_stale)  // after exec: the new image's tables and mappings
-      if (live.uw) (void)live.uw->refresh(session, t);
-    live.uw_stale.clear();
-    // Bounded memory on long runs: forget exited processes no counted stack refers to.
-    live.sym.forget_exited_every(10000000000ULL, [&] {
-      std::set<uint32_t> tgids;
-      for (auto& kv : session.get_hash_table<offcpu_key, offcpu_val>("counts").get_table_offline())
-        tgids.insert(kv.first.tgid);
-      return tgids;
-    });
-  };
+  hooks.poll = [&](int timeout_ms) { poll_live(session, live, timeout_ms); };
   hooks.report = [&](bool final) {
     if (final) {  // stop tracing first: the last report is a consistent snapshot
       StderrNoiseFilter quiet;
@@ -144,28 +172,8 @@ Status run(const Config& user_config) {
     lost_reported = live.lost_events;
     // threads off-CPU right now: their period ends in a later window (or never)
     rep.dq.unmatched_begin = session.get_hash_table<uint32_t, offcpu_start>("start").get_table_offline().size();
-    StackReader stacks = StackReader::from_session(session);
-    auto counts_table = session.get_hash_table<offcpu_key, offcpu_val>("counts");
-    StackParts parts = c.parts();
-    UnwoundStacks unwound;
-    if (c.unwind_dwarf) unwound = read_unwound_stacks(session);
     auto before = live.sym.stats();
-    for (auto& [k, v] : drain_hash<offcpu_key, offcpu_val>(counts_table)) {
-      Entry e;
-      e.pid = k.tgid;
-      e.tid = k.tid;
-      e.comm = std::string(k.comm, strnlen(k.comm, sizeof k.comm));
-      e.total_ns = v.total_ns;
-      e.count = v.count;
-      e.max_ns = v.max_ns;
-      e.stack = stacks.resolve(live.sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, &rep.dq);
-      if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
-        bool found = false;
-        e.stack.user = symbolize_unwound(unwound, k.user_hash, live.sym, k.tgid, &found);
-        e.stack.user_missing = !found;  // UW_HASH_LOST (uw_stacks full, counted in lost_stacks)
-      }
-      rep.entries.push_back(std::move(e));
-    }
+    read_entries(session, c, live, rep);
     if (final) timing_mark("final: read + symbolize");
     merge_identical(rep.entries);
     add_symbolizer_dq(rep.dq, before, live.sym.stats());

@@ -193,21 +193,29 @@ class Collector {
   Status failed_;
 };
 
-}  // namespace
+// The BPF handlers of each pthread function (entry, return).
+const std::vector<PthreadHandler> kHandlers = {
+    {PthreadFn::MutexLock, "lock_entry", "lock_return"},
+    {PthreadFn::MutexTrylock, "lock_entry", "lock_return"},
+    {PthreadFn::MutexTimedlock, "lock_entry", "lock_return"},
+    {PthreadFn::MutexClocklock, "lock_entry", "lock_return"},
+    {PthreadFn::MutexUnlock, "unlock_entry", ""},
+    {PthreadFn::CondWait, "cond_entry", "cond_return"},
+    {PthreadFn::CondTimedwait, "cond_entry", "cond_return"},
+    {PthreadFn::CondClockwait, "cond_entry", "cond_return"},
+};
 
-Status run(const Config& c) {
-  // Locate and resolve everything before loading BPF, so bad targets fail fast (after
-  // the root/BTF check, so an unprivileged user hears about root first).
-  if (!c.ebpf)
-    if (auto st = preflight({})) return st;
+struct Target {
+  PthreadLib lib;
+  std::vector<ProbePoint> points;
+};
+
+// Every target's libc with its pthread functions resolved (none with --ebpf).
+Result<std::vector<Target>> find_targets(const Config& c) {
   const std::vector<PthreadFn> fns = {PthreadFn::MutexLock,     PthreadFn::MutexTrylock,
                                       PthreadFn::MutexTimedlock, PthreadFn::MutexClocklock,
                                       PthreadFn::MutexUnlock,   PthreadFn::CondWait,
                                       PthreadFn::CondTimedwait, PthreadFn::CondClockwait};
-  struct Target {
-    PthreadLib lib;
-    std::vector<ProbePoint> points;
-  };
   std::vector<Target> targets;
   std::vector<uint32_t> pids = c.pids.empty() ? std::vector<uint32_t>{0} : c.pids;
   for (uint32_t pid : c.ebpf ? std::vector<uint32_t>{} : pids) {
@@ -217,16 +225,32 @@ Status run(const Config& c) {
     if (!pts) return Error{pts.error()};
     targets.push_back({*lib, *pts});
   }
-  const std::vector<PthreadHandler> handlers = {
-      {PthreadFn::MutexLock, "lock_entry", "lock_return"},
-      {PthreadFn::MutexTrylock, "lock_entry", "lock_return"},
-      {PthreadFn::MutexTimedlock, "lock_entry", "lock_return"},
-      {PthreadFn::MutexClocklock, "lock_entry", "lock_return"},
-      {PthreadFn::MutexUnlock, "unlock_entry", ""},
-      {PthreadFn::CondWait, "cond_entry", "cond_return"},
-      {PthreadFn::CondTimedwait, "cond_entry", "cond_return"},
-      {PthreadFn::CondClockwait, "cond_entry", "cond_return"},
-  };
+  return targets;
+}
+
+// The start record's fields: probes attached and the effective options.
+nlohmann::json start_fields(const Config& c, uint64_t probes) {
+  nlohmann::json start = {{"probes", probes},
+                          {"options",
+                           {{"stacks", c.stacks},
+                            {"stack_storage_size", c.stack_storage_size},
+                            {"entries", c.entries},
+                            {"sort", c.sort},
+                            {"probe_at_symbol", c.at_symbol},
+                            {"unwind", c.unwind_dwarf ? "dwarf" : "fp"}}}};
+  if (!c.pids.empty()) start["pid"] = c.pids;
+  return start;
+}
+
+}  // namespace
+
+Status run(const Config& c) {
+  // Locate and resolve everything before loading BPF, so bad targets fail fast (after
+  // the root/BTF check, so an unprivileged user hears about root first).
+  if (!c.ebpf)
+    if (auto st = preflight({})) return st;
+  auto targets = find_targets(c);
+  if (!targets) return Error{targets.error()};
 
   BpfPlan plan = bpf_plan(c);
   UnwindMaps uw;
@@ -240,10 +264,10 @@ Status run(const Config& c) {
     if (auto st = uw.start(session, "uw_pmheld_tail", BPF_PROG_TYPE_KPROBE)) return st;
   Collector col(session, c, c.unwind_dwarf ? &uw : nullptr);
   uint64_t probes = 0;
-  for (const auto& t : targets) {
-    if (auto st = attach_pthread_probes(session, t.lib, t.points, handlers)) return st;
+  for (const auto& t : *targets) {
+    if (auto st = attach_pthread_probes(session, t.lib, t.points, kHandlers)) return st;
     for (const auto& p : t.points)
-      for (const auto& h : handlers)
+      for (const auto& h : kHandlers)
         if (h.fn == p.fn) probes += h.return_fn.empty() ? 1 : 2;
     if (t.lib.pid > 0) col.remember(static_cast<uint32_t>(t.lib.pid));
     if (c.verbose)
@@ -254,15 +278,7 @@ Status run(const Config& c) {
   // the targets' identity for the exec/exit policy is read before the start record,
   // with their names and symbols: an exec after it is then always seen as one
   TargetWatch watch(c.pids, [&](uint32_t pid) { col.refresh(pid); });
-  nlohmann::json start = {{"probes", probes},
-                          {"options",
-                           {{"stacks", c.stacks},
-                            {"stack_storage_size", c.stack_storage_size},
-                            {"entries", c.entries},
-                            {"sort", c.sort},
-                            {"probe_at_symbol", c.at_symbol},
-                            {"unwind", c.unwind_dwarf ? "dwarf" : "fp"}}}};
-  if (!c.pids.empty()) start["pid"] = c.pids;
+  nlohmann::json start = start_fields(c, probes);
   if (c.unwind_dwarf) start["unwind_tables"] = uw.start_fields();  // what the tables cost
   announce_attached(std::cout, "pmheld", c.json,
                     "Tracing pthread mutex hold times in " +

@@ -54,6 +54,42 @@ void remember_sampled(BpfSession& bpf, Symbolizer& sym) {
     if (!sym.remembered(t)) sym.remember(t);
 }
 
+// The counts drained from BPF into rep.entries, their stacks read and symbolized.
+void read_entries(BpfSession& session, const Config& c, const UnwoundStacks& unwound, Symbolizer& sym,
+                  Report& rep) {
+  StackReader stacks = StackReader::from_session(session);
+  auto counts = session.get_hash_table<profile_key, uint64_t>("counts");
+  StackParts parts = c.parts();
+  for (auto& [k, v] : drain_hash<profile_key, uint64_t>(counts)) {
+    Entry e;
+    e.pid = k.tgid;
+    e.tid = k.tid;
+    e.comm = std::string(k.comm, strnlen(k.comm, sizeof k.comm));
+    e.samples = v;
+    e.stack = stacks.resolve(sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, &rep.dq);
+    if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
+      bool found = false;
+      e.stack.user = symbolize_unwound(unwound, k.user_hash, sym, k.tgid, &found);
+      e.stack.user_missing = !found;  // UW_HASH_LOST (uw_stacks full, counted in lost_stacks)
+    }
+    rep.entries.push_back(std::move(e));
+  }
+}
+
+// Bounded memory on long runs (issue 19): after an interval report the stacks and
+// exited processes it printed go; those of samples counted since the drain stay.
+void forget_reported(BpfSession& session, Symbolizer& sym) {
+  std::set<int32_t> keep_stacks;
+  std::set<uint32_t> keep_pids;
+  for (auto& kv : session.get_hash_table<profile_key, uint64_t>("counts").get_table_offline()) {
+    keep_stacks.insert(kv.first.user_stack_id);
+    keep_stacks.insert(kv.first.kernel_stack_id);
+    keep_pids.insert(kv.first.tgid);
+  }
+  clear_stacks(session, keep_stacks);
+  sym.forget_exited_every(0, [&] { return keep_pids; });
+}
+
 }  // namespace
 
 Status run(const Config& c) {
@@ -112,40 +148,14 @@ Status run(const Config& c) {
       if (auto st = uw.add_dq(session, rep.dq, &uw_deltas)) std::cerr << "profile: " << st->message << "\n";
       unwound = read_unwound_stacks(session);
     }
-    StackReader stacks = StackReader::from_session(session);
-    auto counts = session.get_hash_table<profile_key, uint64_t>("counts");
-    StackParts parts = c.parts();
     auto before = sym.stats();
-    for (auto& [k, v] : drain_hash<profile_key, uint64_t>(counts)) {
-      Entry e;
-      e.pid = k.tgid;
-      e.tid = k.tid;
-      e.comm = std::string(k.comm, strnlen(k.comm, sizeof k.comm));
-      e.samples = v;
-      e.stack = stacks.resolve(sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, &rep.dq);
-      if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
-        bool found = false;
-        e.stack.user = symbolize_unwound(unwound, k.user_hash, sym, k.tgid, &found);
-        e.stack.user_missing = !found;  // UW_HASH_LOST (uw_stacks full, counted in lost_stacks)
-      }
-      rep.entries.push_back(std::move(e));
-    }
+    read_entries(session, c, unwound, sym, rep);
     merge_identical(rep.entries);
     add_symbolizer_dq(rep.dq, before, sym.stats());
     render(std::cout, std::cerr, c, rep);
     if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
     if (!final) {
-      // Bounded memory on long runs (issue 19): the stacks and exited processes this
-      // report printed go; those of samples counted since the drain stay.
-      std::set<int32_t> keep_stacks;
-      std::set<uint32_t> keep_pids;
-      for (auto& kv : counts.get_table_offline()) {
-        keep_stacks.insert(kv.first.user_stack_id);
-        keep_stacks.insert(kv.first.kernel_stack_id);
-        keep_pids.insert(kv.first.tgid);
-      }
-      clear_stacks(session, keep_stacks);
-      sym.forget_exited_every(0, [&] { return keep_pids; });
+      forget_reported(session, sym);
       return;
     }
     for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
