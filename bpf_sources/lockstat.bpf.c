@@ -743,11 +743,7 @@ TRACEPOINT_PROBE(lock, contention_end) {
   struct kwalk_key wk = {.addr = addr, .pid = pid};
   u64 *last = kwalk_last.lookup(&wk);
   if (!last || now - *last >= LS_KWALK_INTERVAL_NS) {
-    /* the stack table only, no overflow path: contention_end of a rwsem writer runs
-     * holding the lock (mmap_lock), so the overflow map's bpf_get_stack + 127-frame
-     * hash would lengthen the very hold that makes the contention (test_lockstat's
-     * rwsem pairing read 3.5x the waits and 12x the p90 of perf's window with it) */
-    k.stack_id = stack_traces.get_stackid(args, 0);
+    k.stack_id = bpfdiag_stack_id_in_lock(args, 0); /* the waiter holds the lock now */
     if (k.stack_id < 0 && k.stack_id != -14 /* -EFAULT: no stack to take */)
       dq_count(LS_CNT_LOST_KSTACK);
     kwalk_last.update(&wk, &now);
