@@ -345,6 +345,15 @@ Status UnwindMaps::start(BpfSession& session, const std::string& fn, int prog_ty
   return install(session, fn, prog_type, UW_PROG_UNWIND);
 }
 
+Result<std::unique_ptr<BpfSession>> load_unwinding_tool(ToolPlan plan, UnwindMaps* uw, const UnwinderPlan& unwinder) {
+  if (uw)
+    if (auto st = uw->prepare(unwinder.pids, unwinder.tids, plan.ebpf, plan.bpf)) return *st;
+  auto loaded = load_tool(plan);
+  if (!loaded || !*loaded || !uw) return loaded;
+  if (auto st = uw->start(**loaded, unwinder.fn, unwinder.prog_type, unwinder.after)) return *st;
+  return loaded;
+}
+
 nlohmann::json UnwindMaps::start_fields() const {
   const UnwindStats& us = stats_;
   return {{"processes", us.processes}, {"mappings", us.mappings},

@@ -5,14 +5,15 @@
 //
 // PUBLIC API:
 //   UnwindMaps uw;
-//   uw.prepare(pids, tids, ebpf, flags);            // before load: tables, -DUW_DWARF ...
+//   load_unwinding_tool(plan, &uw, {pids, tids, "uw_<tool>_tail", type, ""});
+//     = uw.prepare(pids, tids, ebpf, plan) (tables, UW_* defines) + load_tool
+//       + uw.start(session, fn, type) (maps + unwinder program)
 //   text = with_unwind_header(text);                // pastes unwind.h (libbcc rule)
-//   ... load ..., uw.start(session, "uw_<tool>_tail", type);  // maps + unwinder program
 //   fields["unwind_tables"] = uw.start_fields();    // what the tables cost
 //   uw.refresh(bpf, tgid);                          // after exec / dlopen
 //   UnwoundStacks st = read_unwound_stacks(bpf);    // hash -> pcs + status
 //   uw.add_dq(bpf, dq, &deltas);                    // ustack_* data_quality keys
-// (prepare = add_process per target + cflags; start = fill + install.)
+// (prepare = add_process per target + plan defines; start = fill + install.)
 #pragma once
 #include <linux/types.h>
 
@@ -30,6 +31,7 @@
 #include "common/report.h"
 #include "common/result.h"
 #include "common/symbolize.h"
+#include "common/tool.h"
 #include "common/unwind_tables.h"
 
 namespace bpfdiag {
@@ -55,6 +57,22 @@ std::string with_unwind_header(const std::string& text);
 // count (at least one row each) is not even built.
 constexpr uint64_t kMaxProcessRows = 4ULL << 20;  // 32 MiB
 constexpr uint64_t kMaxTotalRows = 8ULL << 20;    // 64 MiB (uw_rows gets up to 1.5x for later mappings)
+
+// Which unwinder program a tool installs, and for whom (--unwind=dwarf).
+struct UnwinderPlan {
+  std::vector<uint32_t> pids, tids;  // the targets whose tables are built before the load
+  std::string fn;                    // the tail-called unwinder, e.g. "uw_profile_tail"
+  int prog_type = 0;                 // its program type (that of the handlers calling it)
+  std::string after;                 // the program it tail-calls in turn ("" for none)
+};
+
+class UnwindMaps;
+// The stack tools' load: with `uw` (--unwind=dwarf) the targets' tables are built first
+// (their sizes become BPF constants in `plan`), then the program is loaded and the
+// unwinder installed in its tail-call table; without, load_tool() alone. A null session
+// with success means --ebpf (the listing was printed).
+[[nodiscard]] Result<std::unique_ptr<BpfSession>> load_unwinding_tool(ToolPlan plan, UnwindMaps* uw,
+                                                                       const UnwinderPlan& unwinder);
 
 // data_quality keys added by dwarf mode (always present in every stack tool's records).
 const std::vector<std::string>& unwind_dq_keys();

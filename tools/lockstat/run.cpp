@@ -458,17 +458,14 @@ Status run(const Config& c0) {
   if (!plan) return Error{plan.error()};
   plan.value().tracepoints = tps;
   if (calib) plan.value().flag("CALIB");
-  UnwindMaps uw;
-  if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
-    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, plan.value())) return st;
-  auto loaded = load_tool(ToolPlan{"lockstat", *plan, c.ebpf});
+  UnwindMaps uw;  // the unwinder is tail-called by the user-space handlers
+  UnwinderPlan unwinder = c.uprobes ? UnwinderPlan{c.pids, c.tids, "uw_lockstat_pthread_tail", BPF_PROG_TYPE_KPROBE,
+                                                   "ls_pthread_record"}
+                                    : UnwinderPlan{c.pids, c.tids, "uw_lockstat_futex_tail", BPF_PROG_TYPE_TRACEPOINT, ""};
+  auto loaded = load_unwinding_tool(ToolPlan{"lockstat", *plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr, unwinder);
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   auto& session = **loaded;
-  if (c.unwind_dwarf)  // the unwinder, tail-called by the user-space handlers
-    if (auto st = c.uprobes ? uw.start(session, "uw_lockstat_pthread_tail", BPF_PROG_TYPE_KPROBE, "ls_pthread_record")
-                            : uw.start(session, "uw_lockstat_futex_tail", BPF_PROG_TYPE_TRACEPOINT))
-      return st;
   if (!c.lock_addrs.empty() && c.lock_names.empty())
     if (auto st = fill_addr_filter(session, c.lock_addrs)) return st;
   if (!session.get_array_table<uint32_t>("self_pid").update_value(0, static_cast<uint32_t>(getpid())).ok())

@@ -116,17 +116,13 @@ Status run(const Config& user_config) {
   auto plan = bpf_plan(c);
   if (!plan) return Error{plan.error()};
   UnwindMaps uw;
-  if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
-    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, plan.value())) return st;
-  auto loaded = load_tool(ToolPlan{"offcputime", *plan, c.ebpf});
+  auto loaded = load_unwinding_tool(ToolPlan{"offcputime", *plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr,
+                                    {c.pids, c.tids, "uw_offcpu_tail", BPF_PROG_TYPE_RAW_TRACEPOINT, ""});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
   Live live;
-  if (c.unwind_dwarf) {
-    if (auto st = uw.start(session, "uw_offcpu_tail", BPF_PROG_TYPE_RAW_TRACEPOINT)) return st;
-    live.uw = &uw;
-  }
+  if (c.unwind_dwarf) live.uw = &uw;
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
   for (auto p : c.pids) live.sym.remember(p);
   // System-wide, kernel names are needed by every report and Ctrl-C's budget bounds

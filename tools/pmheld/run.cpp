@@ -253,15 +253,12 @@ Status run(const Config& c) {
   if (!targets) return Error{targets.error()};
 
   BpfPlan plan = bpf_plan(c);
-  UnwindMaps uw;
-  if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
-    if (auto st = uw.prepare(c.pids, {}, c.ebpf, plan)) return st;
-  auto loaded = load_tool(ToolPlan{"pmheld", plan, c.ebpf});
+  UnwindMaps uw;  // the unwinder is tail-called by the lock and cond-wait return probes
+  auto loaded = load_unwinding_tool(ToolPlan{"pmheld", plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr,
+                                    {c.pids, {}, "uw_pmheld_tail", BPF_PROG_TYPE_KPROBE, ""});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   auto& session = **loaded;
-  if (c.unwind_dwarf)  // the unwinder, tail-called by the lock and cond-wait return probes
-    if (auto st = uw.start(session, "uw_pmheld_tail", BPF_PROG_TYPE_KPROBE)) return st;
   Collector col(session, c, c.unwind_dwarf ? &uw : nullptr);
   uint64_t probes = 0;
   for (const auto& t : *targets) {

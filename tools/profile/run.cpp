@@ -94,15 +94,12 @@ void forget_reported(BpfSession& session, Symbolizer& sym) {
 
 Status run(const Config& c) {
   BpfPlan plan = bpf_plan(c);
-  UnwindMaps uw;
-  if (c.unwind_dwarf)  // tables of every target process, before load (sizes)
-    if (auto st = uw.prepare(c.pids, c.tids, c.ebpf, plan)) return st;
-  auto loaded = load_tool(ToolPlan{"profile", plan, c.ebpf});
+  UnwindMaps uw;  // the unwinder is tail-called by the sample handler
+  auto loaded = load_unwinding_tool(ToolPlan{"profile", plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr,
+                                    {c.pids, c.tids, "uw_profile_tail", BPF_PROG_TYPE_PERF_EVENT, ""});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
-  if (c.unwind_dwarf)  // the unwinder, tail-called by the sample handler
-    if (auto st = uw.start(session, "uw_profile_tail", BPF_PROG_TYPE_PERF_EVENT)) return st;
   Symbolizer sym;
   for (auto p : c.pids) sym.remember(p);
   // System-wide, kernel names are needed by every report and Ctrl-C's budget bounds
