@@ -10,5 +10,7 @@ struct EmbeddedFile {
 
 // Shared headers from bpf_sources/*.h, written into the BPF include shim at load time.
 extern const EmbeddedFile kEmbeddedBpfHeaders[];
+// The built-in wait-site rules (common/wait_sites.rules).
+extern const EmbeddedFile kEmbeddedWaitRules[];
 
 }  // namespace bpfdiag

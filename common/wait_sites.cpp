@@ -1,0 +1,266 @@
+// Wait-site rules: parsing, the rule directory and matching (see wait_sites.h).
+#include "common/wait_sites.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+
+#include "common/embedded.h"
+#include "common/untrusted_file.h"
+
+namespace bpfdiag {
+
+namespace {
+
+constexpr const char* kRuleDir = "/etc/bpfdiag/wait-sites.d";
+constexpr size_t kMaxRuleLine = 4096;
+
+bool kind_from(std::string_view s, WaitKind& k) {
+  static const std::pair<const char*, WaitKind> kNames[] = {
+      {"lock", WaitKind::Lock},   {"condition", WaitKind::Condition}, {"idle", WaitKind::Idle},
+      {"sleep", WaitKind::Sleep}, {"io", WaitKind::Io},               {"gil", WaitKind::Gil},
+      {"unclassified", WaitKind::Unclassified}};
+  for (const auto& [n, v] : kNames)
+    if (s == n) return k = v, true;
+  return false;
+}
+
+std::string_view next_field(std::string_view& s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == std::string_view::npos) return s = {}, std::string_view{};
+  size_t e = s.find_first_of(" \t", b);
+  std::string_view f = s.substr(b, e == std::string_view::npos ? std::string_view::npos : e - b);
+  s = e == std::string_view::npos ? std::string_view{} : s.substr(e);
+  return f;
+}
+
+// "CLASS[/own]" -> role, kind, own; false when malformed.
+bool parse_class(std::string_view c, WaitRule& r, std::string& why) {
+  if (size_t slash = c.find('/'); slash != std::string_view::npos) {
+    if (c.substr(slash + 1) != "own") return why = "unknown modifier '" + std::string(c.substr(slash)) + "'", false;
+    r.own_word = true;
+    c = c.substr(0, slash);
+  }
+  if (c == "wrapper") return r.role = WaitRule::Role::Wrapper, true;
+  if (c.rfind("via", 0) == 0) {
+    r.role = WaitRule::Role::Via;
+    if (c == "via") return true;
+    if (c.size() > 4 && c[3] == ':' && kind_from(c.substr(4), r.kind)) return true;
+    return why = "unknown class '" + std::string(c) + "'", false;
+  }
+  if (!kind_from(c, r.kind) || r.kind == WaitKind::Unclassified)
+    return why = "unknown class '" + std::string(c) + "'", false;
+  r.role = WaitRule::Role::Decides;
+  return true;
+}
+
+// The function name a rule sees: no "+0x..." offset; C++ names also without their
+// parameter list (both forms are tried).
+std::string_view strip_offset(std::string_view f) {
+  size_t p = f.rfind("+0x");
+  return p == std::string_view::npos || p == 0 ? f : f.substr(0, p);
+}
+std::string_view strip_params(std::string_view f) {
+  size_t p = f.find('(');
+  return p == std::string_view::npos || p == 0 ? f : f.substr(0, p);
+}
+
+bool owner_ok(const UntrustedFile& f, std::string& why) {
+  struct stat st {};
+  if (fstat(f.fd(), &st) != 0) return why = "cannot stat", false;
+  if (st.st_uid != 0) return why = "not owned by root", false;
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return why = "writable by group or others", false;
+  return true;
+}
+
+void warn(const std::string& path, const std::string& why) { (void)warn_refused(path, why); }
+
+}  // namespace
+
+WaitRules WaitRules::read_dir(const std::string& dir) {
+  WaitRules into;
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return into;  // no directory: only the built-in rules
+  struct stat ds {};
+  if (fstat(dfd, &ds) != 0 || ds.st_uid != 0 || (ds.st_mode & (S_IWGRP | S_IWOTH))) {
+    ::close(dfd);
+    warn(dir, "the rule directory must be owned by root and not writable by group or others");
+    return into;
+  }
+  DIR* d = fdopendir(dfd);
+  if (!d) {
+    ::close(dfd);
+    return into;
+  }
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.size() > 6 && n.compare(n.size() - 6, 6, ".rules") == 0) names.push_back(n);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  if (names.size() > kMaxRuleFiles) {
+    warn(dir, "more than " + std::to_string(kMaxRuleFiles) + " rule files: only the first are read");
+    names.resize(kMaxRuleFiles);
+  }
+  UntrustedPolicy pol;
+  pol.max_size = kMaxRuleFileBytes;
+  pol.owner = 0;
+  for (const auto& n : names) {
+    std::string path = dir + "/" + n, why;
+    UntrustedOpen o = open_untrusted(path, pol);
+    if (!o.file) {
+      if (!o.refused.empty()) warn(path, o.refused);
+      continue;
+    }
+    if (!owner_ok(*o.file, why)) {
+      warn(path, why);
+      continue;
+    }
+    std::string text;
+    read_capped_lines(*o.file, kMaxRuleFileBytes, kMaxRuleLine, [&](std::string_view l) {
+      text.append(l);
+      text.push_back('\n');
+    });
+    std::vector<std::string> errors;
+    into.append(WaitRules::parse(text, path, &errors));
+    for (const auto& e : errors)  // one line each, like every other warning
+      std::cerr << program_invocation_short_name << ": warning: ignoring rule " << e << "\n";
+  }
+  return into;
+}
+
+const char* wait_kind_name(WaitKind k) {
+  switch (k) {
+    case WaitKind::Lock: return "lock";
+    case WaitKind::Condition: return "condition";
+    case WaitKind::Idle: return "idle";
+    case WaitKind::Sleep: return "sleep";
+    case WaitKind::Io: return "io";
+    case WaitKind::Gil: return "gil";
+    case WaitKind::Unclassified: return "unclassified";
+  }
+  return "unclassified";
+}
+
+bool glob_match(std::string_view p, std::string_view t) {
+  // the classic two-pointer match: on a mismatch, retry from the last '*' one
+  // character further (O(|p| * |t|) at worst)
+  size_t pi = 0, ti = 0, star = std::string_view::npos, mark = 0;
+  while (ti < t.size()) {
+    if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = ti;
+    } else if (pi < p.size() && p[pi] == t[ti]) {
+      ++pi, ++ti;
+    } else if (star != std::string_view::npos) {
+      pi = star + 1;
+      ti = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+WaitRules WaitRules::parse(std::string_view text, const std::string& origin, std::vector<std::string>* errors) {
+  WaitRules out;
+  size_t lineno = 0;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    ++lineno;
+    if (size_t h = line.find('#'); h != std::string_view::npos) line = line.substr(0, h);
+    std::string_view rest = line;
+    std::string_view cls = next_field(rest), pat = next_field(rest);
+    if (cls.empty()) continue;
+    auto fail = [&](const std::string& why) {
+      if (errors) errors->push_back(origin + ":" + std::to_string(lineno) + ": " + why);
+    };
+    WaitRule r;
+    std::string why;
+    if (!parse_class(cls, r, why)) { fail(why); continue; }
+    if (pat.empty()) { fail("no pattern"); continue; }
+    if (pat.size() > kMaxRulePattern) { fail("pattern longer than " + std::to_string(kMaxRulePattern)); continue; }
+    size_t b = rest.find_first_not_of(" \t"), e = rest.find_last_not_of(" \t\r");
+    r.what = b == std::string_view::npos ? std::string(pat) : std::string(rest.substr(b, e - b + 1));
+    r.pattern = std::string(pat);
+    r.origin = origin + ":" + std::to_string(lineno);
+    if (out.rules_.size() >= kMaxRules) { fail("more than " + std::to_string(kMaxRules) + " rules"); break; }
+    out.rules_.push_back(std::move(r));
+  }
+  return out;
+}
+
+void WaitRules::append(const WaitRules& more) {
+  for (const auto& r : more.rules_) {
+    if (rules_.size() >= kMaxRules) break;
+    rules_.push_back(r);
+  }
+}
+
+const WaitRules& WaitRules::suite() {
+  static const WaitRules rules = [] {
+    WaitRules r;
+    for (const EmbeddedFile* f = kEmbeddedWaitRules; f->name; ++f) r.append(parse(f->text, f->name));
+    const char* env = std::getenv("BPFDIAG_WAIT_RULES");
+    r.append(read_dir(env && *env ? env : kRuleDir));
+    return r;
+  }();
+  return rules;
+}
+
+const WaitRule* WaitRules::match(const std::string& frame, WaitRule::Role role, bool any_role) const {
+  std::string_view name = strip_offset(frame), bare = strip_params(name);
+  for (const auto& r : rules_) {
+    bool role_ok = any_role ? r.role != WaitRule::Role::Wrapper : r.role == role;
+    if (role_ok && (glob_match(r.pattern, name) || (bare.size() != name.size() && glob_match(r.pattern, bare))))
+      return &r;
+  }
+  return nullptr;
+}
+
+WaitVerdict WaitRules::classify(const std::vector<std::string>& frames) const {
+  WaitVerdict v;
+  const WaitRule* via = nullptr;
+  size_t via_at = std::string::npos;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const WaitRule* r = match(frames[i], WaitRule::Role::Decides, true);
+    if (!r) continue;
+    if (r->role == WaitRule::Role::Via) {
+      via = r, via_at = i;  // the outermost via so far
+      continue;
+    }
+    v.kind = r->kind;
+    v.what = r->what;
+    v.frame = i;
+    v.decided = true;
+    // the word is the thread's own when the deciding frame or a via inside it says so
+    v.own_word = r->own_word || (via && via->own_word);
+    v.rule = r;
+    return v;
+  }
+  if (via) {
+    v.kind = via->kind;
+    v.what = via->what;
+    v.frame = via_at;
+    v.own_word = via->own_word;
+    v.rule = via;
+  }
+  return v;
+}
+
+bool WaitRules::is_wrapper(const std::string& frame) const {
+  return match(frame, WaitRule::Role::Wrapper, false) != nullptr;
+}
+
+}  // namespace bpfdiag

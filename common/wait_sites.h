@@ -1,0 +1,92 @@
+// What a wait is, read from where it waits: a rule table per runtime, kept as data.
+//
+// A wait's stack (symbolized frames, innermost first) is matched against rules, each
+// `CLASS[/own] PATTERN WHAT`, one per line (common/wait_sites.rules is built in; more
+// come from /etc/bpfdiag/wait-sites.d/*.rules, or the directory $BPFDIAG_WAIT_RULES
+// names, without rebuilding):
+//   lock | condition | idle | sleep | io | gil   the frame decides what the wait is
+//   via[:CLASS]   the frame says how it waits (a condition variable, a park); the
+//                 reason lies further out. When nothing further out decides, the
+//                 outermost via's CLASS is the verdict (unclassified without one)
+//   wrapper       an instrumentation or portability shim: never a wait's call site
+//   /own          the futex word belongs to the waiting thread (HotSpot's ParkEvent,
+//                 PostgreSQL's PGPROC semaphore), not to the lock: waits are grouped
+//                 by the rule and call site, not by the word
+// PATTERN is a glob (`*` = any characters) on the function name (a frame's "+0x..."
+// offset is ignored; a C++ name matches with or without its parameter list). The
+// innermost deciding frame wins. Nothing matched: unclassified, never a guess.
+//
+// Rule files are input the suite does not trust: read only when regular, owned by
+// root and not writable by group or others, never through a symbolic link, at most
+// kMaxRuleFileBytes each and kMaxRuleFiles files; a malformed line is reported with
+// its file and line number and skipped.
+//
+// PUBLIC API:
+//   const WaitRules& r = WaitRules::suite();          // built-in + the rule directory
+//   WaitVerdict v = r.classify(frames);               // v.kind, v.what, v.frame
+//   r.is_wrapper("psi_mutex_lock");                   // true
+//   auto t = WaitRules::parse(text, "file.rules");    // for tests and tools
+#pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bpfdiag {
+
+enum class WaitKind { Lock, Condition, Idle, Sleep, Io, Gil, Unclassified };
+const char* wait_kind_name(WaitKind k);  // "lock", ..., "unclassified"
+
+constexpr size_t kMaxRuleFileBytes = 1 << 20;
+constexpr size_t kMaxRuleFiles = 64;
+constexpr size_t kMaxRules = 20000;
+constexpr size_t kMaxRulePattern = 512;
+
+struct WaitRule {
+  enum class Role { Decides, Via, Wrapper };
+  Role role = Role::Decides;
+  WaitKind kind = WaitKind::Unclassified;  // Decides: the verdict; Via: its fallback
+  bool own_word = false;                   // /own
+  std::string pattern, what;
+  std::string origin;  // "file:line"
+};
+
+struct WaitVerdict {
+  WaitKind kind = WaitKind::Unclassified;
+  std::string what;                    // the rule's words ("" when no rule matched)
+  size_t frame = std::string::npos;    // index of the frame that decided (or the via's)
+  bool decided = false;                // a deciding rule matched (not only a via)
+  bool own_word = false;
+  const WaitRule* rule = nullptr;      // the rule behind `what`
+};
+
+class WaitRules {
+ public:
+  // Rules from `text`; malformed lines go to `errors` ("origin:line: why") and are skipped.
+  static WaitRules parse(std::string_view text, const std::string& origin, std::vector<std::string>* errors = nullptr);
+  // The built-in table plus every *.rules file of the rule directory (sorted by name;
+  // refused files and bad lines are warned about once on stderr). Loaded at first use.
+  static const WaitRules& suite();
+  // The *.rules files of `dir` (sorted by name) under the rules above; refused files
+  // and bad lines are warned about on stderr.
+  static WaitRules read_dir(const std::string& dir);
+  // Appends `more`'s rules after this table's (they are tried after the built-in ones
+  // for the same frame: a user rule adds a site, it does not silently replace one).
+  void append(const WaitRules& more);
+
+  WaitVerdict classify(const std::vector<std::string>& frames) const;
+  bool is_wrapper(const std::string& frame) const;
+  size_t size() const { return rules_.size(); }
+  const std::vector<WaitRule>& rules() const { return rules_; }
+
+ private:
+  const WaitRule* match(const std::string& frame, WaitRule::Role role_filter, bool any_role) const;
+  std::vector<WaitRule> rules_;
+};
+
+// `*`-only glob, linear in |text| * |pattern| at worst (no backtracking blow-up).
+bool glob_match(std::string_view pattern, std::string_view text);
+
+}  // namespace bpfdiag
