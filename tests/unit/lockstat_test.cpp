@@ -73,7 +73,9 @@ Names fake_names() {
   };
   n.frames = [](const lockstat_key& k) -> std::vector<std::string> {
     if (k.kind == LS_KIND_KERNEL) return {"rwsem_down_write_slowpath", "down_write_killable", "__vm_munmap"};
-    return {"__lll_lock_wait", "update_cache", "worker"};
+    // glibc's mutex slow path for its lock word; otherwise a frame no wait-site rule knows
+    if (k.flags & LS_FUTEX_LOCKWORD) return {"__lll_lock_wait", "update_cache", "worker"};
+    return {"__futex_abstimed_wait_common", "update_cache", "worker"};
   };
   n.site = [](const lockstat_key& k, const std::vector<std::string>& f) -> std::string {
     if (k.kind == LS_KIND_KERNEL)
@@ -404,8 +406,18 @@ TEST_CASE("lockstat: waits are classed by what they are") {
   // still contention
   CHECK(only_row(one_lock(LS_FUTEX_BITSET, {101, 102, 103}, 300000000, 300, 0,
                           {{101, 90}, {102, 90}, {103, 90}, {100, 30}})).cls == WaitClass::Contention);
-  // a condition variable nobody signalled in the window
-  CHECK(only_row(one_lock(LS_FUTEX_BITSET | LS_FUTEX_TIMED, {101}, 500000000, 1, 0, {})).cls == WaitClass::Condition);
+  // one thread alone on a word nobody was seen to wake: its own park word or a
+  // condition, nothing proves which; its stack does: a condition variable's wait
+  auto alone = only_row(one_lock(LS_FUTEX_BITSET | LS_FUTEX_TIMED, {101}, 500000000, 1, 0, {}));
+  CHECK(alone.cls == WaitClass::Unclassified);
+  CHECK(reading(alone).rfind("unclassified: 1 thread wait", 0) == 0);
+  CHECK(reading(alone).find("no wait-site rule names this wait") != std::string::npos);
+  Names cond = fake_names();
+  cond.frames = [](const lockstat_key&) -> std::vector<std::string> {
+    return {"__futex_abstimed_wait_common", "___pthread_cond_wait", "consumer_loop"};
+  };
+  CHECK(only_row(one_lock(LS_FUTEX_BITSET | LS_FUTEX_TIMED, {101}, 500000000, 1, 0, {}), cond).cls ==
+        WaitClass::Condition);
   // timed waits that ran to their timeout (MariaDB's background threads, sleeps)
   auto t = only_row(one_lock(LS_FUTEX_BITSET | LS_FUTEX_TIMED, {101}, 1000000000, 10, 10, {}));
   CHECK(t.cls == WaitClass::Timed);
@@ -455,6 +467,73 @@ TEST_CASE("lockstat: waits are classed by what they are") {
   CHECK(classify(u) == WaitClass::Contention);
 }
 
+TEST_CASE("lockstat: waits on per-thread words: named by the wait-site rules, merged by site") {
+  // HotSpot: 8 threads contend one synchronized block; each parks on its own
+  // ParkEvent word and is woken by whoever leaves the monitor (7 other workers). By
+  // the futex words alone: 8 rows "woken by 7 producers". By where they wait: one
+  // Java monitor enter at the block's site, 8 threads.
+  Snapshot s;
+  s.window_ns = 1000000000ULL;
+  for (uint32_t t = 0; t < 8; ++t) {
+    auto w = wait(LS_KIND_FUTEX, 100, 101 + t, 0x7000 + 0x100 * t, 50, 500000000, 30000000, LS_FUTEX_BITSET | LS_FUTEX_TIMED, 1);
+    s.waits.push_back(w);
+    add_hist(s, w, 10000000, 50);
+    s.comms[101 + t] = "pool-1-thread";
+    for (uint32_t o = 0; o < 8; ++o)
+      if (o != t) {
+        lockstat_wkey k{};
+        k.addr = 0x7000 + 0x100 * t;
+        k.pid = 100;
+        k.waker = 101 + o;
+        s.wakers.push_back({k, 7});
+      }
+  }
+  Names jvm = fake_names();
+  jvm.frames = [](const lockstat_key&) -> std::vector<std::string> {
+    return {"__futex_abstimed_wait_common", "___pthread_cond_wait", "PlatformEvent::park()",
+            "ObjectMonitor::EnterI(JavaThread*)", "ObjectMonitor::enter(JavaThread*)", "[unknown] (perf-100.map+0x10)"};
+  };
+  jvm.site = [](const lockstat_key&, const std::vector<std::string>& f) -> std::string { return f[3]; };
+  auto rows = build_locks(s, jvm, *parse({}));
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].cls == WaitClass::Contention);
+  CHECK(rows[0].waiters.size() == 8);
+  CHECK(rows[0].words.size() == 8);
+  CHECK(rows[0].contended == 400);
+  CHECK(rows[0].total_ns == 4000000000ULL);
+  CHECK(rows[0].name().find("Java monitor enter") == 0);
+  CHECK(reading(rows[0]).find("[Java monitor enter") != std::string::npos);
+  // the thread view counts every word of the merged row
+  auto threads = build_threads(s, jvm, *parse({"-P"}));
+  CHECK(threads.size() == 8);
+
+  // the same waits where no rule knows the frames: per-thread words nobody can read
+  // are unclassified, still one row at their common site, never "idle"
+  Names unknown = fake_names();
+  unknown.frames = [](const lockstat_key&) -> std::vector<std::string> {
+    return {"__futex_abstimed_wait_common", "[unknown] (libfoo.so+0x100)", "foo_acquire", "handle_request"};
+  };
+  unknown.site = [](const lockstat_key&, const std::vector<std::string>& f) -> std::string { return f[2]; };
+  rows = build_locks(s, unknown, *parse({}));
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].cls == WaitClass::Unclassified);
+  CHECK(rows[0].waiters.size() == 8);
+  CHECK(reading(rows[0]).find("each on its own word") != std::string::npos);
+  Report rep = build_report(s, unknown, *parse({}));
+  CHECK(rep.locks.empty());  // not ranked as contention
+  REQUIRE(rep.other.size() == 1);
+
+  // Go: an idle OS thread sleeps on its own note; not a held lock
+  Names go = fake_names();
+  go.frames = [](const lockstat_key&) -> std::vector<std::string> {
+    return {"runtime.futex", "runtime.futexsleep", "runtime.notesleep", "runtime.stopm", "runtime.findRunnable"};
+  };
+  auto m0 = only_row(one_lock(LS_FUTEX_PLAIN, {101}, 900000000, 3, 0, {{102, 3}}), go);
+  CHECK(m0.cls == WaitClass::Idle);
+  CHECK(m0.wait_what.find("Go runtime") == 0);
+  CHECK(m0.wait_rule.find("wait_sites.rules:") == 0);
+}
+
 TEST_CASE("lockstat: only contention is ranked; other waits are apart") {
   Snapshot s = sample();
   auto q = one_lock(LS_FUTEX_BITSET, {105, 106, 107}, 3000000000ULL, 10, 0, {{100, 30}});
@@ -465,7 +544,7 @@ TEST_CASE("lockstat: only contention is ranked; other waits are apart") {
   std::ostringstream out, err;
   render(out, err, *parse({}), s, fake_names(), bpfdiag::Window{0, 1000000000ULL, true});
   std::string t = out.str();
-  auto apart = t.find("Waits that are not lock contention");
+  auto apart = t.find("Waits that are not ranked as lock contention");
   REQUIRE(apart != std::string::npos);
   // the 9 s idle queue comes after every contended lock despite the largest total
   CHECK(t.find("cache_lock") < apart);

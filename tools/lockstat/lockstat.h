@@ -16,6 +16,7 @@
 #include "common/result.h"
 #include "common/runloop.h"
 #include "common/stacks.h"
+#include "common/wait_sites.h"
 
 extern "C" {
 #include <linux/types.h>
@@ -88,8 +89,11 @@ struct Snapshot {
   bpfdiag::DataQuality dq = empty_dq();
 };
 
-// What a wait is, decided per lock from the futex op and word, timeouts, who woke the
-// waiters, the call path and the lock's symbol. Only Contention is ranked as locks.
+// What a wait is, decided per lock: first by the wait-site rules over its stacks
+// (common/wait_sites: the runtime's own words), then by what the futex protocol
+// proves (glibc's lock word, PI, timeouts), then by who woke the waiters on a word
+// several threads share. A word only one thread waits on (a runtime's per-thread
+// park word) with none of these is unclassified. Only Contention is ranked as locks.
 enum class WaitClass {
   Contention,  // waiting for a lock another thread holds
   Gil,         // a runtime's global lock (CPython's GIL)
@@ -97,6 +101,7 @@ enum class WaitClass {
   Condition,   // a condition/semaphore wait with no waker seen yet
   Timed,       // timed waits that ran to their timeout: sleeps and polls
   Uncontended, // --uprobes: a lock whose measured calls never blocked
+  Unclassified,  // nothing above can tell: shown with its site, never ranked or advised on
 };
 const char* wait_class_name(WaitClass c);
 
@@ -143,6 +148,12 @@ struct LockRow {
   size_t producers = 0;      // ... of which never waited on this lock
   double max_share = 0;      // largest share of the window one waiter spent waiting
   WaitClass cls = WaitClass::Contention;
+  // The wait-site rule behind the class (common/wait_sites), over the sites' stacks by
+  // wait time: its words ("" when none matched), whether it decided, where it is from.
+  std::string wait_what, wait_rule;
+  bpfdiag::WaitKind wait_kind = bpfdiag::WaitKind::Unclassified;
+  bool wait_decided = false, own_word = false;
+  std::vector<uint64_t> words;  // user: the futex words merged into this row (own words, by site)
   bpfdiag::Histogram hist;
   std::vector<WaiterRow> waiters;  // sorted by total wait
   std::vector<SiteRow> sites;      // sorted by total wait

@@ -6,6 +6,7 @@
 
 #include "tools/lockstat/internal.h"
 #include "common/unwind_maps.h"
+#include "common/wait_sites.h"
 
 namespace lockstat {
 using namespace bpfdiag;
@@ -85,6 +86,7 @@ const char* wait_class_name(WaitClass c) {
     case WaitClass::Condition: return "condition";
     case WaitClass::Timed: return "timed";
     case WaitClass::Uncontended: return "uncontended";
+    case WaitClass::Unclassified: return "unclassified";
   }
   return "?";
 }
@@ -98,17 +100,9 @@ std::string user_lock_kind(uint32_t kind, uint32_t flags) {
 }
 
 bool is_wrapper_frame(const std::string& f) {
-  // instrumentation and portability shims around the real lock call
-  static const char* kPrefixes[] = {"psi_", "inline_mysql_", "my_mutex_", "my_rw_", "safe_mutex_",
-                                    "PyThread_acquire_lock", "PyThread_release_lock", "acquire_timed",
-                                    "lock_PyThread_acquire_lock", "rlock_acquire", "_PyMutex_",
-                                    "PyMUTEX_", "__gthread_", "std::mutex::", "std::__mutex_base",
-                                    "std::unique_lock", "std::lock_guard", "std::condition_variable::",
-                                    "std::shared_mutex::", "pthread_", "__pthread_", "sem_", "__new_sem_",
-                                    "rw_pr_"};  // MariaDB's prlock (mysys thr_rwlock.c)
-  for (const char* p : kPrefixes)
-    if (f.rfind(p, 0) == 0) return true;
-  return false;
+  // instrumentation and portability shims around the real lock call: the wait-site
+  // rules' `wrapper` entries (common/wait_sites.rules, extensible without rebuilding)
+  return bpfdiag::WaitRules::suite().is_wrapper(f);
 }
 
 bool is_rq_lock_frame(const std::string& f) {
@@ -133,11 +127,30 @@ std::string pct_str(double share) {
 
 }  // namespace
 
+namespace {
+
+WaitClass class_of_rule(WaitKind k) {
+  switch (k) {
+    case WaitKind::Lock: return WaitClass::Contention;
+    case WaitKind::Gil: return WaitClass::Gil;
+    case WaitKind::Idle: return WaitClass::Idle;
+    case WaitKind::Condition: return WaitClass::Condition;
+    case WaitKind::Sleep: return WaitClass::Timed;
+    case WaitKind::Io:
+    case WaitKind::Unclassified: break;
+  }
+  return WaitClass::Unclassified;
+}
+
+}  // namespace
+
 WaitClass classify(const LockRow& r) {
   if (r.layer == "kernel") return WaitClass::Contention;
   // --uprobes measures every call: a lock none of whose calls blocked is not contended
   // (its time is the calls' own, and what is left of the probes' after the correction)
   if (r.kind == "pthread") return r.contended ? WaitClass::Contention : WaitClass::Uncontended;
+  // the runtime's own words first: a wait-site rule that decided
+  if (r.wait_decided) return class_of_rule(r.wait_kind);
   // runtime knowledge on top: CPython's GIL lives in _PyRuntime (3.11); both its
   // mutex and its condition variable are the GIL. (A take_gil frame is no proof:
   // CPython's stack keeps stale take_gil return addresses that the futex-mode stack
@@ -157,6 +170,12 @@ WaitClass classify(const LockRow& r) {
   // glibc's mutexes wait with FUTEX_WAIT on a word that is 2 when it has waiters
   // (__lll_lock_wait); PI mutexes lock in the kernel: that is contention, whoever wakes
   if (r.futex_flags & (LS_FUTEX_LOCKWORD | LS_FUTEX_PI | LS_FUTEX_REQUEUE)) return WaitClass::Contention;
+  // Who wakes a word says what it is only when several threads wait on it: a word
+  // one thread waits on alone is that thread's own park/event word (HotSpot's
+  // ParkEvent, PostgreSQL's PGPROC semaphore, Go's per-M note, Rust's parking_lot),
+  // woken by whoever releases the real lock or posts the real work, which is elsewhere.
+  // A mechanism rule (a condition variable's via) still says how it waits.
+  if (r.waiters.size() == 1) return class_of_rule(r.wait_kind);
   bool sync = r.futex_flags & (LS_FUTEX_BITSET | LS_FUTEX_WAIT2 | LS_FUTEX_WAITV);
   if (!sync) {
     // plain FUTEX_WAIT without glibc's lock word: custom locks (InnoDB's srw_mutex,
@@ -188,48 +207,70 @@ bool is_kernel_lock_frame(const std::string& frame) {
   return false;
 }
 
-std::string reading(const LockRow& r) {
-  size_t n = r.waiters.size();
-  if (r.cls == WaitClass::Uncontended)
-    return "uncontended: " + std::to_string(r.calls) + " calls, none blocked (avg " + fmt_ns(r.avg_ns()) +
-           " per call, probe cost taken off); not lock contention";
-  if (!r.contended) return "";
+namespace {
+
+// Contention: how much of their time the waiters lose, and what the waits say about
+// holds (a waiter's wait is the holds queued ahead of it).
+std::string contention_reading(const LockRow& r, const std::string& thr, const std::string& share) {
   std::string p50 = fmt_ns(r.p50_ns), mx = fmt_ns(r.max_ns);
-  std::string thr = std::to_string(n) + (n == 1 ? " thread" : " threads");
-  bool known = r.max_share > 0;
-  std::string share = known ? ", up to " + pct_str(r.max_share) + " of a thread's time" : "";
+  size_t n = r.waiters.size();
+  bool long_holds = r.p50_ns >= kLongHoldP50Ns;
+  if (r.max_share > 0 && r.max_share < kLightMaxShare)
+    return "light: " + thr + " waiting" + share + " (p50 " + p50 + ")";
+  if (n >= kConvoyThreads && long_holds)
+    return "convoy behind long holds: " + thr + " queue" + share + " (p50 " + p50 + ", max " + mx +
+           "); the holder keeps it long";
+  if (n >= kConvoyThreads)
+    return "convoy: " + thr + " queue" + share + " (p50 " + p50 + "); shorten or split the critical section";
+  if (long_holds)
+    return "long hold: " + thr + " wait" + share + " (p50 " + p50 + ", max " + mx + "); the holder keeps it long";
+  return "contended: " + thr + " wait in short waits" + share + " (p50 " + p50 + "); the lock is taken very often";
+}
+
+// The waits that are not lock contention, each saying what it is.
+std::string other_reading(const LockRow& r, const std::string& thr, const std::string& share) {
+  std::string p50 = fmt_ns(r.p50_ns);
   uint64_t waits = std::max<uint64_t>(r.contended, 1);
   switch (r.cls) {
     case WaitClass::Gil:
       return "GIL: " + thr + " wait for the interpreter lock" + share + " (p50 " + p50 +
              "); CPU-bound Python threads take turns, not lock contention";
     case WaitClass::Timed:
-      return "timed wait: " + pct_str(double(r.timedout) / waits) + " of waits ran to their timeout (p50 " +
-             p50 + "): sleeps or polls, not lock contention";
+      if (r.wait_decided) return "timed wait: " + thr + " sleep (p50 " + p50 + "); not lock contention";
+      return "timed wait: " + pct_str(double(r.timedout) / waits) + " of waits ran to their timeout (p50 " + p50 +
+             "): sleeps or polls, not lock contention";
     case WaitClass::Idle:
+      if (r.wait_decided) return "idle: " + thr + " wait for work (p50 " + p50 + "); not lock contention";
       return "idle: " + thr + " wait for work, woken by " + std::to_string(r.producers) +
              (r.producers == 1 ? " producer" : " producers") + " (p50 " + p50 + "); not lock contention";
     case WaitClass::Condition:
       return "condition wait: " + thr + " wait for a signal (p50 " + p50 + "); not lock contention";
+    case WaitClass::Unclassified:
+      return "unclassified: " + thr + " wait" + share + " (p50 " + p50 + ")" +
+             (r.words.size() > 1 ? ", each on its own word" : "") +
+             (r.wait_what.empty() ? "; no wait-site rule names this wait"
+                                  : "; in " + r.wait_what + ", for a reason its stack does not show") +
+             " (see WAIT SITES in lockstat(8))";
     case WaitClass::Contention:
     case WaitClass::Uncontended: break;
   }
-  // contention: how much of their time the waiters lose, and what the waits say
-  // about holds (a waiter's wait is the holds queued ahead of it)
-  bool long_holds = r.p50_ns >= kLongHoldP50Ns;
-  if (known && r.max_share < kLightMaxShare)
-    return "light: " + thr + " waiting" + share + " (p50 " + p50 + ")";
-  if (n >= kConvoyThreads && long_holds)
-    return "convoy behind long holds: " + thr + " queue" + share + " (p50 " + p50 + ", max " + mx +
-           "); the holder keeps it long";
-  if (n >= kConvoyThreads)
-    return "convoy: " + thr + " queue" + share + " (p50 " + p50 +
-           "); shorten or split the critical section";
-  if (long_holds)
-    return "long hold: " + thr + " wait" + share + " (p50 " + p50 + ", max " + mx +
-           "); the holder keeps it long";
-  return "contended: " + thr + " wait in short waits" + share + " (p50 " + p50 +
-         "); the lock is taken very often";
+  return "";
+}
+
+}  // namespace
+
+std::string reading(const LockRow& r) {
+  if (r.cls == WaitClass::Uncontended)
+    return "uncontended: " + std::to_string(r.calls) + " calls, none blocked (avg " + fmt_ns(r.avg_ns()) +
+           " per call, probe cost taken off); not lock contention";
+  if (!r.contended) return "";
+  size_t n = r.waiters.size();
+  std::string thr = std::to_string(n) + (n == 1 ? " thread" : " threads");
+  std::string share = r.max_share > 0 ? ", up to " + pct_str(r.max_share) + " of a thread's time" : "";
+  std::string text = r.cls == WaitClass::Contention ? contention_reading(r, thr, share) : other_reading(r, thr, share);
+  // the software's own words, from the wait-site rule that decided
+  if (r.wait_decided && !r.wait_what.empty()) text += " [" + r.wait_what + "]";
+  return text;
 }
 
 // --- aggregation --------------------------------------------------------------------
@@ -394,6 +435,100 @@ void name_rq_lock(LockRow& r) {
     }
 }
 
+// The wait-site verdict of a user row (common/wait_sites): the rule that covers the
+// most of its sites' wait time.
+void judge_sites(LockRow& r) {
+  if (r.layer == "kernel" || r.kind == "pthread") return;
+  const bpfdiag::WaitRules& rules = bpfdiag::WaitRules::suite();
+  std::map<const bpfdiag::WaitRule*, std::pair<uint64_t, bpfdiag::WaitVerdict>> by;
+  for (const auto& st : r.sites) {
+    bpfdiag::WaitVerdict v = rules.classify(st.stack);
+    if (!v.rule) continue;
+    auto& [ns, verdict] = by[v.rule];
+    ns += st.total_ns + 1;  // +1: a site of zero-length waits still counts
+    verdict = v;
+  }
+  const std::pair<uint64_t, bpfdiag::WaitVerdict>* best = nullptr;
+  for (const auto& [rule, acc] : by)
+    if (!best || acc.first > best->first) best = &acc;
+  if (!best) return;
+  const bpfdiag::WaitVerdict& v = best->second;
+  r.wait_kind = v.kind;
+  r.wait_what = v.what;
+  r.wait_rule = v.rule->origin;
+  r.wait_decided = v.decided;
+  r.own_word = v.own_word;
+}
+
+// b's waits into a (same process): waiters and sites by name, the histogram, words.
+void absorb(LockRow& a, const LockRow& b) {
+  a.contended += b.contended, a.calls += b.calls, a.total_ns += b.total_ns;
+  a.max_ns = std::max(a.max_ns, b.max_ns);
+  a.timedout += b.timedout, a.wakes += b.wakes, a.peer_wakes += b.peer_wakes;
+  a.wakers += b.wakers, a.producers += b.producers, a.futex_flags |= b.futex_flags;
+  a.site_samples += b.site_samples;
+  a.hist.merge(b.hist);
+  for (const auto& w : b.waiters) {
+    auto it = std::find_if(a.waiters.begin(), a.waiters.end(), [&](const WaiterRow& x) { return x.tid == w.tid; });
+    if (it == a.waiters.end()) {
+      a.waiters.push_back(w);
+      continue;
+    }
+    it->contended += w.contended, it->total_ns += w.total_ns, it->max_ns = std::max(it->max_ns, w.max_ns);
+  }
+  for (const auto& st : b.sites) {
+    auto it = std::find_if(a.sites.begin(), a.sites.end(), [&](const SiteRow& x) { return x.site == st.site; });
+    if (it == a.sites.end()) {
+      a.sites.push_back(st);
+      continue;
+    }
+    it->contended += st.contended, it->total_ns += st.total_ns;
+  }
+  a.words.insert(a.words.end(), b.words.begin(), b.words.end());
+}
+
+// Rows on words that belong to their waiting thread (a rule's /own, or a word one
+// thread waits on alone with nothing to decide what it is) are one wait when they
+// wait at the same site for the same reason: merged by process, class, the rule's
+// words and the top call site. A per-thread word is not a lock; the site is where
+// the waiters meet.
+void merge_own_words(std::vector<LockRow>& rows, uint64_t window_ns) {
+  std::map<std::tuple<uint32_t, int, std::string, std::string>, size_t> at;
+  std::vector<LockRow> out;
+  for (auto& r : rows) {
+    bool own = r.layer == "user" && r.kind != "pthread" &&
+               (r.own_word || (r.cls == WaitClass::Unclassified && r.waiters.size() == 1));
+    if (!own) {
+      out.push_back(std::move(r));
+      continue;
+    }
+    auto key = std::make_tuple(r.pid, int(r.cls), r.wait_what, r.sites.empty() ? std::string() : r.sites.front().site);
+    auto it = at.find(key);
+    if (it == at.end()) {
+      at[key] = out.size();
+      out.push_back(std::move(r));
+      continue;
+    }
+    absorb(out[it->second], r);
+  }
+  for (auto& [key, i] : at) {
+    LockRow& r = out[i];
+    if (r.words.size() < 2) continue;
+    auto by_total = [](const auto& a, const auto& b) { return a.total_ns > b.total_ns; };
+    std::stable_sort(r.waiters.begin(), r.waiters.end(), by_total);
+    std::stable_sort(r.sites.begin(), r.sites.end(), by_total);
+    r.hist.set_exact_sum(r.total_ns);
+    r.hist.set_exact_max(r.max_ns);
+    pct(r);
+    r.max_share = 0;
+    if (window_ns)
+      for (const auto& w : r.waiters)
+        if (w.tid) r.max_share = std::max(r.max_share, std::min(1.0, double(w.total_ns) / window_ns));
+    if (!r.wait_what.empty()) r.symbol = r.wait_what;
+  }
+  rows = std::move(out);
+}
+
 }  // namespace
 
 std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config& c) {
@@ -420,12 +555,16 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
     if (s.window_ns)
       for (const auto& w : r.waiters)
         if (w.tid) r.max_share = std::max(r.max_share, std::min(1.0, double(w.total_ns) / s.window_ns));
+    if (!g.kernel) r.words = {r.addr};
+    judge_sites(r);
     r.cls = classify(r);
-    if (!c.stacks) r.sites.clear();
     r.comm = r.pid ? comm_of(s, r.pid) : "";
     if (r.comm == "?" && !r.waiters.empty()) r.comm = r.waiters.front().comm;
     out.push_back(std::move(r));
   }
+  merge_own_words(out, s.window_ns);
+  if (!c.stacks)
+    for (auto& r : out) r.sites.clear();
   auto t = lock_table(c.uprobes);
   if (!configure(t, c)) t.sort(out);
   return out;
@@ -442,8 +581,11 @@ std::vector<ThreadRow> threads_of(const Snapshot& s, const std::vector<LockRow>&
     // count only when the user asked for that lock by name (-L)
     if (l.cls != WaitClass::Contention && !filtered) continue;
     bool kernel = l.layer == "kernel";
-    GroupKey g{kernel, kernel ? 0 : l.pid, l.addr, kernel && l.spin};
-    lock_names[g] = l.name();
+    if (kernel || l.words.empty()) {
+      lock_names[GroupKey{kernel, kernel ? 0 : l.pid, l.addr, kernel && l.spin}] = l.name();
+      continue;
+    }
+    for (uint64_t w : l.words) lock_names[GroupKey{false, l.pid, w, false}] = l.name();  // merged own words
   }
   std::map<uint32_t, ThreadRow> rows;
   std::map<uint32_t, std::map<std::string, uint64_t>> per_lock;

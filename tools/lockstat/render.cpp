@@ -78,6 +78,10 @@ nlohmann::json lock_fields(const Table<LockRow>& t, const LockRow& r, const Conf
   for (size_t k = 0; k < r.sites.size() && k < list_max; ++k) sites.push_back(site_json(r.sites[k], r.layer == "kernel"));
   j["class"] = wait_class_name(r.cls);
   j["symbol"] = r.symbol;
+  j["wait_site_what"] = r.wait_what;      // the wait-site rule's words ("" when none matched)
+  j["wait_site_rule"] = r.wait_rule;      // that rule's file:line
+  j["wait_site_decided"] = r.wait_decided;
+  j["word_count"] = r.layer == "kernel" ? uint64_t(1) : uint64_t(r.words.size());
   j["reading"] = reading(r);
   j["max_wait_share"] = r.max_share;
   j["timeout_count"] = r.timedout;
@@ -137,7 +141,7 @@ void text_locks(std::ostream& os, const Config& c, const Table<LockRow>& t, cons
   if (rep.locks.empty()) os << "No lock contention seen.\n";
   else section(rep.locks, " more locks");
   if (!rep.other.empty()) {
-    os << "\nWaits that are not lock contention (condition, idle, timed, GIL, uncontended):\n";
+    os << "\nWaits that are not ranked as lock contention (condition, idle, timed, GIL, uncontended, unclassified):\n";
     section(rep.other, " more");
   }
 }
