@@ -20,7 +20,8 @@
    mmap_lock (an rwsem) with a kernel stack through the mmap/munmap/fault paths.
    Its spinlock waits against a bpftrace pairing of the same tracepoints attached
    before it, over the same window (totals within 30%, counts within 10%, no longest
-   wait beyond bpftrace's), and against perf's pairing of alternating windows.
+   wait beyond bpftrace's), and against perf's pairing of alternating windows (checked for spinlocks; for
+   rwsems, whose waits include the wait for a CPU under the other load, shown).
 5. bad input: usage errors (exit 2), unknown lock symbol, a PID without libc for
    --uprobes, a stripped static binary, a PID that exits while traced (exit 0 with a
    note), not root; nothing left attached.
@@ -441,20 +442,28 @@ else:
         for name, got_n, perf_n, q in rows:
             compared += 1
             what = "%d vs %d waits, rate %.2fx, share %.2fx" % (got_n, perf_n, q["rate"], q["share"])
+            # A sleeping (rwsem) wait lasts until the woken waiter gets a CPU, so its
+            # length is the other load's, which a window apart does not share: with a
+            # build sharing the 2 CPUs, perf's windows read p90 0.04-3.4 ms and
+            # lockstat's 0.04-3.0 ms, 0.02x-79x apart both ways, while the same-window
+            # bpftrace comparison above agreed (count 1.001x, total within 30%, max
+            # within 2 us). For rwsems the alternating windows are shown, not checked;
+            # mispairing is the same-window comparison's to catch.
+            chk = check if CLS is SPIN else (lambda ok, msg: print("     info " + msg))
             got, want = q["p90"]
-            check(want / 4 - 1000 <= got <= 4 * want + 1000,
-                  "kernel pairing: %s p90 %s wait %d ns vs perf's pairing %d ns (%.2fx; %s)"
-                  % (name, CLS.name, got, want, got / max(want, 1), what))
+            chk(want / 4 - 1000 <= got <= 4 * want + 1000,
+                "kernel pairing: %s p90 %s wait %d ns vs perf's pairing %d ns (%.2fx; %s)"
+                % (name, CLS.name, got, want, got / max(want, 1), what))
             got, want = q["p50"]
             lo, hi = q["p20_p80"]
-            check(lo / 4 - 300 <= got <= 4 * hi + 300,
-                  "kernel pairing: %s p50 %s wait %d ns within 4x of perf's p20..p80 %d..%d ns (p50 %d ns, "
-                  "%.2fx; %s)" % (name, CLS.name, got, lo, hi, want, got / max(want, 1), what))
+            chk(lo / 4 - 300 <= got <= 4 * hi + 300,
+                "kernel pairing: %s p50 %s wait %d ns within 4x of perf's p20..p80 %d..%d ns (p50 %d ns, "
+                "%.2fx; %s)" % (name, CLS.name, got, lo, hi, want, got / max(want, 1), what))
             got, want = q["mean"]
             stretch = 1 / (1 - stolen["ls" + n])
-            check(got <= (4 * want + 1000) * stretch,
-                  "kernel pairing: %s mean %s wait %.0f ns <= (4x perf's %.0f ns + 1 us) x %.2f for steal "
-                  "(%.2fx; %s)" % (name, CLS.name, got, want, stretch, got / max(want, 1), what))
+            chk(got <= (4 * want + 1000) * stretch,
+                "kernel pairing: %s mean %s wait %.0f ns <= (4x perf's %.0f ns + 1 us) x %.2f for steal "
+                "(%.2fx; %s)" % (name, CLS.name, got, want, stretch, got / max(want, 1), what))
     turns = ["window %s: lockstat %d, perf %d waits (%.2fx), steal %.0f / %.0f ms, perf lost %d events"
              % (n, res["ls" + n][0], sum(len(ws) for ws in res["perf" + n].values()),
                 sum(len(ws) for ws in res["perf" + n].values()) / max(res["ls" + n][0], 1),

@@ -54,7 +54,8 @@ can see.
 3. By performance_schema's own names (the address mapping above): rows on a condition
    variable's __g_signals words are never classed contention (they are condition, timed
    or idle; the timer thread's COND_timer maps in every run); rows on a mutex, rwlock,
-   prlock or sxlock instance are classed contention; performance_schema counted
+   prlock or sxlock instance are classed contention (or unclassified: one thread alone
+   on a word no wait-site rule can name); performance_schema counted
    acquisitions in the window on each mapped lock instance with 3+ waits. At least one
    cond, one mutex and one rwlock-family row must map (per run here: 21-38 of 199-235
    rows; COND_timer and COND_thread_cache, LOCK_table_cache, lock_wait_mutex, InnoDB's
@@ -579,11 +580,19 @@ try:
                                                  "; wrong: %s" % fmt(bad) if bad else ""))
     if cond_inner:
         print("     (rows on a cond's glibc internals, not checked: %s)" % fmt(cond_inner))
+    # A word one thread waited on alone, in a stripped binary no wait-site rule can
+    # read (Debian's mariadbd has no .symtab: InnoDB's srw_lock/ssux_lock frames are
+    # [unknown]), is unclassified by design (issue 20: a per-thread park word looks the
+    # same; such words merge by call site, word_count > 1); a row never gets a verdict
+    # that is not lock contention, and a word several threads waited on is contention.
     for kinds, what in ((("mutex",), "mutex"), (("rwlock", "prlock", "sxlock"), "rwlock, prlock or sxlock")):
         rows = [r for r in lock_rows if typ(ps_of(r)[0]) in kinds]
-        bad = [r for r in rows if r["class"] != "contention"]
-        check(rows and not bad, "rows on a performance_schema %s instance are classed contention (%d rows)%s"
-              % (what, len(rows), "; wrong: %s" % fmt(bad) if bad else ""))
+        bad = [r for r in rows if r["class"] != "contention" and not (
+            r["class"] == "unclassified" and (r["thread_count"] == 1 or r["word_count"] > 1))]
+        alone = [r for r in rows if r["class"] == "unclassified"]
+        check(rows and not bad, "rows on a performance_schema %s instance are classed contention (%d rows; "
+              "unclassified, one waiting thread each: %d)%s"
+              % (what, len(rows), len(alone), "; wrong: %s" % fmt(bad) if bad else ""))
     # performance_schema saw those instances busy in the same window (not "at least as many
     # acquisitions as lockstat's waits": InnoDB's srw_lock can sleep more than once per
     # acquisition, e.g. dict_operation_lock 35998 futex waits, 34397 acquisitions)
