@@ -206,6 +206,8 @@ void WaitRules::append(const WaitRules& more) {
     if (rules_.size() >= kMaxRules) break;
     rules_.push_back(r);
   }
+  std::lock_guard<std::mutex> g(memo_->mu);
+  memo_->hits.clear();  // indexes into rules_ are kept: appended rules change matches
 }
 
 const WaitRules& WaitRules::suite() {
@@ -229,13 +231,30 @@ const WaitRule* WaitRules::match(const std::string& frame, WaitRule::Role role, 
   return nullptr;
 }
 
+std::pair<uint32_t, uint32_t> WaitRules::lookup(const std::string& frame) const {
+  constexpr size_t kMaxMemo = 1 << 16;  // distinct frames kept; then started afresh
+  {
+    std::lock_guard<std::mutex> g(memo_->mu);
+    auto it = memo_->hits.find(frame);
+    if (it != memo_->hits.end()) return it->second;
+  }
+  const WaitRule* d = match(frame, WaitRule::Role::Decides, true);
+  const WaitRule* w = match(frame, WaitRule::Role::Wrapper, false);
+  std::pair<uint32_t, uint32_t> hit{d ? uint32_t(d - rules_.data()) + 1 : 0, w ? uint32_t(w - rules_.data()) + 1 : 0};
+  std::lock_guard<std::mutex> g(memo_->mu);
+  if (memo_->hits.size() >= kMaxMemo) memo_->hits.clear();
+  memo_->hits.emplace(frame, hit);
+  return hit;
+}
+
 WaitVerdict WaitRules::classify(const std::vector<std::string>& frames) const {
   WaitVerdict v;
   const WaitRule* via = nullptr;
   size_t via_at = std::string::npos;
   for (size_t i = 0; i < frames.size(); ++i) {
-    const WaitRule* r = match(frames[i], WaitRule::Role::Decides, true);
-    if (!r) continue;
+    uint32_t at = lookup(frames[i]).first;
+    if (!at) continue;
+    const WaitRule* r = &rules_[at - 1];
     if (r->role == WaitRule::Role::Via) {
       via = r, via_at = i;  // the outermost via so far
       continue;
@@ -259,8 +278,6 @@ WaitVerdict WaitRules::classify(const std::vector<std::string>& frames) const {
   return v;
 }
 
-bool WaitRules::is_wrapper(const std::string& frame) const {
-  return match(frame, WaitRule::Role::Wrapper, false) != nullptr;
-}
+bool WaitRules::is_wrapper(const std::string& frame) const { return lookup(frame).second != 0; }
 
 }  // namespace bpfdiag

@@ -28,7 +28,10 @@
 //   auto t = WaitRules::parse(text, "file.rules");    // for tests and tools
 #pragma once
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -83,7 +86,15 @@ class WaitRules {
 
  private:
   const WaitRule* match(const std::string& frame, WaitRule::Role role_filter, bool any_role) const;
+  // frame -> its first deciding/via rule and first wrapper rule (index+1, 0: none):
+  // reports match the same frames again and again (thousands of stacks)
+  struct Memo {
+    std::mutex mu;
+    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> hits;
+  };
+  std::pair<uint32_t, uint32_t> lookup(const std::string& frame) const;
   std::vector<WaitRule> rules_;
+  std::unique_ptr<Memo> memo_ = std::make_unique<Memo>();  // move-only: a copy would share it
 };
 
 // `*`-only glob, linear in |text| * |pattern| at worst (no backtracking blow-up).

@@ -114,8 +114,14 @@ truth_ms = sum(s["slept_ns"] for s in gt["sleeps"]) / 1e6
 got_n = int(nap[0]["text"].split()[0]) if nap else -1
 got_ms = number(nap[0]["number"], " ms asleep") if nap else None
 check(got_n == truth_n, "sleepy-process: naptime finding counts %d sleeps, the workload issued %d" % (got_n, truth_n))
-check(got_ms is not None and within(got_ms, truth_ms, rel=0.02, abs_=0.2 * truth_n),
-      "sleepy-process: %s ms asleep vs the workload's own %.1f ms (2%% + 0.2 ms/sleep)" % (got_ms, truth_ms))
+# The workload times each call from outside it (clock reads around the call): a
+# preemption between its clock read and the syscall, or after the syscall returns, is
+# in its time and not in naptime's. Under load that was 9 ms over 11 sleeps (281.1 vs
+# 290.2 ms); the workload's run-queue wait around each call (schedstat) bounds it.
+delay_ms = sum(s.get("run_delay_ns", 0) for s in gt["sleeps"]) / 1e6
+check(got_ms is not None and within(got_ms, truth_ms, rel=0.02, abs_=0.2 * truth_n + delay_ms),
+      "sleepy-process: %s ms asleep vs the workload's own %.1f ms (2%% + 0.2 ms/sleep + its %.1f ms "
+      "of run-queue wait around the calls)" % (got_ms, truth_ms, delay_ms))
 
 # --- 3. cpu-saturation vs busyloops ------------------------------------------------------
 

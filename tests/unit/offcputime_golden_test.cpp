@@ -32,6 +32,7 @@ Report sample_report() {
   Entry missed = entry(10, 13, "app", 700000, 1, {}, {"schedule", "futex_wait"});
   missed.stack.user_missing = true;
   r.entries.push_back(missed);
+  classify_waits(r.entries);  // as run() does before rendering
   r.dq = bpfdiag::DataQuality::with_keys(dq_keys());
   r.dq.lost_stacks = 3;
   r.dq.add("overflow_stacks", 2);

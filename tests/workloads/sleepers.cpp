@@ -60,7 +60,18 @@ struct Record {
   int64_t slept_ns;
   bool interrupted;
   int err;
+  int64_t run_delay_ns;  // waiting on a run queue around the call (schedstat), e.g. after wake-up
 };
+
+// This thread's run_delay (ns waiting on a run queue), 0 if schedstat is unreadable.
+int64_t run_delay_now() {
+  unsigned long long on_cpu = 0, delay = 0;
+  if (FILE* f = std::fopen("/proc/thread-self/schedstat", "r")) {
+    if (std::fscanf(f, "%llu %llu", &on_cpu, &delay) != 2) delay = 0;
+    std::fclose(f);
+  }
+  return static_cast<int64_t>(delay);
+}
 
 std::mutex g_mu;
 std::vector<Record> g_records;
@@ -71,22 +82,26 @@ const std::vector<std::string> kLibc = {"CLOCK_REALTIME", "CLOCK_MONOTONIC"};
 // Runs `call` (returns 0 or an errno) and records it.
 void issue(const std::string& path, const std::vector<std::string>& clocks, bool abstime,
            int64_t requested_ns, const std::function<int()>& call) {
+  int64_t rd0 = run_delay_now();  // read outside the timed span
   int64_t t0 = now_ns(CLOCK_MONOTONIC);
   int err = call();
   int64_t t1 = now_ns(CLOCK_MONOTONIC);
+  int64_t rd1 = run_delay_now();
   std::lock_guard<std::mutex> g(g_mu);
-  g_records.push_back({path, gettid_(), clocks, abstime, requested_ns, t1 - t0, err != 0, err});
+  g_records.push_back({path, gettid_(), clocks, abstime, requested_ns, t1 - t0, err != 0, err, rd1 - rd0});
 }
 
 // An absolute sleep of `len_ns` on `clock`; the intended length is measured here.
 void abs_sleep(const std::string& path, clockid_t clock, const char* name, int64_t len_ns) {
+  int64_t rd0 = run_delay_now();
   int64_t t0 = now_ns(CLOCK_MONOTONIC);
   int64_t now = now_ns(clock);
   struct timespec target = to_ts(now + len_ns);
   int err = clock_nanosleep(clock, TIMER_ABSTIME, &target, nullptr);
   int64_t t1 = now_ns(CLOCK_MONOTONIC);
+  int64_t rd1 = run_delay_now();
   std::lock_guard<std::mutex> g(g_mu);
-  g_records.push_back({path, gettid_(), {name}, true, len_ns, t1 - t0, err != 0, err});
+  g_records.push_back({path, gettid_(), {name}, true, len_ns, t1 - t0, err != 0, err, rd1 - rd0});
 }
 
 void on_usr1(int) {}
@@ -212,7 +227,7 @@ int main(int argc, char** argv) {
            ",\"requested_ns\":" + std::to_string(r.requested_ns) +
            ",\"slept_ns\":" + std::to_string(r.slept_ns) +
            ",\"interrupted\":" + (r.interrupted ? "true" : "false") +
-           ",\"errno\":" + std::to_string(r.err) + "}";
+           ",\"errno\":" + std::to_string(r.err) + ",\"run_delay_ns\":" + std::to_string(r.run_delay_ns) + "}";
   }
   out += "]}";
   std::printf("%s\n", out.c_str());

@@ -250,7 +250,7 @@ std::string other_reading(const LockRow& r, const std::string& thr, const std::s
              (r.words.size() > 1 ? ", each on its own word" : "") +
              (r.wait_what.empty() ? "; no wait-site rule names this wait"
                                   : "; in " + r.wait_what + ", for a reason its stack does not show") +
-             " (see WAIT SITES in lockstat(8))";
+             " (see 'Wait sites' in lockstat(8))";
     case WaitClass::Contention:
     case WaitClass::Uncontended: break;
   }

@@ -37,6 +37,23 @@ void merge_identical(std::vector<Entry>& entries) {
   });
 }
 
+void classify_waits(std::vector<Entry>& entries) {
+  const WaitRules& rules = WaitRules::suite();
+  std::vector<std::string> frames;
+  for (auto& e : entries) {
+    frames = e.stack.kernel;  // innermost first: the kernel's frames, then the user's
+    frames.insert(frames.end(), e.stack.user.begin(), e.stack.user.end());
+    e.wait = rules.classify(frames);
+  }
+}
+
+std::map<std::string, uint64_t> wait_class_totals(const std::vector<Entry>& entries) {
+  std::map<std::string, uint64_t> by;
+  for (const char* k : {"lock", "condition", "idle", "sleep", "io", "gil", "unclassified"}) by[k] = 0;
+  for (const auto& e : entries) by[wait_kind_name(e.wait.kind)] += e.total_ns;
+  return by;
+}
+
 std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries) {
   std::map<std::pair<uint32_t, uint32_t>, ThreadTotal> by_thread;
   for (auto& e : entries) {

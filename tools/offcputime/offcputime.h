@@ -24,6 +24,7 @@
 #include "common/runloop.h"
 #include "common/stack_tool.h"
 #include "common/stacks.h"
+#include "common/wait_sites.h"
 
 namespace ebpf {
 class BPFStackTable;
@@ -80,6 +81,9 @@ struct Entry {
   uint64_t count = 0;
   uint64_t max_ns = 0;
   bpfdiag::Stack stack;
+  // What the wait is, by the wait-site rules (common/wait_sites) over its kernel then
+  // user frames, innermost first: set by classify_waits().
+  bpfdiag::WaitVerdict wait;
 };
 
 struct Report {
@@ -88,6 +92,10 @@ struct Report {
   bpfdiag::Window window;  // time_ns (realtime at the end), interval_ns, final
 };
 
+// Each entry's wait verdict (Entry::wait) from the suite's wait-site rules.
+void classify_waits(std::vector<Entry>& entries);
+// Off-CPU time by wait class ("lock", "io", "idle", ..., "unclassified").
+std::map<std::string, uint64_t> wait_class_totals(const std::vector<Entry>& entries);
 // Entries that render the same (same thread, comm and frames) become one.
 void merge_identical(std::vector<Entry>& entries);
 // Per-thread totals, by (pid, tid).

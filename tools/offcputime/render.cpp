@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "common/output.h"
+#include "common/table.h"
 #include "common/stacks.h"
 #include "tools/offcputime/offcputime.h"
 
@@ -19,7 +20,12 @@ nlohmann::json stack_fields(const Entry& e) {
           {"comm", e.comm},
           {"offcpu_total_ns", e.total_ns},
           {"offcpu_count", e.count},
-          {"offcpu_max_ns", e.max_ns}};
+          {"offcpu_max_ns", e.max_ns},
+          // what the wait is, by the wait-site rules (common/wait_sites)
+          {"wait_class", wait_kind_name(e.wait.kind)},
+          {"wait_site_what", e.wait.what},
+          {"wait_site_rule", e.wait.rule ? e.wait.rule->origin : ""},
+          {"wait_site_decided", e.wait.decided}};
 }
 
 nlohmann::json summary_fields(const Report& r) {
@@ -34,7 +40,10 @@ nlohmann::json summary_fields(const Report& r) {
     total += t.total_ns;
     count += t.count;
   }
-  return stack_summary_fields({{"offcpu_total_ns", total}, {"offcpu_count", count}}, r.entries.size(), threads);
+  nlohmann::json j =
+      stack_summary_fields({{"offcpu_total_ns", total}, {"offcpu_count", count}}, r.entries.size(), threads);
+  j["wait_class_total_ns"] = wait_class_totals(r.entries);
+  return j;
 }
 
 }  // namespace
@@ -46,6 +55,12 @@ void render(std::ostream& os, std::ostream& err, const Config& c, const Report& 
   if (c.folded) return write_folded_report(os, err, folded_lines(c, r.entries), r.dq);
   for (auto* e : sorted_by(r.entries, by_total, false))
     print_stack_multiline(os, e->stack, e->comm, e->tid, e->total_ns / 1000, StackFormat{c.delimiter});
+  if (!r.entries.empty()) {  // by what the waits are (the wait-site rules)
+    os << "off-CPU by wait class:";
+    for (const auto& [k, ns] : wait_class_totals(r.entries))
+      if (ns) os << " " << k << " " << fmt_ns(ns);
+    os << "\n";
+  }
   os << r.dq.to_text() << "\n";
   os.flush();
 }

@@ -172,6 +172,7 @@ Status run(const Config& user_config) {
     read_entries(session, c, live, rep);
     if (final) timing_mark("final: read + symbolize");
     merge_identical(rep.entries);
+    classify_waits(rep.entries);
     add_symbolizer_dq(rep.dq, before, live.sym.stats());
     render(std::cout, std::cerr, c, rep);
     if (final) timing_mark("final: render");

@@ -108,19 +108,38 @@ void pmheld(Ctx& c, const ToolRun& t) {
   }
 }
 
+// Off-CPU waits that are context, not findings: waiting for work, timed sleeps and
+// condition waits (offcputime's wait_class, from the wait-site rules).
+bool context_wait(const json& r) {
+  std::string k = str(r, "wait_class");
+  return k == "idle" || k == "sleep" || k == "condition";
+}
+
 void offcputime(Ctx& c, const ToolRun& t) {
   for (auto* s : t.final_records("summary")) {
+    std::string by;
+    if (s->contains("wait_class_total_ns") && (*s)["wait_class_total_ns"].is_object())
+      for (auto& [k, v] : (*s)["wait_class_total_ns"].items())
+        if (v.is_number() && v.get<uint64_t>()) by += (by.empty() ? "; " : ", ") + k + " " + fmt_ms(v.get<uint64_t>());
     c.line("Off-CPU", "threads were off-CPU " + fmt_ms(u64(*s, "offcpu_total_ns")) + " in " +
                           std::to_string(u64(*s, "offcpu_count")) + " blocks (" + std::to_string(u64(*s, "thread_count")) +
-                          " threads, " + std::to_string(u64(*s, "stack_count")) + " stacks)");
+                          " threads, " + std::to_string(u64(*s, "stack_count")) + " stacks)" + by);
   }
-  size_t i = 0;
-  for (auto* r : top(t, "stack", "offcpu_total_ns", 5)) {
-    std::string text = who(*r) + " blocked in " + (user_frames(*r, 3).empty() ? "[kernel]" : user_frames(*r, 3));
+  // the top stacks by time; a finding only from one that is not waiting for work, a
+  // sleep or a condition (its wait class and the rule's words are in the line)
+  bool found = false;
+  for (auto* r : top(t, "stack", "offcpu_total_ns", 8)) {
+    std::string what = str(*r, "wait_site_what");
+    std::string kind = str(*r, "wait_class").empty() ? "unclassified" : str(*r, "wait_class");
+    std::string text = who(*r) + " blocked in " + (user_frames(*r, 3).empty() ? "[kernel]" : user_frames(*r, 3)) +
+                       " [" + kind + (what.empty() ? "" : ": " + what) + "]";
     std::string number = fmt_ms(u64(*r, "offcpu_total_ns")) + " off-CPU in " + std::to_string(u64(*r, "offcpu_count")) +
                          " blocks";
-    if (i++ == 0) c.find(t, "top off-CPU stack: " + text, number);
-    c.line("Off-CPU", text + " — " + number);
+    if (!found && !context_wait(*r)) {
+      found = true;
+      c.find(t, "top off-CPU stack: " + text, number);
+    }
+    c.line("Off-CPU", text + " — " + number + (context_wait(*r) ? " (context: not a finding)" : ""));
   }
 }
 
