@@ -118,8 +118,15 @@ Status plan_tools(Run& run) {
       // when it is run; an argument the tool refuses in any case refuses the runbook
       std::vector<std::string> with_pid = check;
       with_pid.insert(with_pid.begin() + 2, {"-p", std::to_string(getpid())});
+      // a tool that watches one process (threadpool) given a PID list: not run, and
+      // the report says so (never an argument the tool refuses, never a silent gap)
+      std::vector<std::string> one_pid = check;
+      const bool pid_list = run.cfg.pid_arg.find(',') != std::string::npos && has_pid;
+      if (pid_list) one_pid[3] = run.cfg.pid_arg.substr(0, run.cfg.pid_arg.find(','));
       if (run.cfg.pid_arg.empty() && has_pid && !st->check(with_pid)) {
         if (t.error.empty()) t.error = "not run: " + err->message;
+      } else if (pid_list && !st->check(one_pid)) {
+        if (t.error.empty()) t.error = "not run: " + err->message + " (this runbook was given -p " + run.cfg.pid_arg + ")";
       } else {
         return Error{at + rt.name + ": " + err->message};
       }
