@@ -26,6 +26,7 @@ bool kind_from(std::string_view s, WaitKind& k) {
   static const std::pair<const char*, WaitKind> kNames[] = {
       {"lock", WaitKind::Lock},   {"condition", WaitKind::Condition}, {"idle", WaitKind::Idle},
       {"sleep", WaitKind::Sleep}, {"io", WaitKind::Io},               {"gil", WaitKind::Gil},
+      {"tracer", WaitKind::Tracer},
       {"unclassified", WaitKind::Unclassified}};
   for (const auto& [n, v] : kNames)
     if (s == n) return k = v, true;
@@ -145,6 +146,7 @@ const char* wait_kind_name(WaitKind k) {
     case WaitKind::Sleep: return "sleep";
     case WaitKind::Io: return "io";
     case WaitKind::Gil: return "gil";
+    case WaitKind::Tracer: return "tracer";
     case WaitKind::Unclassified: return "unclassified";
   }
   return "unclassified";
@@ -249,6 +251,17 @@ std::pair<uint32_t, uint32_t> WaitRules::lookup(const std::string& frame) const 
 
 WaitVerdict WaitRules::classify(const std::vector<std::string>& frames) const {
   WaitVerdict v;
+  // a tracer's own attach/detach anywhere in the stack: that is what the wait is
+  for (size_t i = 0; i < frames.size(); ++i) {
+    uint32_t at = lookup(frames[i]).first;
+    if (!at || rules_[at - 1].kind != WaitKind::Tracer || rules_[at - 1].role != WaitRule::Role::Decides) continue;
+    v.kind = WaitKind::Tracer;
+    v.what = rules_[at - 1].what;
+    v.frame = i;
+    v.decided = true;
+    v.rule = &rules_[at - 1];
+    return v;
+  }
   const WaitRule* via = nullptr;
   size_t via_at = std::string::npos;
   for (size_t i = 0; i < frames.size(); ++i) {

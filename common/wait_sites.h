@@ -5,6 +5,8 @@
 // come from /etc/bpfdiag/wait-sites.d/*.rules, or the directory $BPFDIAG_WAIT_RULES
 // names, without rebuilding):
 //   lock | condition | idle | sleep | io | gil   the frame decides what the wait is
+//   tracer        a tracing tool's own attach/detach (perf_trace_destroy, uprobe
+//                 registration): decides wherever it is in the stack, before all else
 //   via[:CLASS]   the frame says how it waits (a condition variable, a park); the
 //                 reason lies further out. When nothing further out decides, the
 //                 outermost via's CLASS is the verdict (unclassified without one)
@@ -39,7 +41,7 @@
 
 namespace bpfdiag {
 
-enum class WaitKind { Lock, Condition, Idle, Sleep, Io, Gil, Unclassified };
+enum class WaitKind { Lock, Condition, Idle, Sleep, Io, Gil, Tracer, Unclassified };
 const char* wait_kind_name(WaitKind k);  // "lock", ..., "unclassified"
 
 constexpr size_t kMaxRuleFileBytes = 1 << 20;

@@ -135,6 +135,13 @@ TEST_CASE("built-in rules on real runtimes' wait stacks") {
   CHECK(r.classify({"runtime.futex", "runtime.futexsleep", "runtime.notesleep", "runtime.stopm",
                     "runtime.findRunnable", "runtime.schedule"})
             .kind == WaitKind::Idle);
+  // a tracer detaching, wherever the frame is: before the inner mutex's lock rule
+  v = r.classify({"__mutex_lock.constprop.0", "perf_trace_destroy", "_free_event", "perf_event_release_kernel"});
+  CHECK(v.kind == WaitKind::Tracer);
+  CHECK(v.frame == 1);
+  // kernel frames of an off-CPU stack: block I/O, a sleep
+  CHECK(r.classify({"io_schedule", "folio_wait_bit_common", "filemap_fault"}).kind == WaitKind::Io);
+  CHECK(r.classify({"schedule", "do_nanosleep", "hrtimer_nanosleep", "clock_nanosleep"}).kind == WaitKind::Sleep);
   // wrappers
   CHECK(r.is_wrapper("psi_mutex_lock"));
   CHECK(r.is_wrapper("PyThread_acquire_lock_timed"));

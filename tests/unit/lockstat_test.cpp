@@ -534,6 +534,31 @@ TEST_CASE("lockstat: waits on per-thread words: named by the wait-site rules, me
   CHECK(m0.wait_rule.find("wait_sites.rules:") == 0);
 }
 
+TEST_CASE("lockstat: a tracer's own attach/detach is never the workload's contention") {
+  // issue 20: lockstat's #1 row was 3.1 s on the kernel's event_mutex in
+  // perf_trace_destroy: tracers detaching (the suite's other tools in a runbook)
+  Snapshot s;
+  s.window_ns = 1000000000ULL;
+  auto k = wait(LS_KIND_KERNEL, 300, 301, 0xffffffff83a0c0e0ULL, 40, 3100000000ULL, 200000000, LS_LCB_MUTEX, 9);
+  s.waits.push_back(k);
+  add_hist(s, k, 77500000, 40);
+  s.comms[301] = "offcputime";
+  Names n = fake_names();
+  n.frames = [](const lockstat_key&) -> std::vector<std::string> {
+    return {"__mutex_lock.constprop.0", "perf_trace_destroy", "_free_event", "perf_event_release_kernel"};
+  };
+  Report rep = build_report(s, n, *parse({}));
+  CHECK(rep.locks.empty());
+  REQUIRE(rep.other.size() == 1);
+  CHECK(rep.other[0].cls == WaitClass::Tracer);
+  CHECK(reading(rep.other[0]).rfind("tracer: 1 thread wait", 0) == 0);
+  // the same mutex taken on the workload's own path stays contention
+  n.frames = [](const lockstat_key&) -> std::vector<std::string> {
+    return {"__mutex_lock.constprop.0", "pipe_write", "vfs_write"};
+  };
+  CHECK(build_report(s, n, *parse({})).locks.size() == 1);
+}
+
 TEST_CASE("lockstat: only contention is ranked; other waits are apart") {
   Snapshot s = sample();
   auto q = one_lock(LS_FUTEX_BITSET, {105, 106, 107}, 3000000000ULL, 10, 0, {{100, 30}});

@@ -102,6 +102,7 @@ enum class WaitClass {
   Timed,       // timed waits that ran to their timeout: sleeps and polls
   Uncontended, // --uprobes: a lock whose measured calls never blocked
   Unclassified,  // nothing above can tell: shown with its site, never ranked or advised on
+  Tracer,        // waits caused by a tracer attaching or detaching (perf_trace_destroy, ...)
 };
 const char* wait_class_name(WaitClass c);
 

@@ -87,6 +87,7 @@ const char* wait_class_name(WaitClass c) {
     case WaitClass::Timed: return "timed";
     case WaitClass::Uncontended: return "uncontended";
     case WaitClass::Unclassified: return "unclassified";
+    case WaitClass::Tracer: return "tracer";
   }
   return "?";
 }
@@ -136,6 +137,7 @@ WaitClass class_of_rule(WaitKind k) {
     case WaitKind::Idle: return WaitClass::Idle;
     case WaitKind::Condition: return WaitClass::Condition;
     case WaitKind::Sleep: return WaitClass::Timed;
+    case WaitKind::Tracer: return WaitClass::Tracer;
     case WaitKind::Io:
     case WaitKind::Unclassified: break;
   }
@@ -145,6 +147,8 @@ WaitClass class_of_rule(WaitKind k) {
 }  // namespace
 
 WaitClass classify(const LockRow& r) {
+  // a tracer attaching or detaching (the suite's tools, perf, bpftrace): not the workload's
+  if (r.wait_decided && r.wait_kind == WaitKind::Tracer) return WaitClass::Tracer;
   if (r.layer == "kernel") return WaitClass::Contention;
   // --uprobes measures every call: a lock none of whose calls blocked is not contended
   // (its time is the calls' own, and what is left of the probes' after the correction)
@@ -251,6 +255,9 @@ std::string other_reading(const LockRow& r, const std::string& thr, const std::s
              (r.wait_what.empty() ? "; no wait-site rule names this wait"
                                   : "; in " + r.wait_what + ", for a reason its stack does not show") +
              " (see 'Wait sites' in lockstat(8))";
+    case WaitClass::Tracer:
+      return "tracer: " + thr + " wait (p50 " + p50 + ") while a tracer attaches or detaches; the tracing " +
+             "tools' own cost, not the workload's";
     case WaitClass::Contention:
     case WaitClass::Uncontended: break;
   }
@@ -438,7 +445,7 @@ void name_rq_lock(LockRow& r) {
 // The wait-site verdict of a user row (common/wait_sites): the rule that covers the
 // most of its sites' wait time.
 void judge_sites(LockRow& r) {
-  if (r.layer == "kernel" || r.kind == "pthread") return;
+  if (r.kind == "pthread") return;
   const bpfdiag::WaitRules& rules = bpfdiag::WaitRules::suite();
   std::map<const bpfdiag::WaitRule*, std::pair<uint64_t, bpfdiag::WaitVerdict>> by;
   for (const auto& st : r.sites) {
@@ -453,6 +460,8 @@ void judge_sites(LockRow& r) {
     if (!best || acc.first > best->first) best = &acc;
   if (!best) return;
   const bpfdiag::WaitVerdict& v = best->second;
+  // a kernel lock is a lock: only a tracer's attach/detach says more about its waits
+  if (r.layer == "kernel" && v.kind != WaitKind::Tracer) return;
   r.wait_kind = v.kind;
   r.wait_what = v.what;
   r.wait_rule = v.rule->origin;

@@ -108,11 +108,12 @@ void pmheld(Ctx& c, const ToolRun& t) {
   }
 }
 
-// Off-CPU waits that are context, not findings: waiting for work, timed sleeps and
-// condition waits (offcputime's wait_class, from the wait-site rules).
+// Off-CPU waits that are context, not findings: waiting for work, timed sleeps,
+// condition waits and tracers' own attach/detach (offcputime's wait_class, from the
+// wait-site rules).
 bool context_wait(const json& r) {
   std::string k = str(r, "wait_class");
-  return k == "idle" || k == "sleep" || k == "condition";
+  return k == "idle" || k == "sleep" || k == "condition" || k == "tracer";
 }
 
 void offcputime(Ctx& c, const ToolRun& t) {
