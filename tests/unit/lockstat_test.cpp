@@ -523,6 +523,30 @@ TEST_CASE("lockstat: waits on per-thread words: named by the wait-site rules, me
   CHECK(rep.locks.empty());  // not ranked as contention
   REQUIRE(rep.other.size() == 1);
 
+  // PostgreSQL: each backend (a process) sleeps on its own semaphore for one LWLock in
+  // shared memory: one row across the processes
+  Snapshot pg;
+  pg.window_ns = 1000000000ULL;
+  for (uint32_t b = 0; b < 4; ++b) {
+    auto w = wait(LS_KIND_FUTEX, 500 + b, 500 + b, 0x9000 + 0x80 * b, 100, 60000000, 2000000, LS_FUTEX_BITSET, 1);
+    pg.waits.push_back(w);
+    add_hist(pg, w, 600000, 100);
+    pg.comms[500 + b] = "postgres";
+  }
+  Names lw = fake_names();
+  lw.frames = [](const lockstat_key&) -> std::vector<std::string> {
+    return {"do_futex_wait", "__new_sem_wait_slow64", "PGSemaphoreLock", "LWLockAcquire", "LockAcquireExtended"};
+  };
+  lw.site = [](const lockstat_key&, const std::vector<std::string>& f) -> std::string { return f[4]; };
+  rows = build_locks(pg, lw, *parse({}));
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].cls == WaitClass::Contention);
+  CHECK(rows[0].waiters.size() == 4);
+  CHECK(rows[0].pid == 0);
+  CHECK(rows[0].comm == "postgres");
+  CHECK(rows[0].name().find("PostgreSQL LWLock") == 0);
+  CHECK(build_threads(pg, lw, *parse({"-P"})).size() == 4);
+
   // Go: an idle OS thread sleeps on its own note; not a held lock
   Names go = fake_names();
   go.frames = [](const lockstat_key&) -> std::vector<std::string> {

@@ -154,7 +154,8 @@ struct LockRow {
   std::string wait_what, wait_rule;
   bpfdiag::WaitKind wait_kind = bpfdiag::WaitKind::Unclassified;
   bool wait_decided = false, own_word = false;
-  std::vector<uint64_t> words;  // user: the futex words merged into this row (own words, by site)
+  // user: the futex words (process, address) merged into this row (own words, by site)
+  std::vector<std::pair<uint32_t, uint64_t>> words;
   bpfdiag::Histogram hist;
   std::vector<WaiterRow> waiters;  // sorted by total wait
   std::vector<SiteRow> sites;      // sorted by total wait

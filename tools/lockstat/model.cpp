@@ -469,7 +469,7 @@ void judge_sites(LockRow& r) {
   r.own_word = v.own_word;
 }
 
-// b's waits into a (same process): waiters and sites by name, the histogram, words.
+// b's waits into a: waiters and sites by name, the histogram, words.
 void absorb(LockRow& a, const LockRow& b) {
   a.contended += b.contended, a.calls += b.calls, a.total_ns += b.total_ns;
   a.max_ns = std::max(a.max_ns, b.max_ns);
@@ -498,9 +498,10 @@ void absorb(LockRow& a, const LockRow& b) {
 
 // Rows on words that belong to their waiting thread (a rule's /own, or a word one
 // thread waits on alone with nothing to decide what it is) are one wait when they
-// wait at the same site for the same reason: merged by process, class, the rule's
-// words and the top call site. A per-thread word is not a lock; the site is where
-// the waiters meet.
+// wait at the same site for the same reason: merged by class, the rule's words and
+// the top call site, and by process unless a rule says the word is the waiter's own
+// (PostgreSQL's backends are processes that meet at one LWLock in shared memory). A
+// per-thread word is not a lock; the site is where the waiters meet.
 void merge_own_words(std::vector<LockRow>& rows, uint64_t window_ns) {
   std::map<std::tuple<uint32_t, int, std::string, std::string>, size_t> at;
   std::vector<LockRow> out;
@@ -511,7 +512,8 @@ void merge_own_words(std::vector<LockRow>& rows, uint64_t window_ns) {
       out.push_back(std::move(r));
       continue;
     }
-    auto key = std::make_tuple(r.pid, int(r.cls), r.wait_what, r.sites.empty() ? std::string() : r.sites.front().site);
+    auto key = std::make_tuple(r.own_word ? 0u : r.pid, int(r.cls), r.wait_what,
+                               r.sites.empty() ? std::string() : r.sites.front().site);
     auto it = at.find(key);
     if (it == at.end()) {
       at[key] = out.size();
@@ -534,6 +536,14 @@ void merge_own_words(std::vector<LockRow>& rows, uint64_t window_ns) {
       for (const auto& w : r.waiters)
         if (w.tid) r.max_share = std::max(r.max_share, std::min(1.0, double(w.total_ns) / window_ns));
     if (!r.wait_what.empty()) r.symbol = r.wait_what;
+    std::set<uint32_t> pids;
+    for (auto [pid, w] : r.words) pids.insert(pid);
+    if (pids.size() > 1) {  // several processes, as a kernel lock's row: pid 0, their common name
+      r.pid = 0;
+      std::set<std::string> comms;
+      for (const auto& w : r.waiters) comms.insert(w.comm);
+      r.comm = comms.size() == 1 ? *comms.begin() : "";
+    }
   }
   rows = std::move(out);
 }
@@ -564,7 +574,7 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
     if (s.window_ns)
       for (const auto& w : r.waiters)
         if (w.tid) r.max_share = std::max(r.max_share, std::min(1.0, double(w.total_ns) / s.window_ns));
-    if (!g.kernel) r.words = {r.addr};
+    if (!g.kernel) r.words = {{r.pid, r.addr}};
     judge_sites(r);
     r.cls = classify(r);
     r.comm = r.pid ? comm_of(s, r.pid) : "";
@@ -594,7 +604,7 @@ std::vector<ThreadRow> threads_of(const Snapshot& s, const std::vector<LockRow>&
       lock_names[GroupKey{kernel, kernel ? 0 : l.pid, l.addr, kernel && l.spin}] = l.name();
       continue;
     }
-    for (uint64_t w : l.words) lock_names[GroupKey{false, l.pid, w, false}] = l.name();  // merged own words
+    for (auto [pid, w] : l.words) lock_names[GroupKey{false, pid, w, false}] = l.name();  // merged own words
   }
   std::map<uint32_t, ThreadRow> rows;
   std::map<uint32_t, std::map<std::string, uint64_t>> per_lock;
