@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""offcputime and lockstat on PostgreSQL under pgbench, pg_stat_activity as the truth
+(issue 20: "row-lock waits invisible (PG sleeps in WaitLatch -> epoll_wait); LWLock
+semaphore waits 'idle ... not lock contention'; every backend's sites merged into
+PGSemaphoreLock").
+
+A cluster of Debian's PostgreSQL (initdb in a temp dir, unix socket only, no TCP),
+pgbench scale 1 with 16 clients: tpcb-like (every transaction updates one of 10
+tellers and the one branch: row-lock waits dominate) and its idle counterpart, -S
+select-only (no locks). The truth is the backends' own wait_event_type, sampled every
+50 ms by a backend of its own (pg_stat_clear_snapshot each time) while the tools run
+in the same window over the 16 pgbench backends (-p PID list):
+1. tpcb-like: offcputime's largest wait class+words is "PostgreSQL heavyweight lock"
+   (the wait-site rule at ProcSleep, under WaitLatch's epoll_wait), its share of the
+   backends' off-CPU time within 10 points of pg_stat_activity's Lock share of the
+   samples not on CPU (here 83.8% vs 85.8%); its LWLock share within 5 points.
+2. tpcb-like: lockstat ranks one row "PostgreSQL LWLock" merged across the backends'
+   own semaphores (word_count >= 2, pid 0), never idle or condition; its wait per
+   backend-second within 5 points of the LWLock share (here 6.1% vs 6.3%).
+3. select-only: no heavyweight lock waits in either (offcputime's lock share < 5%,
+   lockstat's contention rows under 2% of backend time), like the truth.
+Every NDJSON record is validated against its schema.
+"""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, finish, ndjson, need, require_built, require_root, schema_verdict, tool  # noqa: E402
+
+OFFCPU = tool("offcputime")
+LOCKSTAT = tool("lockstat")
+WINDOW_S = 8
+CLIENTS = 16
+
+
+def as_pg(args, **kw):
+    return subprocess.run(["runuser", "-u", "postgres", "--"] + args, capture_output=True, text=True, **kw)
+
+
+class Cluster:
+    def __init__(self, bindir):
+        self.bin = bindir
+        self.dir = tempfile.mkdtemp(prefix="bpfdiag-pg-")
+        os.chmod(self.dir, 0o755)
+        shutil.chown(self.dir, "postgres")
+        self.data, self.sock = os.path.join(self.dir, "data"), self.dir
+        r = as_pg([os.path.join(bindir, "initdb"), "-D", self.data, "-A", "trust"], timeout=120)
+        check(r.returncode == 0, "initdb (%s)" % r.stderr.strip()[-200:])
+        opts = "-p 54329 -k %s -c listen_addresses= -c max_connections=40 -c fsync=on" % self.sock
+        r = as_pg([os.path.join(bindir, "pg_ctl"), "-D", self.data, "-o", opts, "-l",
+                   os.path.join(self.dir, "log"), "-w", "start"], timeout=120)
+        check(r.returncode == 0, "postgres started (%s)" % r.stderr.strip()[-200:])
+        as_pg([os.path.join(bindir, "createdb"), "-h", self.sock, "-p", "54329", "bench"], timeout=60)
+        r = as_pg([os.path.join(bindir, "pgbench"), "-h", self.sock, "-p", "54329", "-i", "-s", "1", "bench"],
+                  timeout=120)
+        check(r.returncode == 0, "pgbench -i (%s)" % r.stderr.strip()[-200:])
+
+    def psql(self, sql, timeout=60):
+        return as_pg([os.path.join(self.bin, "psql"), "-h", self.sock, "-p", "54329", "-At", "-c", sql, "bench"],
+                     timeout=timeout).stdout
+
+    def stop(self):
+        as_pg([os.path.join(self.bin, "pg_ctl"), "-D", self.data, "-m", "immediate", "stop"], timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+SAMPLER = """
+CREATE TEMP TABLE samp(w text);
+DO $$ BEGIN
+  FOR i IN 1..%d LOOP
+    PERFORM pg_stat_clear_snapshot();
+    INSERT INTO samp SELECT coalesce(wait_event_type, 'CPU') FROM pg_stat_activity
+      WHERE application_name = 'pgbench' AND backend_type = 'client backend';
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END $$;
+SELECT w || ' ' || count(*) FROM samp GROUP BY w;
+"""
+
+
+def run_window(pg, select_only):
+    bench = subprocess.Popen(["runuser", "-u", "postgres", "--", os.path.join(pg.bin, "pgbench"), "-h", pg.sock,
+                              "-p", "54329", "-c", str(CLIENTS), "-j", "2", "-T", str(WINDOW_S + 12)]
+                             + (["-S"] if select_only else []) + ["bench"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    pids = pg.psql("select string_agg(pid::text, ',') from pg_stat_activity where application_name='pgbench' "
+                   "and backend_type='client backend'").strip()
+    check(pids.count(",") == CLIENTS - 1, "%s: %d pgbench backends (%s)" % (
+        "select-only" if select_only else "tpcb-like", pids.count(",") + 1, pids))
+    truth = {}
+
+    def sample():
+        for line in pg.psql(SAMPLER % (WINDOW_S * 1000 // 60), timeout=60).splitlines():
+            k, _, n = line.rpartition(" ")  # "Lock 123"; psql also echoes "CREATE TABLE", "DO"
+            if k and n.isdigit():
+                truth[k] = int(n)
+    oc = subprocess.Popen([OFFCPU, "-p", pids, "-j", str(WINDOW_S)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    ls = subprocess.Popen([LOCKSTAT, "-p", pids, "-j", "-n", "0", "-d", str(WINDOW_S)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # both attached (their start records are read below)
+    th = threading.Thread(target=sample)
+    th.start()
+    oc_out, oc_err = oc.communicate(timeout=120)
+    ls_out, ls_err = ls.communicate(timeout=120)
+    th.join()
+    bench.communicate(timeout=120)
+    check(oc.returncode == 0 and ls.returncode == 0, "offcputime and lockstat ran (rc %d %d; %s %s)"
+          % (oc.returncode, ls.returncode, oc_err.strip()[-150:], ls_err.strip()[-150:]))
+    return ndjson(oc_out, "offcputime"), ndjson(ls_out, "lockstat"), Counter(truth)
+
+
+def shares(truth):
+    total = sum(truth.values())
+    off = total - truth.get("CPU", 0)
+    return total, off
+
+
+def check_tpcb(oc, ls, truth):
+    total, off = shares(truth)
+    print("     pg_stat_activity: %d samples: %s" % (total, dict(truth)))
+    if not check(off > 100, "tpcb-like: the backends waited in %d of %d samples" % (off, total)):
+        return
+    by = Counter()
+    for r in oc:
+        if r.get("type") == "offcputime.stack":
+            by[(r["wait_class"], r["wait_site_what"])] += r["offcpu_total_ns"]
+    oc_total = sum(by.values())
+    for (k, w), ns in by.most_common(6):
+        print("     offcputime: %5.1f%% %-12s %s" % (100.0 * ns / max(oc_total, 1), k, w))
+    top = by.most_common(1)[0][0] if by else ("", "")
+    hw = sum(ns for (k, w), ns in by.items() if w.startswith("PostgreSQL heavyweight lock")) / max(oc_total, 1)
+    lw = sum(ns for (k, w), ns in by.items() if w.startswith("PostgreSQL LWLock")) / max(oc_total, 1)
+    want_hw, want_lw = truth.get("Lock", 0) / off, truth.get("LWLock", 0) / off
+    check(top[0] == "lock" and top[1].startswith("PostgreSQL heavyweight lock"),
+          "tpcb-like: offcputime's largest wait is the heavyweight lock (%s)" % (top,))
+    check(abs(hw - want_hw) <= 0.10, "tpcb-like: heavyweight lock %.1f%% of off-CPU time vs pg_stat_activity's "
+          "Lock %.1f%% of the samples off CPU (10 points)" % (100 * hw, 100 * want_hw))
+    check(abs(lw - want_lw) <= 0.05, "tpcb-like: LWLock %.1f%% of off-CPU time vs pg_stat_activity's %.1f%% "
+          "(5 points)" % (100 * lw, 100 * want_lw))
+    rows = [r for r in ls if r.get("type") == "lockstat.lock"]
+    summ = [r for r in ls if r.get("type") == "lockstat.summary"]
+    window = summ[0]["interval_ns"] if summ else 0
+    for r in rows[:4]:
+        print("     lockstat: %s %s pid %d: %d threads, %d words, %.1f ms, %s" % (
+            r["class"], r["lock"], r["pid"], r["thread_count"], r["word_count"], r["wait_total_ns"] / 1e6,
+            r["reading"][:70]))
+    lwl = [r for r in rows if r["wait_site_what"].startswith("PostgreSQL LWLock")]
+    bad = [r["class"] for r in lwl if r["class"] in ("idle", "condition")]
+    if not check(lwl and not bad, "tpcb-like: lockstat names the LWLock waits, never idle or condition (%d rows; %s)"
+                 % (len(lwl), bad)):
+        return
+    top_ls = rows[0]
+    check(top_ls["wait_site_what"].startswith("PostgreSQL LWLock") and top_ls["class"] == "contention"
+          and top_ls["word_count"] >= 2 and top_ls["pid"] == 0,
+          "tpcb-like: lockstat's #1 row is the LWLock, one row over the backends' own semaphores (%s, %d words, "
+          "pid %d)" % (top_ls["lock"], top_ls["word_count"], top_ls["pid"]))
+    got = sum(r["wait_total_ns"] for r in lwl) / max(window * CLIENTS, 1)
+    want = truth.get("LWLock", 0) / total
+    check(abs(got - want) <= 0.05, "tpcb-like: lockstat's LWLock wait %.1f%% of backend time vs pg_stat_activity's "
+          "%.1f%% (5 points)" % (100 * got, 100 * want))
+
+
+def check_select(oc, ls, truth):
+    total, off = shares(truth)
+    print("     select-only pg_stat_activity: %d samples: %s" % (total, dict(truth)))
+    by = Counter()
+    for r in oc:
+        if r.get("type") == "offcputime.stack":
+            by[r["wait_class"]] += r["offcpu_total_ns"]
+    oc_total = sum(by.values())
+    print("     select-only offcputime: %s" % {k: "%.1f%%" % (100.0 * v / max(oc_total, 1)) for k, v in by.items()})
+    check(by["lock"] / max(oc_total, 1) < 0.05 and truth.get("Lock", 0) / max(total, 1) < 0.02,
+          "select-only: offcputime's lock share %.1f%% < 5%% (pg_stat_activity: Lock in %d of %d samples)"
+          % (100.0 * by["lock"] / max(oc_total, 1), truth.get("Lock", 0), total))
+    summ = [r for r in ls if r.get("type") == "lockstat.summary"]
+    window = summ[0]["interval_ns"] if summ else 0
+    cont = sum(r["wait_total_ns"] for r in ls if r.get("type") == "lockstat.lock" and r["class"] == "contention")
+    check(summ and cont < 0.02 * window * CLIENTS, "select-only: lockstat's contention %.1f ms < 2%% of the "
+          "backends' time" % (cont / 1e6))
+
+
+def main():
+    require_root()
+    require_built(OFFCPU)
+    require_built(LOCKSTAT)
+    need("runuser", "util-linux")
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if not check(bins, "PostgreSQL installed (package postgresql)"):
+        finish()
+    pg = Cluster(os.path.dirname(bins[-1]))
+    try:
+        check_tpcb(*run_window(pg, False))
+        check_select(*run_window(pg, True))
+    finally:
+        pg.stop()
+    schema_verdict("offcputime")
+    schema_verdict("lockstat")
+    finish()
+
+
+if __name__ == "__main__":
+    main()
