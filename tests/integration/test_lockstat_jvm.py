@@ -15,11 +15,12 @@ BLOCKED time for a monitor, WAITING time for a parked ReentrantLock acquire.
 1. --mode monitor (synchronized): lockstat -p JVM -j -d 5 ranks first one row named
    "Java monitor enter" by the rule, its 8 waiters the 8 workers, merged from their
    per-thread words (word_count >= 2); its wait per second of window within 20% of the
-   JVM's BLOCKED time per second; no JVM service thread (VM Thread, VM Periodic Task,
-   Monitor Deflation, C1/C2 compilers) is a waiter of any contention row.
+   JVM's BLOCKED time per second; contention among the JVM's own threads (VM Thread,
+   VM Periodic Task, Monitor Deflation, C1/C2 compilers) is under 5% of the monitor's.
 2. --mode reentrant (ReentrantLock): with no Java frames (JIT code has no unwind
    tables and no frame pointers by default) nothing can tell a parked lock acquire
-   from any other park: the workers' waits are one row, class unclassified, named as
+   from any other park: one row holds >= 95% of the workers' waits (they also wait
+   briefly on the JVM's own words), class unclassified, named as
    the park by its rule, 8 threads, within 20% of the JVM's WAITING time per second;
    never ranked as contention, never "idle".
 Every NDJSON record is validated against docs/schema/lockstat.schema.json.
@@ -91,8 +92,13 @@ def check_monitor(rc, err, records, truth):
     check(abs(got - want) <= 0.2 * want,
           "monitor: wait %.2f s per s of window within 20%% of the JVM's BLOCKED time %.2f s/s (%.2fx; truth %s)"
           % (got, want, got / max(want, 1e-9), truth))
-    service = [(r["lock"], t["comm"]) for r in cont for t in r["threads"] if t["comm"].startswith(SERVICE)]
-    check(not service, "monitor: no JVM service thread waits in a contention row (%s)" % service)
+    # the JVM's own threads may really contend a VM mutex (C1 and C2 on the compile
+    # queue's pthread mutex: a glibc lock word), but that is small next to the monitor
+    service = [r for r in cont if any(t["comm"].startswith(SERVICE) for t in r["threads"])]
+    small = sum(r["wait_total_ns"] for r in service)
+    check(small < 0.05 * top["wait_total_ns"],
+          "monitor: JVM service threads' contention %.1f ms < 5%% of the monitor's %.1f ms (%s)"
+          % (small / 1e6, top["wait_total_ns"] / 1e6, [describe(r) for r in service]))
 
 
 def check_reentrant(rc, err, records, truth):
@@ -102,8 +108,13 @@ def check_reentrant(rc, err, records, truth):
     window = summ["interval_ns"]
     for r in locks[:6]:
         print("     reentrant: " + describe(r))
-    mine = [r for r in locks if any(t["comm"].startswith("worker-") for t in r["threads"])]
-    if not check(len(mine) == 1, "reentrant: the workers' waits are one row (%s)" % [describe(r) for r in mine]):
+    # the workers also wait, briefly, on the JVM's own words (a fresh CI run: 0.7 ms on a
+    # plain futex two of them shared): the lock's waits are the row holding nearly all
+    mine = sorted((r for r in locks if any(t["comm"].startswith("worker-") for t in r["threads"])),
+                  key=lambda r: -r["wait_total_ns"])
+    total = sum(r["wait_total_ns"] for r in mine)
+    if not check(mine and mine[0]["wait_total_ns"] >= 0.95 * total,
+                 "reentrant: one row holds >= 95%% of the workers' waits (%s)" % [describe(r) for r in mine]):
         return
     r = mine[0]
     check(r["class"] == "unclassified" and "LockSupport.park" in r["wait_site_what"],
