@@ -73,15 +73,11 @@ std::string_view strip_params(std::string_view f) {
   return p == std::string_view::npos || p == 0 ? f : f.substr(0, p);
 }
 
-bool owner_ok(const UntrustedFile& f, std::string& why) {
+// The owner (root) is open_untrusted's policy; the mode is checked here.
+bool shared_writable(const UntrustedFile& f) {
   struct stat st {};
-  if (fstat(f.fd(), &st) != 0) return why = "cannot stat", false;
-  if (st.st_uid != 0) return why = "not owned by root", false;
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) return why = "writable by group or others", false;
-  return true;
+  return fstat(f.fd(), &st) != 0 || (st.st_mode & (S_IWGRP | S_IWOTH));
 }
-
-void warn(const std::string& path, const std::string& why) { (void)warn_refused(path, why); }
 
 }  // namespace
 
@@ -92,7 +88,7 @@ WaitRules WaitRules::read_dir(const std::string& dir) {
   struct stat ds {};
   if (fstat(dfd, &ds) != 0 || ds.st_uid != 0 || (ds.st_mode & (S_IWGRP | S_IWOTH))) {
     ::close(dfd);
-    warn(dir, "the rule directory must be owned by root and not writable by group or others");
+    (void)warn_refused(dir, "the rule directory must be owned by root and not writable by group or others");
     return into;
   }
   DIR* d = fdopendir(dfd);
@@ -108,21 +104,21 @@ WaitRules WaitRules::read_dir(const std::string& dir) {
   closedir(d);
   std::sort(names.begin(), names.end());
   if (names.size() > kMaxRuleFiles) {
-    warn(dir, "more than " + std::to_string(kMaxRuleFiles) + " rule files: only the first are read");
+    (void)warn_refused(dir, "more than " + std::to_string(kMaxRuleFiles) + " rule files: only the first are read");
     names.resize(kMaxRuleFiles);
   }
   UntrustedPolicy pol;
   pol.max_size = kMaxRuleFileBytes;
   pol.owner = 0;
   for (const auto& n : names) {
-    std::string path = dir + "/" + n, why;
+    std::string path = dir + "/" + n;
     UntrustedOpen o = open_untrusted(path, pol);
     if (!o.file) {
-      if (!o.refused.empty()) warn(path, o.refused);
+      if (!o.refused.empty()) (void)warn_refused(path, o.refused);
       continue;
     }
-    if (!owner_ok(*o.file, why)) {
-      warn(path, why);
+    if (shared_writable(*o.file)) {
+      (void)warn_refused(path, "writable by group or others");
       continue;
     }
     std::string text;
@@ -250,44 +246,34 @@ std::pair<uint32_t, uint32_t> WaitRules::lookup(const std::string& frame) const 
 }
 
 WaitVerdict WaitRules::classify(const std::vector<std::string>& frames) const {
-  WaitVerdict v;
-  // a tracer's own attach/detach anywhere in the stack: that is what the wait is
-  for (size_t i = 0; i < frames.size(); ++i) {
-    uint32_t at = lookup(frames[i]).first;
-    if (!at || rules_[at - 1].kind != WaitKind::Tracer || rules_[at - 1].role != WaitRule::Role::Decides) continue;
-    v.kind = WaitKind::Tracer;
-    v.what = rules_[at - 1].what;
-    v.frame = i;
-    v.decided = true;
-    v.rule = &rules_[at - 1];
-    return v;
-  }
-  const WaitRule* via = nullptr;
-  size_t via_at = std::string::npos;
+  // one pass: a tracer frame anywhere wins; else the innermost deciding frame; else
+  // the outermost via inside the stack
+  const WaitRule *decider = nullptr, *via = nullptr, *inner_via = nullptr;
+  size_t decider_at = 0, via_at = 0;
   for (size_t i = 0; i < frames.size(); ++i) {
     uint32_t at = lookup(frames[i]).first;
     if (!at) continue;
     const WaitRule* r = &rules_[at - 1];
-    if (r->role == WaitRule::Role::Via) {
-      via = r, via_at = i;  // the outermost via so far
-      continue;
+    if (r->role == WaitRule::Role::Decides && r->kind == WaitKind::Tracer) {
+      decider = r, decider_at = i;
+      break;
     }
-    v.kind = r->kind;
-    v.what = r->what;
-    v.frame = i;
-    v.decided = true;
-    // the word is the thread's own when the deciding frame or a via inside it says so
-    v.own_word = r->own_word || (via && via->own_word);
-    v.rule = r;
-    return v;
+    if (r->role == WaitRule::Role::Via) {
+      if (!decider) via = r, via_at = i;  // the outermost via so far
+    } else if (!decider) {
+      decider = r, decider_at = i, inner_via = via;
+    }
   }
-  if (via) {
-    v.kind = via->kind;
-    v.what = via->what;
-    v.frame = via_at;
-    v.own_word = via->own_word;
-    v.rule = via;
-  }
+  WaitVerdict v;
+  const WaitRule* r = decider ? decider : via;
+  if (!r) return v;
+  v.kind = r->kind;
+  v.what = r->what;
+  v.frame = decider ? decider_at : via_at;
+  v.decided = decider != nullptr;
+  // the word is the thread's own when the deciding frame or a via inside it says so
+  v.own_word = r->own_word || (decider && inner_via && inner_via->own_word);
+  v.rule = r;
   return v;
 }
 

@@ -41,7 +41,7 @@
 
 namespace bpfdiag {
 
-enum class WaitKind { Lock, Condition, Idle, Sleep, Io, Gil, Tracer, Unclassified };
+enum class WaitKind { Lock, Condition, Idle, Sleep, Io, Gil, Tracer, Unclassified };  // Unclassified last
 const char* wait_kind_name(WaitKind k);  // "lock", ..., "unclassified"
 
 constexpr size_t kMaxRuleFileBytes = 1 << 20;

@@ -49,7 +49,7 @@ void classify_waits(std::vector<Entry>& entries) {
 
 std::map<std::string, uint64_t> wait_class_totals(const std::vector<Entry>& entries) {
   std::map<std::string, uint64_t> by;
-  for (const char* k : {"lock", "condition", "idle", "sleep", "io", "gil", "tracer", "unclassified"}) by[k] = 0;
+  for (int k = 0; k <= int(WaitKind::Unclassified); ++k) by[wait_kind_name(WaitKind(k))] = 0;  // every class
   for (const auto& e : entries) by[wait_kind_name(e.wait.kind)] += e.total_ns;
   return by;
 }
