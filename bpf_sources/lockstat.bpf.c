@@ -184,6 +184,9 @@ static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
 #else
   if (filtered_out(pid, tid, uaddr))
     return PASS;
+  struct futex_start *o = futex_start.lookup(&tid);
+  if (o && (o->flags & LS_FUTEX_DECLARED))
+    return PASS; /* inside a wait the software declared: part of it (ls_declared_done) */
   struct futex_start s = {};
   s.uaddr = uaddr;
   s.flags = flags;
@@ -213,7 +216,7 @@ static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
 /* The DWARF unwinder for futex waits, reached by a tail call from futex_begin (a
  * program of its own: see unwind.h). Current is the waiter in its futex syscall; its
  * futex_start entry was just written. */
-int uw_lockstat_futex_tail(void *ctx) {
+static inline int futex_unwound(void) {
   u64 id = bpf_get_current_pid_tgid();
   u32 tid = (u32)id;
   u64 h = uw_unwind_user(id >> 32);
@@ -228,6 +231,17 @@ int uw_lockstat_futex_tail(void *ctx) {
   s->ts = bpf_ktime_get_ns(); /* after the unwinding: overhead, not waiting */
   return 0;
 }
+int uw_lockstat_futex_tail(void *ctx) {
+  return futex_unwound();
+}
+#ifndef USER_PTHREAD
+/* The same for declared waits (their begin is a uprobe: a tail call stays within one
+ * program type, so they have a table and a copy of their own). */
+BPF_PROG_ARRAY(decl_progs, 1);
+int uw_lockstat_declared_tail(struct pt_regs *ctx) {
+  return futex_unwound();
+}
+#endif
 #endif
 
 static inline int futex_end(long ret) {
@@ -237,6 +251,8 @@ static inline int futex_end(long ret) {
   struct futex_start *s = futex_start.lookup(&tid);
   if (!s)
     return PASS; /* a wake, a non-waiting op, or a wait that began before tracing */
+  if (s->flags & LS_FUTEX_DECLARED)
+    return PASS; /* a futex wait inside a declared wait: not recorded on its own */
   u64 delta = bpf_ktime_get_ns() - s->ts;
   struct lockstat_key k = {};
   k.addr = s->uaddr;
@@ -328,6 +344,169 @@ TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv) {
 }
 #endif
 #endif /* USER_FUTEX || USER_PTHREAD */
+
+/* ---- user space: waits the software declares (USDT begin/done pairs) --------------- */
+#if defined(USER_FUTEX) && !defined(USER_PTHREAD)
+BPF_ARRAY(decl_cfg, struct ls_decl_cfg, LS_DECL_SLOTS);
+BPF_HASH(decl_names, struct ls_decl_name_key, struct ls_decl_name, 4096);
+BPF_HASH(decl_outer, u32, struct futex_start, START_ENTRIES); /* outer waits set aside */
+
+/* x86-64 struct pt_regs as u64 slots: a copy (a load from ctx at a computed offset is
+ * refused by the verifier, and clang turns a switch of constant loads into one) */
+static inline u64 ls_reg(struct pt_regs *ctx, u32 slot) {
+  u64 regs[21] = {};
+  bpf_probe_read_kernel(regs, sizeof(regs), ctx);
+  if (slot >= 21)
+    return 0;
+  return regs[slot];
+}
+
+/* The argument naming the wait, zero-extended from its size. */
+static inline u64 ls_decl_arg(struct pt_regs *ctx, struct ls_decl_cfg *c) {
+  if (c->arg_kind == LS_DECL_ARG_IMM)
+    return (u64)c->value;
+  if (c->arg_kind != LS_DECL_ARG_REG && c->arg_kind != LS_DECL_ARG_MEM)
+    return 0;
+  u64 v = ls_reg(ctx, c->reg);
+  if (c->arg_kind == LS_DECL_ARG_MEM) {
+    void *a = (void *)(v + c->value);
+    v = 0;
+    bpf_probe_read_user(&v, sizeof(v), a);
+  }
+  switch (c->size) {
+  case 1: return v & 0xff;
+  case 2: return v & 0xffff;
+  case 4: return v & 0xffffffffULL;
+  }
+  return v;
+}
+
+static inline int declared_begin(struct pt_regs *ctx, u32 slot) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 pid = id >> 32, tid = (u32)id;
+  u32 zero = 0;
+  u32 *self = self_pid.lookup(&zero);
+  if ((self && pid == *self) || !TGID_OK(pid) || !TID_OK(tid))
+    return PASS;
+  /* A wait declared inside another (PostgreSQL re-takes its lock manager's LWLock while
+   * it waits for a heavyweight lock) is the inner one's time, as the software's own
+   * wait state says: the outer wait is set aside in decl_outer and resumes, shifted by
+   * the inner wait's length, when the inner one is done. Deeper nesting is counted. */
+  u32 inner = 0;
+  struct futex_start *o = futex_start.lookup(&tid);
+  if (o && (o->flags & LS_FUTEX_DECLARED)) {
+    if (!(o->flags & LS_DECL_INNER) && o->flags < LS_DECL_DEPTH_ONE) {
+      struct futex_start outer = *o;
+      if (decl_outer.update(&tid, &outer) == 0)
+        inner = LS_DECL_INNER;
+    }
+    if (!inner) {
+      if (o->flags < 0xff000000u)
+        o->flags += LS_DECL_DEPTH_ONE;
+      else
+        dq_count(LS_CNT_NEST_OVERFLOW);
+      return PASS;
+    }
+  }
+  struct ls_decl_cfg *c = decl_cfg.lookup(&slot);
+  if (!c)
+    return PASS;
+  u64 v = ls_decl_arg(ctx, c);
+  if (c->is_string && v) { /* the text, once per process and address */
+    struct ls_decl_name_key nk = {};
+    nk.pid = pid;
+    nk.ptr = v;
+    if (!decl_names.lookup(&nk)) {
+      struct ls_decl_name nm = {};
+      bpf_probe_read_user_str(nm.s, sizeof(nm.s), (void *)v);
+      if (decl_names.update(&nk, &nm))
+        dq_count(LS_CNT_MAP_FULL);
+    }
+  }
+  struct futex_start s = {};
+  s.uaddr = ((u64)(c->rule + 1) << 56) | (v & 0x00ffffffffffffffULL);
+  s.flags = LS_FUTEX_DECLARED | inner;
+#ifdef UW_DWARF
+  s.stack_id = -1;
+  s.user_hash = UW_HASH_LOST; /* until uw_lockstat_declared_tail has run */
+#else
+  s.stack_id = bpfdiag_stack_id(ctx, BPF_F_USER_STACK);
+  if (s.stack_id < 0 && s.stack_id != -14)
+    dq_count(LS_CNT_LOST_USTACK);
+#endif
+  s.ts = bpf_ktime_get_ns();
+  if (futex_start.update(&tid, &s)) {
+    dq_count(LS_CNT_MAP_FULL);
+    return PASS;
+  }
+#ifdef UW_DWARF
+  decl_progs.call(ctx, 0); /* does not return when it runs */
+  dq_count(LS_CNT_LOST_USTACK);
+#endif
+  return PASS;
+}
+
+#define LS_DECL_BEGIN(n) \
+  int ls_declared_begin_##n(struct pt_regs *ctx) { return declared_begin(ctx, n); }
+LS_DECL_BEGIN(0)
+LS_DECL_BEGIN(1)
+LS_DECL_BEGIN(2)
+LS_DECL_BEGIN(3)
+LS_DECL_BEGIN(4)
+LS_DECL_BEGIN(5)
+LS_DECL_BEGIN(6)
+LS_DECL_BEGIN(7)
+LS_DECL_BEGIN(8)
+LS_DECL_BEGIN(9)
+LS_DECL_BEGIN(10)
+LS_DECL_BEGIN(11)
+LS_DECL_BEGIN(12)
+LS_DECL_BEGIN(13)
+LS_DECL_BEGIN(14)
+LS_DECL_BEGIN(15)
+
+int ls_declared_done(struct pt_regs *ctx) {
+  u64 now = bpf_ktime_get_ns();
+  u64 id = bpf_get_current_pid_tgid();
+  u32 pid = id >> 32, tid = (u32)id;
+  u32 zero = 0;
+  u32 *self = self_pid.lookup(&zero);
+  if ((self && pid == *self) || !TGID_OK(pid) || !TID_OK(tid))
+    return PASS;
+  struct futex_start *s = futex_start.lookup(&tid);
+  if (!s || !(s->flags & LS_FUTEX_DECLARED)) { /* began before tracing */
+    dq_count(LS_CNT_UNMATCHED_END);
+    return PASS;
+  }
+  if (s->flags >= LS_DECL_DEPTH_ONE) { /* a nested wait's end */
+    s->flags -= LS_DECL_DEPTH_ONE;
+    return PASS;
+  }
+  struct lockstat_key k = {};
+  k.addr = s->uaddr;
+  k.pid = pid;
+  k.tid = tid;
+  k.stack_id = s->stack_id;
+  k.user_hash = s->user_hash;
+  k.kind = LS_KIND_DECLARED;
+  u64 began = s->ts;
+  u32 inner = s->flags & LS_DECL_INNER;
+  u64 delta = now > began ? now - began : 0;
+  futex_start.delete(&tid);
+  record(&k, delta, 1, 0);
+  if (inner) { /* the outer wait resumes, without the inner one's time */
+    struct futex_start *outer = decl_outer.lookup(&tid);
+    if (outer) {
+      struct futex_start resumed = *outer;
+      resumed.ts += delta;
+      if (futex_start.update(&tid, &resumed))
+        dq_count(LS_CNT_MAP_FULL);
+      decl_outer.delete(&tid);
+    }
+  }
+  return PASS;
+}
+#endif
 
 /* ---- user space: exact pthread mode (uprobes) -------------------------------------- */
 #ifdef USER_PTHREAD

@@ -189,7 +189,7 @@ Result<std::pair<std::string, uint64_t>> resolve_uprobe(const std::string& binar
 }  // namespace
 
 Status BpfSession::attach_uprobe_offset(const std::string& module, uint64_t offset, const std::string& fn,
-                                        bool ret, int pid, const std::string& what) {
+                                        bool ret, int pid, const std::string& what, uint32_t ref_ctr_offset) {
   auto fd = load_program(fn, BPF_PROG_TYPE_KPROBE);
   if (!fd) return Error{fd.error()};
   std::string event = uprobe_event_name(module, offset, ret, pid);
@@ -198,7 +198,7 @@ Status BpfSession::attach_uprobe_offset(const std::string& module, uint64_t offs
   {
     StderrNoiseFilter quiet;
     link = bpf_attach_uprobe(*fd, ret ? BPF_PROBE_RETURN : BPF_PROBE_ENTRY, event.c_str(), module.c_str(), offset,
-                             pid, 0);
+                             pid, ref_ctr_offset);
   }
   if (link < 0) return Error{"Unable to attach " + what + ": " + std::strerror(errno)};
   Probe& p = probes_["uprobe:" + event];
@@ -228,6 +228,13 @@ Status BpfSession::attach_uprobe_at(const std::string& binary, uint64_t addr, co
   if (!where) return Error{where.error()};
   return attach_uprobe_offset(where->first, where->second, fn, ret, pid,
                               std::string(ret ? "uretprobe" : "uprobe") + " at " + binary);
+}
+
+Status BpfSession::attach_usdt(const std::string& module, uint64_t offset, uint32_t semaphore_offset,
+                               const std::string& fn, const std::string& what) {
+  if (auto st = attach_uprobe_offset(module, offset, fn, false, -1, what, semaphore_offset))
+    return Error{"cannot attach " + what + ": " + st->message};
+  return std::nullopt;
 }
 
 void BpfSession::detach_uprobe_at(const std::string& binary, uint64_t addr, bool ret, int pid) {

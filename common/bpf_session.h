@@ -49,6 +49,11 @@ class BpfSession {
   // the error is libbcc's reason, for the caller's own message.
   Status attach_uprobe_at(const std::string& binary, uint64_t addr, const std::string& fn, bool ret, int pid);
   void detach_uprobe_at(const std::string& binary, uint64_t addr, bool ret, int pid);
+  // A USDT probe point: a uprobe at file `offset` of `module` for every process, with
+  // the probe's semaphore at `semaphore_offset` in the file (0: none) counted up by the
+  // kernel while attached (the software then prepares the probe's arguments).
+  Status attach_usdt(const std::string& module, uint64_t offset, uint32_t semaphore_offset, const std::string& fn,
+                     const std::string& what);
 
   using EventFn = void (*)(void* cookie, void* data, int size);
   using LostFn = void (*)(void* cookie, uint64_t lost);
@@ -102,7 +107,7 @@ class BpfSession {
     std::string uprobe_event;  // tracefs event libbcc made, when it had to ("": none)
   };
   Status attach_uprobe_offset(const std::string& module, uint64_t offset, const std::string& fn, bool ret,
-                              int pid, const std::string& what);
+                              int pid, const std::string& what, uint32_t ref_ctr_offset = 0);
   void close_probe(Probe& p);
   Status fill_id_maps(const std::vector<IdMapFilter>& maps);
 

@@ -232,6 +232,45 @@ std::string ElfFile::build_id() const {
   return "";
 }
 
+namespace {
+// The section called `name` (its header in `out`), nullptr if none.
+Elf_Scn* find_section(Elf* elf, const std::string& name, GElf_Shdr& out) {
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return nullptr;
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf, scn))) {
+    if (!gelf_getshdr(scn, &out)) continue;
+    const char* nm = elf_strptr(elf, shstrndx, out.sh_name);
+    if (nm && name == nm) return scn;
+  }
+  return nullptr;
+}
+}  // namespace
+
+void ElfFile::for_each_note(
+    const std::string& section,
+    const std::function<void(uint32_t type, std::string_view name, std::string_view desc)>& fn) const {
+  GElf_Shdr sh;
+  Elf_Scn* scn = find_section(elf_, section, sh);
+  if (!scn || sh.sh_type != SHT_NOTE) return;
+  Elf_Data* d = elf_getdata(scn, nullptr);
+  if (!d || !d->d_buf) return;
+  const char* base = static_cast<const char*>(d->d_buf);
+  size_t off = 0, name_off, desc_off;
+  GElf_Nhdr nh;
+  // gelf_getnote bounds every note by the data's size
+  while ((off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0) {
+    std::string_view name(base + name_off, nh.n_namesz ? strnlen(base + name_off, nh.n_namesz) : 0);
+    fn(nh.n_type, name, std::string_view(base + desc_off, nh.n_descsz));
+  }
+}
+
+std::optional<uint64_t> ElfFile::section_addr(const std::string& name) const {
+  GElf_Shdr sh;
+  if (!find_section(elf_, name, sh)) return std::nullopt;
+  return sh.sh_addr;
+}
+
 void ElfFile::for_each_symbol(const std::function<void(const ElfSymbolEntry&)>& fn) const {
   for (unsigned type : {SHT_DYNSYM, SHT_SYMTAB}) {
     Elf_Scn* scn = nullptr;

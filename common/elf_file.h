@@ -99,6 +99,12 @@ class ElfFile {
   std::string build_id() const;  // lower-case hex of NT_GNU_BUILD_ID, "" if none
   // Defined symbols (not SHN_UNDEF, value != 0) of .dynsym, then of .symtab.
   void for_each_symbol(const std::function<void(const ElfSymbolEntry&)>& fn) const;
+  // The notes of the SHT_NOTE section `section` (type, owner name, descriptor; views
+  // into libelf's copy, valid while this object lives), in file order.
+  void for_each_note(const std::string& section,
+                     const std::function<void(uint32_t type, std::string_view name, std::string_view desc)>& fn) const;
+  // sh_addr of the section `name`, nullopt when there is none.
+  std::optional<uint64_t> section_addr(const std::string& name) const;
   // Reads file bytes [offset, offset+len); false when out of the file or on error.
   bool read(uint64_t offset, size_t len, std::vector<uint8_t>& out) const;
   const UntrustedFile& file() const { return *file_; }

@@ -79,7 +79,55 @@ bool shared_writable(const UntrustedFile& f) {
   return fstat(f.fd(), &st) != 0 || (st.st_mode & (S_IWGRP | S_IWOTH));
 }
 
+// "usdt:PROVIDER:START:DONE" and WHAT -> a declared wait; false (why) when malformed.
+bool parse_declared(std::string_view pat, std::string_view what, const WaitRule& r, DeclaredWait& d,
+                    std::string& why) {
+  if (r.role != WaitRule::Role::Decides || r.own_word)
+    return why = "a usdt rule needs a deciding class (not via, wrapper or /own)", false;
+  std::string_view f[3];
+  pat.remove_prefix(5);
+  for (int i = 0; i < 3; ++i) {
+    size_t c = i < 2 ? pat.find(':') : std::string_view::npos;
+    if (i < 2 && c == std::string_view::npos) return why = "usdt rule is not usdt:PROVIDER:START:DONE", false;
+    f[i] = pat.substr(0, c);
+    pat = i < 2 ? pat.substr(c + 1) : std::string_view{};
+    if (f[i].empty() || f[i].find_first_of(":{}") != std::string_view::npos)
+      return why = "usdt rule is not usdt:PROVIDER:START:DONE", false;
+  }
+  d.kind = r.kind;
+  d.provider = std::string(f[0]), d.start = std::string(f[1]), d.done = std::string(f[2]);
+  size_t open = what.find('{');
+  if (open == std::string_view::npos) return d.prefix = std::string(what), true;
+  size_t close = what.find('}', open);
+  std::string_view in = close == std::string_view::npos ? std::string_view{} : what.substr(open + 1, close - open - 1);
+  if (in.rfind("arg", 0) != 0 || what.find('{', open + 1) != std::string_view::npos)
+    return why = "WHAT takes one {argN} or {argN=name,...}", false;
+  in.remove_prefix(3);
+  size_t eq = in.find('=');
+  std::string_view num = in.substr(0, eq);
+  if (num.empty() || num.size() > 2 || num.find_first_not_of("0123456789") != std::string_view::npos ||
+      std::stoi(std::string(num)) < 1 || std::stoi(std::string(num)) > 12)
+    return why = "{argN}: N is 1 to 12", false;
+  d.name_arg = std::stoi(std::string(num));
+  d.name_is_string = eq == std::string_view::npos;
+  for (std::string_view l = eq == std::string_view::npos ? std::string_view{} : in.substr(eq + 1); !l.empty();) {
+    size_t c = l.find(',');
+    d.names.emplace_back(l.substr(0, c));
+    l = c == std::string_view::npos ? std::string_view{} : l.substr(c + 1);
+  }
+  if (!d.name_is_string && d.names.empty()) return why = "{argN=}: no names", false;
+  d.prefix = std::string(what.substr(0, open));
+  d.suffix = std::string(what.substr(close + 1));
+  return true;
+}
+
 }  // namespace
+
+std::string DeclaredWait::what(const std::string& str, uint64_t value) const {
+  if (!name_arg) return prefix;
+  std::string name = name_is_string ? str : value < names.size() ? names[value] : "#" + std::to_string(value);
+  return prefix + name + suffix;
+}
 
 WaitRules WaitRules::read_dir(const std::string& dir) {
   WaitRules into;
@@ -193,6 +241,14 @@ WaitRules WaitRules::parse(std::string_view text, const std::string& origin, std
     r.what = b == std::string_view::npos ? std::string(pat) : std::string(rest.substr(b, e - b + 1));
     r.pattern = std::string(pat);
     r.origin = origin + ":" + std::to_string(lineno);
+    if (out.rules_.size() + out.declared_.size() >= kMaxRules) { fail("more than " + std::to_string(kMaxRules) + " rules"); break; }
+    if (pat.rfind("usdt:", 0) == 0) {
+      DeclaredWait d;
+      if (!parse_declared(pat, r.what, r, d, why)) { fail(why); continue; }
+      d.origin = r.origin;
+      out.declared_.push_back(std::move(d));
+      continue;
+    }
     if (out.rules_.size() >= kMaxRules) { fail("more than " + std::to_string(kMaxRules) + " rules"); break; }
     out.rules_.push_back(std::move(r));
   }
@@ -204,6 +260,8 @@ void WaitRules::append(const WaitRules& more) {
     if (rules_.size() >= kMaxRules) break;
     rules_.push_back(r);
   }
+  for (const auto& d : more.declared_)
+    if (rules_.size() + declared_.size() < kMaxRules) declared_.push_back(d);
   std::lock_guard<std::mutex> g(memo_->mu);
   memo_->hits.clear();  // indexes into rules_ are kept: appended rules change matches
 }

@@ -14,6 +14,14 @@
 //   /own          the futex word belongs to the waiting thread (HotSpot's ParkEvent,
 //                 PostgreSQL's PGPROC semaphore), not to the lock: waits are grouped
 //                 by the rule and call site, not by the word
+// A PATTERN of the form `usdt:PROVIDER:START:DONE` is not a frame but a pair of USDT
+// probes the software fires around its own waits (PostgreSQL's lock__wait__start and
+// lock__wait__done): the time between them is a wait of CLASS, named by WHAT, where
+// one `{argN}` (a string argument) or `{argN=a,b,...}` (an enumeration, by value)
+// puts the software's own name of the wait into the words ("PostgreSQL Lock:{arg5=
+// relation,extend,...}" reads "PostgreSQL Lock:tuple"). CLASS must decide (no via,
+// wrapper or /own). Tools that trace these probes (lockstat) take them before the
+// stack's rules: it is the software saying what it waits for.
 // PATTERN is a glob (`*` = any characters) on the function name (a frame's "+0x..."
 // offset is ignored; a C++ name matches with or without its parameter list). The
 // innermost deciding frame wins. Nothing matched: unclassified, never a guess.
@@ -58,6 +66,20 @@ struct WaitRule {
   std::string origin;  // "file:line"
 };
 
+// A wait the software declares with a pair of USDT probes (`usdt:` rules).
+struct DeclaredWait {
+  WaitKind kind = WaitKind::Unclassified;
+  std::string provider, start, done;
+  std::string prefix, suffix;     // WHAT around its {argN...} (all of it in prefix without one)
+  int name_arg = 0;               // 1-based argument that names the wait (0: none)
+  bool name_is_string = false;    // {argN}: a char * argument
+  std::vector<std::string> names; // {argN=a,b}: the names by value
+  std::string origin;             // "file:line"
+  // The words for one wait: the string argument, the value's name, or "#VALUE" when
+  // the value is past the list (a newer version of the software).
+  std::string what(const std::string& str, uint64_t value) const;
+};
+
 struct WaitVerdict {
   WaitKind kind = WaitKind::Unclassified;
   std::string what;                    // the rule's words ("" when no rule matched)
@@ -85,6 +107,7 @@ class WaitRules {
   bool is_wrapper(const std::string& frame) const;
   size_t size() const { return rules_.size(); }
   const std::vector<WaitRule>& rules() const { return rules_; }
+  const std::vector<DeclaredWait>& declared() const { return declared_; }
 
  private:
   const WaitRule* match(const std::string& frame, WaitRule::Role role_filter, bool any_role) const;
@@ -96,6 +119,7 @@ class WaitRules {
   };
   std::pair<uint32_t, uint32_t> lookup(const std::string& frame) const;
   std::vector<WaitRule> rules_;
+  std::vector<DeclaredWait> declared_;
   std::unique_ptr<Memo> memo_ = std::make_unique<Memo>();  // move-only: a copy would share it
 };
 

@@ -94,6 +94,7 @@ const char* wait_class_name(WaitClass c) {
 
 std::string user_lock_kind(uint32_t kind, uint32_t flags) {
   if (kind == LS_KIND_PTHREAD) return "pthread";
+  if (kind == LS_KIND_DECLARED) return "declared";
   if (flags & LS_FUTEX_PI) return "futex-pi";
   if (flags & LS_FUTEX_LOCKWORD) return "futex-mutex";
   if (flags & (LS_FUTEX_BITSET | LS_FUTEX_WAIT2 | LS_FUTEX_WAITV)) return "futex-sync";
@@ -296,9 +297,10 @@ struct GroupKey {
   }
 };
 
+// A declared wait is the software's own name for it, the same in every process (pid 0).
 GroupKey group_of(uint32_t kind, uint32_t pid, uint64_t addr, bool spin) {
   bool k = kind == LS_KIND_KERNEL;
-  return {k, k ? 0 : pid, addr, k && spin};
+  return {k, k || kind == LS_KIND_DECLARED ? 0 : pid, addr, k && spin};
 }
 GroupKey group_of(const lockstat_key& k) {
   return group_of(k.kind, k.pid, k.addr, ls_kernel_spins(k.flags));
@@ -397,6 +399,16 @@ void count_wakes(LockRow& r, const std::map<uint32_t, uint64_t>& wakes,
 }
 
 void name_lock(LockRow& r, const GroupKey& g, uint32_t f, const std::set<uint32_t>& pids, const Names& n) {
+  if (r.kind == "declared") {  // in the software's words, from the rule that declared it
+    if (pids.size() == 1) r.pid = *pids.begin();
+    const DeclaredName* d = n.declared ? n.declared(r.addr) : nullptr;
+    if (!d) return;
+    r.symbol = r.wait_what = d->what;
+    r.wait_rule = d->origin;
+    r.wait_kind = d->kind;
+    r.wait_decided = true;
+    return;
+  }
   if (!g.kernel) {
     if (n.lock_symbol) r.symbol = n.lock_symbol(r.pid, r.addr);
     return;
@@ -445,7 +457,7 @@ void name_rq_lock(LockRow& r) {
 // The wait-site verdict of a user row (common/wait_sites): the rule that covers the
 // most of its sites' wait time.
 void judge_sites(LockRow& r) {
-  if (r.kind == "pthread") return;
+  if (r.kind == "pthread" || r.kind == "declared") return;  // measured calls; the software's own words
   const bpfdiag::WaitRules& rules = bpfdiag::WaitRules::suite();
   std::map<const bpfdiag::WaitRule*, std::pair<uint64_t, bpfdiag::WaitVerdict>> by;
   for (const auto& st : r.sites) {
@@ -467,6 +479,13 @@ void judge_sites(LockRow& r) {
   r.wait_rule = v.rule->origin;
   r.wait_decided = v.decided;
   r.own_word = v.own_word;
+}
+
+// The waiters' common name ("" when they differ): a row of several processes.
+std::string common_comm(const std::vector<WaiterRow>& waiters) {
+  std::set<std::string> comms;
+  for (const auto& w : waiters) comms.insert(w.comm);
+  return comms.size() == 1 ? *comms.begin() : "";
 }
 
 // b's waits into a: waiters and sites by name, the histogram, words.
@@ -540,9 +559,7 @@ void merge_own_words(std::vector<LockRow>& rows, uint64_t window_ns) {
     for (auto [pid, w] : r.words) pids.insert(pid);
     if (pids.size() > 1) {  // several processes, as a kernel lock's row: pid 0, their common name
       r.pid = 0;
-      std::set<std::string> comms;
-      for (const auto& w : r.waiters) comms.insert(w.comm);
-      r.comm = comms.size() == 1 ? *comms.begin() : "";
+      r.comm = common_comm(r.waiters);
     }
   }
   rows = std::move(out);
@@ -574,10 +591,10 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
     if (s.window_ns)
       for (const auto& w : r.waiters)
         if (w.tid) r.max_share = std::max(r.max_share, std::min(1.0, double(w.total_ns) / s.window_ns));
-    if (!g.kernel) r.words = {{r.pid, r.addr}};
+    if (!g.kernel) r.words = {{g.pid, r.addr}};
     judge_sites(r);
     r.cls = classify(r);
-    r.comm = r.pid ? comm_of(s, r.pid) : "";
+    r.comm = r.pid ? comm_of(s, r.pid) : common_comm(r.waiters);
     if (r.comm == "?" && !r.waiters.empty()) r.comm = r.waiters.front().comm;
     out.push_back(std::move(r));
   }

@@ -24,6 +24,7 @@
 #include "common/target.h"
 #include "common/tool.h"
 #include "common/unwind_maps.h"
+#include "tools/lockstat/declared.h"
 #include "tools/lockstat/internal.h"
 #include "tools/lockstat/resolver.h"
 
@@ -276,9 +277,9 @@ Result<Attached> attach_all(BpfSession& session, Config& c, const PthreadTargets
 // report's snapshot drained from the maps, and what a report no longer needs dropped.
 class Reporter {
  public:
-  Reporter(BpfSession& session, Config& c, UnwindMaps& uw, Resolver& res, const BpfPlan& plan,
+  Reporter(BpfSession& session, Config& c, UnwindMaps& uw, Resolver& res, Declared& decl, const BpfPlan& plan,
            uint64_t calibrated_cost, uint64_t attached)
-      : session_(session), c_(c), uw_(uw), res_(res), calibrated_cost_(calibrated_cost), last_(attached),
+      : session_(session), c_(c), uw_(uw), res_(res), decl_(decl), calibrated_cost_(calibrated_cost), last_(attached),
         stats_(session.get_hash_table<lockstat_key, lockstat_val>("stats")),
         hist_(session.get_hash_table<lockstat_hkey, uint64_t>("hist")),
         comms_(session.get_hash_table<uint32_t, lockstat_comm>("comms")),
@@ -291,7 +292,10 @@ class Reporter {
     if (!c.user_only) start_maps_.push_back("klock_start");
   }
 
-  void set_names(Names n) { names_ = std::move(n); }
+  void set_names(Names n) {
+    names_ = std::move(n);
+    names_.declared = [this](uint64_t addr) { return decl_.name(addr); };
+  }
   Status failed() const { return failed_; }
 
   void poll(int timeout_ms) {
@@ -349,6 +353,7 @@ class Reporter {
   void drain(Snapshot& s) {
     for (auto& [k, v] : drain_hash<lockstat_key, lockstat_val>(stats_)) s.waits.push_back({k, v});
     for (auto& kv : drain_hash<lockstat_hkey, uint64_t>(hist_)) s.hist.push_back(kv);
+    decl_.name_waits(s, session_);
     if (wakers_) {
       auto wt = session_.get_hash_table<lockstat_wkey, uint64_t>("wakers");
       for (auto& kv : drain_hash<lockstat_wkey, uint64_t>(wt)) s.wakers.push_back(kv);
@@ -401,7 +406,10 @@ class Reporter {
     }
     if (!c_.kernel_only) {
       if (c_.uprobes) prune_starts<plock_start>(session_, "plock_start", keep_stacks, plock_stack);
-      else prune_starts<futex_start>(session_, "futex_start", keep_stacks, futex_stack);
+      else {
+        prune_starts<futex_start>(session_, "futex_start", keep_stacks, futex_stack);
+        prune_starts<futex_start>(session_, "decl_outer", keep_stacks, futex_stack);  // set-aside declared waits
+      }
     }
     if (!c_.user_only) prune_starts<klock_task>(session_, "klock_start", keep_stacks, klock_stack);
     clear_stacks(session_, keep_stacks);
@@ -420,6 +428,7 @@ class Reporter {
   Config& c_;
   UnwindMaps& uw_;
   Resolver& res_;
+  Declared& decl_;
   const uint64_t calibrated_cost_;
   uint64_t last_, last_scan_ = 0;
   ebpf::BPFHashTable<lockstat_key, lockstat_val> stats_;
@@ -454,6 +463,8 @@ Status run(const Config& c0) {
     if (!ch) return Error{ch.error()};
     calib = std::move(ch.value());
   }
+  Declared decl;  // the software's own wait probes, found before anything is loaded
+  if (!c.ebpf) decl.find(c);
   auto plan = bpf_plan(c);
   if (!plan) return Error{plan.error()};
   plan.value().tracepoints = tps;
@@ -470,8 +481,11 @@ Status run(const Config& c0) {
     if (auto st = fill_addr_filter(session, c.lock_addrs)) return st;
   if (!session.get_array_table<uint32_t>("self_pid").update_value(0, static_cast<uint32_t>(getpid())).ok())
     return Error{"cannot write lockstat's own PID to the BPF map self_pid"};  // never trace ourselves
-  auto attached = attach_all(session, c, *libs, calib, plan->has("WAKERS"));
-  if (!attached) return Error{attached.error()};
+  auto attached_all = attach_all(session, c, *libs, calib, plan->has("WAKERS"));
+  if (!attached_all) return Error{attached_all.error()};
+  Attached attached = *attached_all;
+  if (auto st = decl.attach(session, c.unwind_dwarf, c.verbose, attached.probes)) return st;
+  if (!decl.empty()) attached.what += " + declared waits (USDT)";
   attach_phase_done();
   // the window opens here: waits that end while the symbols are read are counted, so
   // their time is inside the first interval (thread wait shares stay <= 100%)
@@ -484,11 +498,12 @@ Status run(const Config& c0) {
     res.sym().refresh(pid);
     if (c.unwind_dwarf) (void)uw.refresh(session, pid);
   });
-  nlohmann::json fields = start_fields(c, attached->probes);
+  nlohmann::json fields = start_fields(c, attached.probes);
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
-  announce_attached(std::cout, "lockstat", c.json, "Tracing " + attached->what + banner_until(c.schedule), fields,
+  if (!decl.empty()) fields["declared_waits"] = decl.start_fields();
+  announce_attached(std::cout, "lockstat", c.json, "Tracing " + attached.what + banner_until(c.schedule), fields,
                     empty_dq());
-  Reporter rep(session, c, uw, res, *plan, attached->calibrated_cost, window_start);
+  Reporter rep(session, c, uw, res, decl, *plan, attached.calibrated_cost, window_start);
   rep.set_names(res.names());
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) { rep.poll(timeout_ms); };
