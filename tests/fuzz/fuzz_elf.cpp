@@ -6,6 +6,7 @@
 
 #include "common/elf_file.h"
 #include "common/elf_symbols.h"
+#include "common/usdt.h"
 #include "common/unwind_tables.h"
 #include "tests/fuzz/fuzz_input.h"
 
@@ -23,6 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     e->for_each_symbol([&](const ElfSymbolEntry& s) { n += s.name.size(); });
     std::vector<uint8_t> buf;
     for (const auto& seg : e->load_segments()) (void)e->read(seg.offset, 64, buf);
+    for (const auto& p : read_usdt_probes(*e)) {  // USDT notes (lockstat's declared waits)
+      (void)file_offset_of(*e, p.pc);
+      (void)file_offset_of(*e, p.semaphore);
+    }
   }
   if (auto s = ElfSymbols::load(f, false)) (void)s->funcs.size();
   // small caps keep one input's work bounded (the defaults allow 4M rows)
