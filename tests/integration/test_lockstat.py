@@ -313,8 +313,12 @@ if PERF:
               "lockstat -K reports as few (%d in 2 s)" % (probe_n, ls_spin))
     print("     kernel pairing: perf pairs %d spin waits in 2 s of the load: comparing %s waits"
           % (probe_n, CLS.name))
-# rwsem waits are fewer (one mmap_lock per mmap_storm process: ~1,400 in 4 s here)
-MIN_LS = 1000 if CLS is SPIN else 400
+# rwsem waits are fewer (one mmap_lock per mmap_storm process: ~1,400 in 4 s here on a
+# quiet box; with the CPUs loaded by a build, 382 in the 5 s same window and 207-369 per
+# 4 s turn, and the same-window pairing still agreed exactly: 382 vs 382 waits, total
+# 1.000x). The pairing sees the same events, so 200 waits are enough to judge it.
+MIN_LS = 1000 if CLS is SPIN else 200
+MIN_SAME = 500 if CLS is SPIN else 200
 # The same window (issue 8: totals within 30% of an independent pairing, no impossible
 # maxima). perf writes its sample after every BPF program on the tracepoint has run,
 # so attached with lockstat its waits contain lockstat's end probe (0.49x-0.90x), and
@@ -334,17 +338,19 @@ sw = same_window(LOCKSTAT, 5, TMP, CLS)
 check(sw["error"] is None, "kernel pairing, same window: bpftrace's pairing attached before lockstat -K and both "
       "ran 5 s (%s; %s)" % (sw["error"] or "ok", {k: round(v, 2) for k, v in sw["times"].items()}))
 if sw["error"] is None:
-    sw_fails, sw_max_fails, sw_lines, sw_worst = compare_same_window(sw, cls=CLS)
+    sw_fails, sw_max_fails, sw_lines, sw_worst = compare_same_window(sw, min_waits=MIN_SAME, cls=CLS)
     for line in sw_lines:
         print("     " + line)
     print("     bpftrace: %s; lockstat data quality %s; most steal of one CPU %.0f ms"
           % (sw["bt_extra"], {k: v for k, v in sw["dq"].items() if v}, sw["steal_cpu_max"] / 1e6))
-    check(not sw_fails, "kernel pairing, same window: lockstat -K's %ss with >= 500 waits (and all together) "
-          "within 30%% of bpftrace's pairing in total wait and 10%% in count (%s)" % (CLS.name, sw_fails or "all within"))
+    check(not sw_fails, "kernel pairing, same window: lockstat -K's %ss with >= %d waits (and all together) "
+          "within 30%% of bpftrace's pairing in total wait and 10%% in count (%s)" % (CLS.name, MIN_SAME,
+                                                                                   sw_fails or "all within"))
     check(not sw_max_fails, "kernel pairing, same window: no lockstat %s's longest wait above 1.3x bpftrace's "
           "+ 2 ms + one CPU's steal (closest: %.2f of that bound, %s)%s"
           % (CLS.name, sw_worst[0], sw_worst[1], "; " + "; ".join(sw_max_fails) if sw_max_fails else ""))
-    sw_f2, _, _, _ = compare_same_window(sw, scale=2.0, cls=CLS)
+    sw_f2, _, _, _ = compare_same_window(sw, min_waits=MIN_SAME, scale=2.0, cls=CLS)
+    sw_f2 = [f for f in sw_f2 if not f.startswith("no ")]  # too few waits proves nothing
     check(bool(sw_f2), "kernel pairing, same window: the comparison fails a lockstat whose waits were 2x as long "
           "(%d failures: %s)" % (len(sw_f2), sw_f2[:1]))
 if not PERF:
@@ -389,8 +395,8 @@ else:
           "%.1f ms max %.3f ms (totals %.2fx, from different windows); lockstat data quality %s"
           % (ls_n, ls_tot / 1e6, ls_max / 1e6, pf_n, pf_tot / 1e6, pf_max / 1e6,
              ls_tot / pf_tot if pf_tot else 0, res["ls2"][4]))
-    check(pf_n > 1000 and ls_n > 1000, "kernel pairing: the workload contends kernel %ss (%d / %d waits)"
-          % (CLS.name, ls_n, pf_n))
+    check(pf_n > 2 * MIN_LS and ls_n > 2 * MIN_LS, "kernel pairing: the workload contends kernel %ss (%d / %d "
+          "waits, > %d each)" % (CLS.name, ls_n, pf_n, 2 * MIN_LS))
     # The tracers take turns (lockstat 4 s, perf 4 s, twice): attached at once, each
     # one's waits contain the other's probe, and not alike. Taking turns, the load
     # moves between windows, and lockstat's own probe effect shows: its contention_end
