@@ -57,12 +57,15 @@ BPF_HASH(addr_filter, u64, u8, ADDR_FILTER_ENTRIES);
  * compiled program is the same for every run (common/bpf_object.h's cache) */
 BPF_ARRAY(self_pid, u32, 1);
 
-static inline int filtered_out(u32 pid, u32 tid, u64 addr) {
+/* lockstat itself, or a thread -p/-t leave out */
+static inline int untraced(u32 pid, u32 tid) {
   u32 zero = 0;
   u32 *self = self_pid.lookup(&zero);
-  if (self && pid == *self)
-    return 1;
-  if (!TGID_OK(pid) || !TID_OK(tid))
+  return (self && pid == *self) || !TGID_OK(pid) || !TID_OK(tid);
+}
+
+static inline int filtered_out(u32 pid, u32 tid, u64 addr) {
+  if (untraced(pid, tid))
     return 1;
 #ifdef FILTER_ADDRS
   if (!addr_filter.lookup(&addr))
@@ -384,9 +387,7 @@ static inline u64 ls_decl_arg(struct pt_regs *ctx, struct ls_decl_cfg *c) {
 static inline int declared_begin(struct pt_regs *ctx, u32 slot) {
   u64 id = bpf_get_current_pid_tgid();
   u32 pid = id >> 32, tid = (u32)id;
-  u32 zero = 0;
-  u32 *self = self_pid.lookup(&zero);
-  if ((self && pid == *self) || !TGID_OK(pid) || !TID_OK(tid))
+  if (untraced(pid, tid))
     return PASS;
   /* A wait declared inside another (PostgreSQL re-takes its lock manager's LWLock while
    * it waits for a heavyweight lock) is the inner one's time, as the software's own
@@ -469,9 +470,7 @@ int ls_declared_done(struct pt_regs *ctx) {
   u64 now = bpf_ktime_get_ns();
   u64 id = bpf_get_current_pid_tgid();
   u32 pid = id >> 32, tid = (u32)id;
-  u32 zero = 0;
-  u32 *self = self_pid.lookup(&zero);
-  if ((self && pid == *self) || !TGID_OK(pid) || !TID_OK(tid))
+  if (untraced(pid, tid))
     return PASS;
   struct futex_start *s = futex_start.lookup(&tid);
   if (!s || !(s->flags & LS_FUTEX_DECLARED)) { /* began before tracing */
