@@ -6,6 +6,7 @@
 
 #include "common/bpf_session.h"
 #include "common/elf_file.h"
+#include "common/timing.h"
 #include "common/untrusted_file.h"
 
 namespace lockstat {
@@ -74,9 +75,11 @@ void Declared::find(const Config& c) {
   std::vector<uint32_t> pids = c.pids;
   for (uint32_t t : c.tids) pids.push_back(t);  // /proc/TID/maps is its process's
   UsdtScan scan = find_usdt_files(pids, providers);
-  if (scan.capped && c.verbose)
-    std::fprintf(stderr, "lockstat: USDT scan capped at %zu processes / %zu files\n", scan.pids_scanned,
-                 scan.files_read);
+  if (timing_on()) timing_mark("usdt scan: " + std::to_string(scan.pids_scanned) + " processes, " +
+                               std::to_string(scan.files_read) + " files");
+  if (scan.capped)  // waits in the files left out are not declared ones: say so
+    std::fprintf(stderr, "lockstat: warning: USDT wait probes looked for in the first %zu processes and %zu files only\n",
+                 scan.pids_scanned, scan.files_read);
   files_ = std::move(scan.files);
   for (size_t f = 0; f < files_.size(); ++f)
     for (const auto& p : files_[f].probes)
