@@ -392,9 +392,25 @@ static inline int declared_begin(struct pt_regs *ctx, u32 slot) {
   /* A wait declared inside another (PostgreSQL re-takes its lock manager's LWLock while
    * it waits for a heavyweight lock) is the inner one's time, as the software's own
    * wait state says: the outer wait is set aside in decl_outer and resumes, shifted by
-   * the inner wait's length, when the inner one is done. Deeper nesting is counted. */
+   * the inner wait's length, when the inner one is done. Deeper nesting is counted.
+   * A begin is nested only if it is deeper in the stack than the wait in flight: else
+   * that wait's frame is gone, left without its end (PostgreSQL's errors longjmp out
+   * of a lock wait on a timeout or a cancel), and it is dropped and counted. */
+  u64 sp = PT_REGS_SP(ctx);
   u32 inner = 0;
   struct futex_start *o = futex_start.lookup(&tid);
+  if (o && (o->flags & LS_FUTEX_DECLARED) && sp >= o->sp) {
+    dq_count(LS_CNT_STALE_BEGIN);
+    struct futex_start *out = (o->flags & LS_DECL_INNER) ? decl_outer.lookup(&tid) : NULL;
+    if (out && sp < out->sp) { /* the outer wait is still under way */
+      struct futex_start back = *out;
+      futex_start.update(&tid, &back);
+    } else {
+      futex_start.delete(&tid);
+    }
+    decl_outer.delete(&tid);
+    o = futex_start.lookup(&tid);
+  }
   if (o && (o->flags & LS_FUTEX_DECLARED)) {
     if (!(o->flags & LS_DECL_INNER) && o->flags < LS_DECL_DEPTH_ONE) {
       struct futex_start outer = *o;
@@ -427,6 +443,7 @@ static inline int declared_begin(struct pt_regs *ctx, u32 slot) {
   struct futex_start s = {};
   s.uaddr = ((u64)(c->rule + 1) << 56) | (v & 0x00ffffffffffffffULL);
   s.flags = LS_FUTEX_DECLARED | inner;
+  s.sp = sp;
 #ifdef UW_DWARF
   s.stack_id = -1;
   s.user_hash = UW_HASH_LOST; /* until uw_lockstat_declared_tail has run */

@@ -156,6 +156,7 @@ struct futex_start {
   __u32 waker; /* set by sched_waking: 0 none yet, else tid or 0x80000000|cpu */
   __u32 pad;
   __u64 user_hash; /* UW_DWARF: set by uw_lockstat_futex_tail */
+  __u64 sp;        /* a declared wait: the user stack pointer at its begin */
 };
 
 /* One kernel wait in flight. `flags` are OR-ed over the begins of the wait, `last`

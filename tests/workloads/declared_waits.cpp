@@ -6,9 +6,12 @@
 // semaphore the workload reads first (the probes fire only while a tracer enabled
 // them). The SDT notes are written here with the assembler, as <sys/sdt.h> does.
 //
-// USAGE: declared_waits [--threads N] [--seconds S] [--go-file PATH]
+// USAGE: declared_waits [--threads N] [--seconds S] [--abandon-every K] [--go-file PATH]
 //   --threads N      workers (2-64, default 4)
 //   --seconds S      how long the workers run once started (1-60, default 3)
+//   --abandon-every K  every K-th contended wait first fires a start probe in a
+//                    function that returns without the done probe (a wait left by a
+//                    longjmp, as PostgreSQL's errors leave one): not a wait to count
 //   --go-file PATH   print "ready <pid>" on stderr, wait until PATH exists, then start
 //
 // Worker i loops on gate i % 2: take it, hold it (alpha 2 ms, beta 1 ms, sleeping),
@@ -18,7 +21,8 @@
 // Output: one JSON line on stdout (durations in ns), the workload's own timing of the
 // waits between the probes: {"type":"declared_waits","pid":P,"threads":N,
 //  "alpha_waits":n,"alpha_wait_ns":t,"beta_waits":n,"beta_wait_ns":t,
-//  "enabled_waits":waits made while the start probe's semaphore was set}
+//  "enabled_waits":waits made while the start probe's semaphore was set,
+//  "abandoned":start probes left without their done}
 #include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -75,7 +79,15 @@ struct Gate {
   std::atomic<uint64_t> waits{0}, wait_ns{0};
 };
 Gate gates[2];
-std::atomic<uint64_t> enabled_waits{0};
+std::atomic<uint64_t> enabled_waits{0}, abandoned{0}, contended{0};
+long abandon_every = 0;
+
+// A start probe whose wait is left without its done: the frame returns.
+__attribute__((noinline)) void left_wait(unsigned kind) {
+  DEMO_SDT(gate__wait__start, kind);
+  abandoned.fetch_add(1);
+  __asm__ __volatile__("" ::: "memory");
+}
 std::atomic<bool> stop{false};
 
 uint64_t now_ns() {
@@ -91,6 +103,7 @@ __attribute__((noinline)) void take_gate(unsigned kind) {
     uint64_t t0 = now_ns();
     if (demo_gate_gate__wait__start_semaphore) {
       enabled_waits.fetch_add(1);
+      if (abandon_every && contended.fetch_add(1) % uint64_t(abandon_every) == uint64_t(abandon_every) - 1) left_wait(kind);
       DEMO_SDT(gate__wait__start, kind);
     }
     while (g.busy) pthread_cond_wait(&g.cv, &g.m);
@@ -139,9 +152,10 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) threads = arg_value(argv[++i], 2, 64, "--threads");
     else if (a == "--seconds" && i + 1 < argc) seconds = arg_value(argv[++i], 1, 60, "--seconds");
+    else if (a == "--abandon-every" && i + 1 < argc) abandon_every = arg_value(argv[++i], 1, 1000, "--abandon-every");
     else if (a == "--go-file" && i + 1 < argc) go_file = argv[++i];
     else {
-      std::fprintf(stderr, "usage: declared_waits [--threads N] [--seconds S] [--go-file PATH]\n");
+      std::fprintf(stderr, "usage: declared_waits [--threads N] [--seconds S] [--abandon-every K] [--go-file PATH]\n");
       return 2;
     }
   }
@@ -158,9 +172,9 @@ int main(int argc, char** argv) {
   for (auto& t : tids) pthread_join(t, nullptr);
   std::printf(
       "{\"type\":\"declared_waits\",\"pid\":%d,\"threads\":%ld,\"alpha_waits\":%llu,\"alpha_wait_ns\":%llu,"
-      "\"beta_waits\":%llu,\"beta_wait_ns\":%llu,\"enabled_waits\":%llu}\n",
+      "\"beta_waits\":%llu,\"beta_wait_ns\":%llu,\"enabled_waits\":%llu,\"abandoned\":%llu}\n",
       getpid(), threads, (unsigned long long)gates[0].waits.load(), (unsigned long long)gates[0].wait_ns.load(),
       (unsigned long long)gates[1].waits.load(), (unsigned long long)gates[1].wait_ns.load(),
-      (unsigned long long)enabled_waits.load());
+      (unsigned long long)enabled_waits.load(), (unsigned long long)abandoned.load());
   return 0;
 }
