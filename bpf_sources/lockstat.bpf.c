@@ -189,7 +189,7 @@ static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
     return PASS;
   struct futex_start *o = futex_start.lookup(&tid);
   if (o && (o->flags & LS_FUTEX_DECLARED))
-    return PASS; /* inside a wait the software declared: part of it (ls_declared_done) */
+    return PASS; /* inside a wait the software declared: part of it (declared_done) */
   struct futex_start s = {};
   s.uaddr = uaddr;
   s.flags = flags;
@@ -350,41 +350,10 @@ TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv) {
 
 /* ---- user space: waits the software declares (USDT begin/done pairs) --------------- */
 #if defined(USER_FUTEX) && !defined(USER_PTHREAD)
-BPF_ARRAY(decl_cfg, struct ls_decl_cfg, LS_DECL_SLOTS);
-BPF_HASH(decl_names, struct ls_decl_name_key, struct ls_decl_name, 4096);
+#include "declared.h"
 BPF_HASH(decl_outer, u32, struct futex_start, START_ENTRIES); /* outer waits set aside */
 
-/* x86-64 struct pt_regs as u64 slots: a copy (a load from ctx at a computed offset is
- * refused by the verifier, and clang turns a switch of constant loads into one) */
-static inline u64 ls_reg(struct pt_regs *ctx, u32 slot) {
-  u64 regs[21] = {};
-  bpf_probe_read_kernel(regs, sizeof(regs), ctx);
-  if (slot >= 21)
-    return 0;
-  return regs[slot];
-}
-
-/* The argument naming the wait, zero-extended from its size. */
-static inline u64 ls_decl_arg(struct pt_regs *ctx, struct ls_decl_cfg *c) {
-  if (c->arg_kind == LS_DECL_ARG_IMM)
-    return (u64)c->value;
-  if (c->arg_kind != LS_DECL_ARG_REG && c->arg_kind != LS_DECL_ARG_MEM)
-    return 0;
-  u64 v = ls_reg(ctx, c->reg);
-  if (c->arg_kind == LS_DECL_ARG_MEM) {
-    void *a = (void *)(v + c->value);
-    v = 0;
-    bpf_probe_read_user(&v, sizeof(v), a);
-  }
-  switch (c->size) {
-  case 1: return v & 0xff;
-  case 2: return v & 0xffff;
-  case 4: return v & 0xffffffffULL;
-  }
-  return v;
-}
-
-static inline int declared_begin(struct pt_regs *ctx, u32 slot) {
+static inline int on_declared_begin(struct pt_regs *ctx, u32 slot) {
   u64 id = bpf_get_current_pid_tgid();
   u32 pid = id >> 32, tid = (u32)id;
   if (untraced(pid, tid))
@@ -425,23 +394,11 @@ static inline int declared_begin(struct pt_regs *ctx, u32 slot) {
       return PASS;
     }
   }
-  struct ls_decl_cfg *c = decl_cfg.lookup(&slot);
-  if (!c)
+  u64 raw = declared_raw(ctx, slot, pid, LS_CNT_MAP_FULL);
+  if (!raw)
     return PASS;
-  u64 v = ls_decl_arg(ctx, c);
-  if (c->is_string && v) { /* the text, once per process and address */
-    struct ls_decl_name_key nk = {};
-    nk.pid = pid;
-    nk.ptr = v;
-    if (!decl_names.lookup(&nk)) {
-      struct ls_decl_name nm = {};
-      bpf_probe_read_user_str(nm.s, sizeof(nm.s), (void *)v);
-      if (decl_names.update(&nk, &nm))
-        dq_count(LS_CNT_MAP_FULL);
-    }
-  }
   struct futex_start s = {};
-  s.uaddr = ((u64)(c->rule + 1) << 56) | (v & 0x00ffffffffffffffULL);
+  s.uaddr = raw;
   s.flags = LS_FUTEX_DECLARED | inner;
   s.sp = sp;
 #ifdef UW_DWARF
@@ -464,26 +421,7 @@ static inline int declared_begin(struct pt_regs *ctx, u32 slot) {
   return PASS;
 }
 
-#define LS_DECL_BEGIN(n) \
-  int ls_declared_begin_##n(struct pt_regs *ctx) { return declared_begin(ctx, n); }
-LS_DECL_BEGIN(0)
-LS_DECL_BEGIN(1)
-LS_DECL_BEGIN(2)
-LS_DECL_BEGIN(3)
-LS_DECL_BEGIN(4)
-LS_DECL_BEGIN(5)
-LS_DECL_BEGIN(6)
-LS_DECL_BEGIN(7)
-LS_DECL_BEGIN(8)
-LS_DECL_BEGIN(9)
-LS_DECL_BEGIN(10)
-LS_DECL_BEGIN(11)
-LS_DECL_BEGIN(12)
-LS_DECL_BEGIN(13)
-LS_DECL_BEGIN(14)
-LS_DECL_BEGIN(15)
-
-int ls_declared_done(struct pt_regs *ctx) {
+int declared_done(struct pt_regs *ctx) {
   u64 now = bpf_ktime_get_ns();
   u64 id = bpf_get_current_pid_tgid();
   u32 pid = id >> 32, tid = (u32)id;
@@ -522,6 +460,7 @@ int ls_declared_done(struct pt_regs *ctx) {
   }
   return PASS;
 }
+DECLARED_PROGRAMS()
 #endif
 
 /* ---- user space: exact pthread mode (uprobes) -------------------------------------- */

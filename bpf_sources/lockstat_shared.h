@@ -23,34 +23,6 @@
 #define LS_DECL_INNER 0x200 /* begun inside another declared wait (saved in decl_outer) */
 #define LS_DECL_DEPTH_ONE 0x1000000u
 
-/* Declared waits (USDT begin/done pairs, common/wait_sites.h `usdt:` rules). Each
- * probe location that begins one has a slot: its handler ls_declared_begin_N reads
- * decl_cfg[N] for the rule and the argument naming the wait. The key's addr is
- * (rule + 1) << 56 | the argument (an enumeration value, or the string's address,
- * whose text is kept in decl_names). */
-#define LS_DECL_SLOTS 16
-#define LS_DECL_NAME_LEN 48
-#define LS_DECL_ARG_NONE 0
-#define LS_DECL_ARG_REG 1
-#define LS_DECL_ARG_MEM 2
-#define LS_DECL_ARG_IMM 3
-struct ls_decl_cfg {
-  __u32 rule;      /* index of the rule among the wait rules' declared waits */
-  __u32 arg_kind;  /* LS_DECL_ARG_* */
-  __u32 reg;       /* pt_regs slot (x86-64: r15 = 0 ... ss = 20) */
-  __u32 size;      /* 1, 2, 4, 8 */
-  __s64 value;     /* MEM: displacement; IMM: the constant */
-  __u32 is_string; /* the argument is a char * */
-  __u32 pad;
-};
-struct ls_decl_name_key {
-  __u32 pid;
-  __u32 pad;
-  __u64 ptr;
-};
-struct ls_decl_name {
-  char s[LS_DECL_NAME_LEN];
-};
 
 /* lockstat_key.flags for LS_KIND_KERNEL: contention_begin flags (kernel's LCB_F_*),
  * OR-ed over the begins of one wait, plus identities found from the waiter's task */

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/bpf_plan.h"
+#include "common/declared_waits.h"
 #include "common/histogram.h"
 #include "common/options.h"
 #include "common/output.h"
@@ -106,17 +107,10 @@ enum class WaitClass {
 };
 const char* wait_class_name(WaitClass c);
 
-// A wait the software declared (USDT begin/done, common/wait_sites.h `usdt:` rules),
-// as the front-end named it: the rule's class and origin, the software's words.
-struct DeclaredName {
-  bpfdiag::WaitKind kind = bpfdiag::WaitKind::Unclassified;
-  std::string what, origin;
-};
-
 // Name lookups the aggregation needs; the real ones come from the symbolizer.
 struct Names {
   // The declared wait behind a LS_KIND_DECLARED key's addr (nullptr: unknown).
-  std::function<const DeclaredName*(uint64_t addr)> declared;
+  std::function<const bpfdiag::DeclaredName*(uint64_t addr)> declared;
   // Lock symbol for a user (pid != 0) or kernel (pid == 0) address; "" if none.
   std::function<std::string(uint32_t pid, uint64_t addr)> lock_symbol;
   // Symbolized frames for a key, innermost first (user or kernel as the kind says).

@@ -401,7 +401,7 @@ void count_wakes(LockRow& r, const std::map<uint32_t, uint64_t>& wakes,
 void name_lock(LockRow& r, const GroupKey& g, uint32_t f, const std::set<uint32_t>& pids, const Names& n) {
   if (r.kind == "declared") {  // in the software's words, from the rule that declared it
     if (pids.size() == 1) r.pid = *pids.begin();
-    const DeclaredName* d = n.declared ? n.declared(r.addr) : nullptr;
+    const bpfdiag::DeclaredName* d = n.declared ? n.declared(r.addr) : nullptr;
     if (!d) return;
     r.symbol = r.wait_what = d->what;
     r.wait_rule = d->origin;

@@ -24,7 +24,7 @@
 #include "common/target.h"
 #include "common/tool.h"
 #include "common/unwind_maps.h"
-#include "tools/lockstat/declared.h"
+#include "common/declared_waits.h"
 #include "tools/lockstat/internal.h"
 #include "tools/lockstat/resolver.h"
 
@@ -211,6 +211,16 @@ Result<PthreadTargets> prepare(Config& c, const std::vector<std::string>& tps) {
   return libs;
 }
 
+// --unwind=dwarf: the declared waits' begins are uprobes, and a tail call stays within
+// one program type: they reach a copy of the unwinder of their own (decl_progs).
+Status install_declared_unwinder(BpfSession& s) {
+  auto fd = s.load_program("uw_lockstat_declared_tail", BPF_PROG_TYPE_KPROBE);
+  if (!fd) return Error{fd.error()};
+  if (!s.get_prog_table("decl_progs").update_value(0, *fd).ok())
+    return Error{"cannot install the unwinder program for declared waits"};
+  return std::nullopt;
+}
+
 // What was attached: probe count and the banner's "futex waits + kernel locks".
 struct Attached {
   uint64_t probes = 0;
@@ -277,7 +287,7 @@ Result<Attached> attach_all(BpfSession& session, Config& c, const PthreadTargets
 // report's snapshot drained from the maps, and what a report no longer needs dropped.
 class Reporter {
  public:
-  Reporter(BpfSession& session, Config& c, UnwindMaps& uw, Resolver& res, Declared& decl, const BpfPlan& plan,
+  Reporter(BpfSession& session, Config& c, UnwindMaps& uw, Resolver& res, DeclaredWaits& decl, const BpfPlan& plan,
            uint64_t calibrated_cost, uint64_t attached)
       : session_(session), c_(c), uw_(uw), res_(res), decl_(decl), calibrated_cost_(calibrated_cost), last_(attached),
         stats_(session.get_hash_table<lockstat_key, lockstat_val>("stats")),
@@ -353,7 +363,10 @@ class Reporter {
   void drain(Snapshot& s) {
     for (auto& [k, v] : drain_hash<lockstat_key, lockstat_val>(stats_)) s.waits.push_back({k, v});
     for (auto& kv : drain_hash<lockstat_hkey, uint64_t>(hist_)) s.hist.push_back(kv);
-    decl_.name_waits(s, session_);
+    for (auto& w : s.waits)  // declared waits: one id per name, the same in every process
+      if (w.key.kind == LS_KIND_DECLARED) w.key.addr = decl_.id_of(w.key.pid, w.key.addr, session_);
+    for (auto& [hk, n] : s.hist)
+      if (hk.kind == LS_KIND_DECLARED) hk.addr = decl_.id_of(hk.pid, hk.addr, session_);
     if (wakers_) {
       auto wt = session_.get_hash_table<lockstat_wkey, uint64_t>("wakers");
       for (auto& kv : drain_hash<lockstat_wkey, uint64_t>(wt)) s.wakers.push_back(kv);
@@ -428,7 +441,7 @@ class Reporter {
   Config& c_;
   UnwindMaps& uw_;
   Resolver& res_;
-  Declared& decl_;
+  DeclaredWaits& decl_;
   const uint64_t calibrated_cost_;
   uint64_t last_, last_scan_ = 0;
   ebpf::BPFHashTable<lockstat_key, lockstat_val> stats_;
@@ -463,8 +476,8 @@ Status run(const Config& c0) {
     if (!ch) return Error{ch.error()};
     calib = std::move(ch.value());
   }
-  Declared decl;  // the software's own wait probes, found before anything is loaded
-  if (!c.ebpf) decl.find(c);
+  DeclaredWaits decl;  // the software's own wait probes, found before anything is loaded
+  if (!c.ebpf && !c.kernel_only && !c.uprobes) decl.find(c.pids, c.tids);
   auto plan = bpf_plan(c);
   if (!plan) return Error{plan.error()};
   plan.value().tracepoints = tps;
@@ -484,7 +497,9 @@ Status run(const Config& c0) {
   auto attached_all = attach_all(session, c, *libs, calib, plan->has("WAKERS"));
   if (!attached_all) return Error{attached_all.error()};
   Attached attached = *attached_all;
-  if (auto st = decl.attach(session, c.unwind_dwarf, c.verbose, attached.probes)) return st;
+  if (c.unwind_dwarf && decl.has_begins())  // the begins tail-call their own unwinder copy
+    if (auto st = install_declared_unwinder(session)) return st;
+  if (auto st = decl.attach(session, c.verbose, attached.probes)) return st;
   if (!decl.empty()) attached.what += " + declared waits (USDT)";
   attach_phase_done();
   // the window opens here: waits that end while the symbols are read are counted, so
