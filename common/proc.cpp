@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <climits>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace bpfdiag {
@@ -101,6 +103,18 @@ std::vector<uint32_t> proc_threads(uint32_t pid) {
     if (e->d_name[0] >= '0' && e->d_name[0] <= '9') out.push_back(static_cast<uint32_t>(std::stoul(e->d_name)));
   closedir(d);
   return out;
+}
+
+std::vector<uint32_t> proc_children(uint32_t pid) {
+  std::set<uint32_t> out;
+  const std::string task = "/proc/" + std::to_string(pid) + "/task/";
+  for (uint32_t tid : proc_threads(pid)) {
+    std::ifstream f(task + std::to_string(tid) + "/children");
+    unsigned long v = 0;
+    while (f >> v)
+      if (v && v <= UINT32_MAX) out.insert(static_cast<uint32_t>(v));
+  }
+  return {out.begin(), out.end()};
 }
 
 std::optional<MapsLine> parse_maps_line(const std::string& line) {
