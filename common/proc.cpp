@@ -117,6 +117,23 @@ std::vector<uint32_t> proc_children(uint32_t pid) {
   return {out.begin(), out.end()};
 }
 
+std::vector<uint32_t> proc_descendants(uint32_t pid, size_t max) {
+  std::vector<uint32_t> out;
+  std::set<uint32_t> seen{pid};
+  std::vector<uint32_t> level{pid};
+  while (!level.empty() && out.size() < max) {
+    std::vector<uint32_t> next;
+    for (uint32_t p : level)
+      for (uint32_t c : proc_children(p))
+        if (out.size() < max && seen.insert(c).second) {
+          out.push_back(c);
+          next.push_back(c);
+        }
+    level = std::move(next);
+  }
+  return out;
+}
+
 std::optional<MapsLine> parse_maps_line(const std::string& line) {
   MapsLine m;
   char perms[8] = {0};

@@ -43,6 +43,8 @@ std::vector<uint32_t> proc_threads(uint32_t pid);
 // The child processes of `pid` (every thread's /proc/PID/task/TID/children), sorted,
 // without duplicates; empty if gone or unreadable.
 std::vector<uint32_t> proc_children(uint32_t pid);
+// `pid`'s descendants (children, theirs, ...), nearest first, at most `max`.
+std::vector<uint32_t> proc_descendants(uint32_t pid, size_t max);
 // Absolute path of the first mapping of a file whose base name starts with `prefix`
 // (e.g. "libc.so"), as seen in /proc/PID/maps; "" if none.
 std::string proc_find_mapping(uint32_t pid, const std::string& prefix);

@@ -19,7 +19,8 @@ SIGINT ends it): each worker's /proc/PID/stat utime+stime (CPU used) and
   C. A worker replaced while traced (SIGHUP: nginx forks new workers, the old ones
      leave): with --children the new workers join the pool at fork.
   D. `runbook pool -p MASTER,W1,W2` (a runbook of threadpool alone): threadpool is handed
-     the PID list, exits 0, and its pool and verdict reach the report.
+     the PID list, exits 0, and its pool and verdict reach the report; `runbook -p MASTER
+     --children`: threadpool gets -p MASTER --children, naptime the list MASTER,W1,W2.
   E. Bad input: a PID list with junk, --children with a value, exit 2 with one line.
 Every NDJSON record is validated against docs/schema/threadpool.schema.json.
 """
@@ -240,9 +241,32 @@ try:
     check(any(f["tool"] == "threadpool" and "cpu-starved" in f["text"] for f in fs) and "not run" not in md,
           "D: report.md's findings carry threadpool's verdict, no 'not run' (%s)" % [f["text"] for f in fs][:3])
 
+    # the parent form: threadpool gets -p MASTER --children, naptime the pool as a list
+    with open(os.path.join(rbdir, "pool2.runbook"), "w") as f:
+        f.write("title: pool2\nsummary: a parent and its children\ntool: threadpool\ntool: naptime\n")
+    os.chmod(os.path.join(rbdir, "pool2.runbook"), 0o644)
+    out_dir = os.path.join(tmp, "report2")
+    r = run([RUNBOOK, "pool2", "-p", str(MASTER), "--children", "-d", "3", "-o", out_dir], timeout=120,
+            env=dict(os.environ, BPFDIAG_RUNBOOKS=rbdir))
+    rj = json.load(open(os.path.join(out_dir, "run.json"))) if os.path.exists(os.path.join(out_dir, "run.json")) else {}
+    cmds = {x["name"]: x for x in rj.get("tools", [])}
+    tp, nap = cmds.get("threadpool", {}), cmds.get("naptime", {})
+    check(r.returncode == 0 and tp.get("status") == "exit 0" and tp.get("command", [])[2:5] == ["-p", str(MASTER), "--children"]
+          and nap.get("status") == "exit 0" and nap.get("command", [])[2:4] == ["-p", plist]
+          and rj.get("options", {}).get("children") is True,
+          "D: runbook -p %d --children: threadpool %s, naptime %s (rc %d)" % (
+              MASTER, tp.get("command", [])[2:5], nap.get("command", [])[2:4], r.returncode))
+    tp_path = os.path.join(out_dir, "threadpool.ndjson")
+    recs = ndjson(open(tp_path).read(), "threadpool") if os.path.exists(tp_path) else []
+    g = [x for x in recs if x["type"] == "threadpool.group" and x["final"] and x["group"] == "nginx"]
+    check(g and sorted(p["pid"] for p in g[0]["processes"]) == WORKERS and g[0]["verdict"] == "cpu-starved",
+          "D: runbook --children: threadpool's pool is the 2 workers, cpu-starved (%s)" % (
+              str((g[0]["verdict"], [p["pid"] for p in g[0]["processes"]])) if g else "no nginx group"))
+
     # --- E. bad input -------------------------------------------------------------------------
     usage_error([TP, "-p", "%d,x" % MASTER])
     usage_error([TP, "-p", str(MASTER), "--children", "5"])
+    usage_error([RUNBOOK, "pool", "--children"])
 finally:
     for c in clients:
         end_process(c, signal.SIGTERM, 10)

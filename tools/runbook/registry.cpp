@@ -38,8 +38,8 @@ bool has_option(const ToolSpec& s, const std::string& name) {
 // the schedule itself, and names every file it writes (no option naming a file or
 // directory, for reading or writing, is passed through).
 bool forbidden(const OptionSpec& o) {
-  static const std::set<std::string> kSetByRunbook{"json", "csv",      "folded", "pid",   "tid", "interval",
-                                                   "count", "duration", "help",   "ebpf", "svg"};
+  static const std::set<std::string> kSetByRunbook{"json",     "csv",  "folded", "pid", "tid",     "interval",
+                                                   "count",    "duration", "help", "ebpf", "svg", "children"};
   if (kSetByRunbook.count(long_name(o))) return true;
   for (const char* word : {"FILE", "DIR", "PATH"})
     if (o.arg.find(word) != std::string::npos) return true;
@@ -101,9 +101,14 @@ Status plan_tools(Run& run) {
     // 2. the command line it will run, through the tool's own parser
     t.argv = {t.exe.empty() ? rt.name : t.exe, "-j"};
     const bool has_pid = has_option(spec, "pid");
-    if (!run.cfg.pid_arg.empty() && has_pid)
-      t.argv.insert(t.argv.end(), {"-p", run.cfg.pid_arg});
-    else if (!run.cfg.pid_arg.empty())
+    // --children: a tool with its own --children takes the parents; the others the
+    // parents and their descendants at the start, as a list
+    const bool own_children = run.cfg.children && has_option(spec, "children");
+    const std::string& pid_arg = run.cfg.children && !own_children ? run.cfg.pool_arg : run.cfg.pid_arg;
+    if (!pid_arg.empty() && has_pid) {
+      t.argv.insert(t.argv.end(), {"-p", pid_arg});
+      if (own_children) t.argv.push_back("--children");
+    } else if (!pid_arg.empty())
       t.whole_machine = true;
     t.argv.insert(t.argv.end(), rt.args.begin(), rt.args.end());
     if (has_option(spec, "svg")) {
@@ -121,12 +126,12 @@ Status plan_tools(Run& run) {
       // a tool that watches one process (threadpool) given a PID list: not run, and
       // the report says so (never an argument the tool refuses, never a silent gap)
       std::vector<std::string> one_pid = check;
-      const bool pid_list = run.cfg.pid_arg.find(',') != std::string::npos && has_pid;
-      if (pid_list) one_pid[3] = run.cfg.pid_arg.substr(0, run.cfg.pid_arg.find(','));
+      const bool pid_list = pid_arg.find(',') != std::string::npos && has_pid;
+      if (pid_list) one_pid[3] = pid_arg.substr(0, pid_arg.find(','));
       if (run.cfg.pid_arg.empty() && has_pid && !st->check(with_pid)) {
         if (t.error.empty()) t.error = "not run: " + err->message;
       } else if (pid_list && !st->check(one_pid)) {
-        if (t.error.empty()) t.error = "not run: " + err->message + " (this runbook was given -p " + run.cfg.pid_arg + ")";
+        if (t.error.empty()) t.error = "not run: " + err->message + " (this runbook was given -p " + pid_arg + ")";
       } else {
         return Error{at + rt.name + ": " + err->message};
       }

@@ -16,8 +16,9 @@ std::vector<uint32_t> initial_pids(const Config& c) {
   std::set<uint32_t> seen;
   for (uint32_t p : c.pids)
     if (proc_running(p) && seen.insert(p).second) out.push_back(p);
-  for (size_t i = 0; c.children && i < out.size() && out.size() < kMaxPoolProcesses; ++i)
-    for (uint32_t k : proc_children(out[i]))
+  const size_t given = out.size();
+  for (size_t i = 0; c.children && i < given; ++i)
+    for (uint32_t k : proc_descendants(out[i], kMaxPoolProcesses))
       if (seen.insert(k).second) out.push_back(k);
   if (out.size() > kMaxPoolProcesses) out.resize(kMaxPoolProcesses);
   return out;

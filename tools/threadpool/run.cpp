@@ -36,7 +36,7 @@ static Result<size_t> pool_threads(const Config& c) {
     n += k;
     procs += k > 0;
     if (c.children)
-      for (uint32_t child : proc_children(p)) n += proc_threads(child).size(), ++procs;
+      for (uint32_t child : proc_descendants(p, 4096)) n += proc_threads(child).size(), ++procs;
   }
   const uint32_t p = c.pids.front();
   if (!procs) return Error{"no process with PID " + std::to_string(p)};

@@ -199,10 +199,10 @@ Status Tracer::report(bool final) {
   prev_ = std::move(cur);
   last_ = now;
   if (c_.verbose)
-    std::cerr << "threadpool: tracking " << members_.all().size() << " threads of " << pool_.pids().size()
-              << (pool_.pids().size() == 1 ? " process (" : " processes (") << bpf_entries_
-              << " BPF thread entries, the pool has " << alive_ << " threads), " << retired_ << " retired"
-              << std::endl;
+    std::cerr << "threadpool: tracking " << members_.all().size() << " threads"
+              << (pool_.pids().size() > 1 ? " of " + std::to_string(pool_.pids().size()) + " processes" : "") << " ("
+              << bpf_entries_ << " BPF thread entries, " << (pool_.pids().size() > 1 ? "the pool" : "process")
+              << " has " << alive_ << " threads), " << retired_ << " retired" << std::endl;
   return std::nullopt;
 }
 
