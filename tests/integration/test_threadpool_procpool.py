@@ -9,7 +9,8 @@ access_log off, its pid file there) and is stopped at the end, also on failure; 
 it started outlives the test.
 
 Truth, read in the same window as the tool's (right after its start record, right before
-SIGINT ends it): each worker's /proc/PID/stat utime+stime (CPU used) and
+the SIGINT that ends it, not after the tool exits: its final work would take CPU from the
+workers): each worker's /proc/PID/stat utime+stime (CPU used) and
 /proc/PID/schedstat run_delay (time waiting for a CPU).
   A. `threadpool -j -p MASTER,W1,W2`: one group of the 2 workers (the master, which only
      supervises, left out by its behaviour), verdict cpu-starved; per process and for the
@@ -78,10 +79,12 @@ def proc_times(pid):
     return cpu, delay, run
 
 
-def truth_window(pids, run_window):
-    """Reads the truth around run_window() (which ends the tool's window)."""
+def truth_window(pids, seconds):
+    """The workers' truth over the next `seconds` (the tool's window: it starts when the
+    tool has attached and ends with the SIGINT sent right after: not when the tool has
+    exited, as its own final work would skew the workers' CPU share)."""
     a, t0 = {p: proc_times(p) for p in pids}, time.monotonic()
-    run_window()
+    time.sleep(seconds)
     b, t1 = {p: proc_times(p) for p in pids}, time.monotonic()
     w = t1 - t0
     return {p: {"cpu": (b[p][0] - a[p][0]) / 1e9 / w, "runq": (b[p][1] - a[p][1]) / 1e9 / w,
@@ -94,14 +97,9 @@ def traced(args):
     p = start([TP, "-j"] + args)
     if not wait_attached(p, timeout=30):
         return [], {}, None, ""
-    box = {}
-
-    def window():
-        time.sleep(WINDOW)
-        box["out"], box["err"], box["rc"] = stop(p)
-
-    truth = truth_window(WORKERS, window)
-    return ndjson(box["out"], "threadpool"), truth, box["rc"], box["err"]
+    truth = truth_window(WORKERS, WINDOW)
+    out, err, rc = stop(p)
+    return ndjson(out, "threadpool"), truth, rc, err
 
 
 def share(rec, key):

@@ -48,6 +48,33 @@ bool forbidden(const OptionSpec& o) {
 
 constexpr uint64_t kSec = 1'000'000'000ULL;
 
+// The tool's program next to runbook (t.exe), or why it cannot run (t.error).
+void find_exe(ToolRun& t, const std::string& here) {
+  std::string exe = here.empty() ? "" : here + "/" + t.name;
+  struct stat lst;
+  if (exe.empty() || lstat(exe.c_str(), &lst) != 0) {
+    t.error = "not found next to runbook (" + here + ")";
+  } else if (auto fd = open_trusted(exe); !fd) {
+    t.error = "not run: " + fd.error();
+  } else {
+    struct stat st{};
+    fstat(*fd, &st);
+    close(*fd);
+    if (!(st.st_mode & S_IXUSR))
+      t.error = "not run: " + exe + " is not executable";
+    else
+      t.exe = exe;
+  }
+}
+
+// The -p argument a tool is handed ("" for none): the PIDs as given; with --children,
+// the same to a tool with a --children of its own (own_children: add it), else the
+// PIDs and their descendants at the start, as a list.
+const std::string& target_arg(const Config& cfg, const ToolSpec& spec, bool& own_children) {
+  own_children = cfg.children && has_option(spec, "children");
+  return cfg.children && !own_children ? cfg.pool_arg : cfg.pid_arg;
+}
+
 }  // namespace
 
 Status plan_tools(Run& run) {
@@ -83,31 +110,15 @@ Status plan_tools(Run& run) {
     ToolRun t;
     t.name = rt.name;
     t.line = rt.line;
-    std::string exe = here.empty() ? "" : here + "/" + rt.name;
-    struct stat lst;
-    if (exe.empty() || lstat(exe.c_str(), &lst) != 0) {
-      t.error = "not found next to runbook (" + here + ")";
-    } else if (auto fd = open_trusted(exe); !fd) {
-      t.error = "not run: " + fd.error();
-    } else {
-      struct stat st{};
-      fstat(*fd, &st);
-      close(*fd);
-      if (!(st.st_mode & S_IXUSR))
-        t.error = "not run: " + exe + " is not executable";
-      else
-        t.exe = exe;
-    }
+    find_exe(t, here);
     // 2. the command line it will run, through the tool's own parser
     t.argv = {t.exe.empty() ? rt.name : t.exe, "-j"};
     const bool has_pid = has_option(spec, "pid");
-    // --children: a tool with its own --children takes the parents; the others the
-    // parents and their descendants at the start, as a list
-    const bool own_children = run.cfg.children && has_option(spec, "children");
-    const std::string& pid_arg = run.cfg.children && !own_children ? run.cfg.pool_arg : run.cfg.pid_arg;
+    bool own_children = false;
+    const std::string& pid_arg = target_arg(run.cfg, spec, own_children);
     if (!pid_arg.empty() && has_pid) {
       t.argv.insert(t.argv.end(), {"-p", pid_arg});
-      if (own_children) t.argv.push_back("--children");
+      if (own_children) t.argv.emplace_back("--children");
     } else if (!pid_arg.empty())
       t.whole_machine = true;
     t.argv.insert(t.argv.end(), rt.args.begin(), rt.args.end());
