@@ -146,6 +146,27 @@ def check_pool(label, recs, truth, rc, err, master):
     return g
 
 
+def run_book(name, tools, target):
+    """runbook NAME TARGET -d 3 with a runbook file of `tools`: (result, run.json, report dir)."""
+    with open(os.path.join(rbdir, name + ".runbook"), "w") as f:
+        f.write("title: %s\nsummary: a pool of processes\n%s" % (name, "".join("tool: %s\n" % t for t in tools)))
+    os.chmod(os.path.join(rbdir, name + ".runbook"), 0o644)
+    out_dir = os.path.join(tmp, "report-" + name)
+    r = run([RUNBOOK, name] + target + ["-d", "3", "-o", out_dir], timeout=120, env=dict(os.environ, BPFDIAG_RUNBOOKS=rbdir))
+    path = os.path.join(out_dir, "run.json")
+    return r, (json.load(open(path)) if os.path.exists(path) else {}), out_dir
+
+
+def check_book_pool(label, out_dir):
+    """threadpool's final nginx group in a runbook's report: the 2 workers, cpu-starved."""
+    tp_path = os.path.join(out_dir, "threadpool.ndjson")
+    recs = ndjson(open(tp_path).read(), "threadpool") if os.path.exists(tp_path) else []
+    g = [x for x in recs if x["type"] == "threadpool.group" and x["final"] and x["group"] == "nginx"]
+    check(g and sorted(p["pid"] for p in g[0]["processes"]) == WORKERS and g[0]["verdict"] == "cpu-starved",
+          "%s: the 2 workers, cpu-starved (%s)" % (
+              label, str((g[0]["verdict"], [p["pid"] for p in g[0]["processes"]])) if g else "no nginx group"))
+
+
 tmp = tempfile.mkdtemp(prefix="bpfdiag-nginx-")
 os.chmod(tmp, 0o755)
 port = free_port()
@@ -217,36 +238,19 @@ try:
 
     # --- D. runbook hands threadpool the PID list ---------------------------------------------
     rbdir = safe_tmpdir("bpfdiag-procpool-books-")
-    with open(os.path.join(rbdir, "pool.runbook"), "w") as f:
-        f.write("title: pool\nsummary: a pool of processes\ntool: threadpool\n")
-    os.chmod(os.path.join(rbdir, "pool.runbook"), 0o644)
-    out_dir = os.path.join(tmp, "report")
     plist = ",".join(str(p) for p in [MASTER] + WORKERS)
-    r = run([RUNBOOK, "pool", "-p", plist, "-d", "3", "-o", out_dir], timeout=120,
-            env=dict(os.environ, BPFDIAG_RUNBOOKS=rbdir))
-    rj = json.load(open(os.path.join(out_dir, "run.json"))) if os.path.exists(os.path.join(out_dir, "run.json")) else {}
+    r, rj, out_dir = run_book("pool", ["threadpool"], ["-p", plist])
     t = next((x for x in rj.get("tools", []) if x["name"] == "threadpool"), {})
     check(r.returncode == 0 and t.get("status") == "exit 0" and t.get("command", [])[2:4] == ["-p", plist],
           "D: runbook ran threadpool -p %s (rc %d, %s, %s)" % (plist, r.returncode, t.get("status"), t.get("command")))
-    tp_path = os.path.join(out_dir, "threadpool.ndjson")
-    recs = ndjson(open(tp_path).read(), "threadpool") if os.path.exists(tp_path) else []
-    g = [x for x in recs if x["type"] == "threadpool.group" and x["final"] and x["group"] == "nginx"]
-    check(g and sorted(p["pid"] for p in g[0]["processes"]) == WORKERS and g[0]["verdict"] == "cpu-starved",
-          "D: threadpool's report in the runbook: the 2 workers, cpu-starved (%s)" % (
-              str((g[0]["verdict"], [p["pid"] for p in g[0]["processes"]])) if g else "no nginx group"))
+    check_book_pool("D: threadpool's report in the runbook", out_dir)
     md = open(os.path.join(out_dir, "report.md")).read() if os.path.exists(os.path.join(out_dir, "report.md")) else ""
     fs = findings(out_dir) if md else []
     check(any(f["tool"] == "threadpool" and "cpu-starved" in f["text"] for f in fs) and "not run" not in md,
           "D: report.md's findings carry threadpool's verdict, no 'not run' (%s)" % [f["text"] for f in fs][:3])
 
     # the parent form: threadpool gets -p MASTER --children, naptime the pool as a list
-    with open(os.path.join(rbdir, "pool2.runbook"), "w") as f:
-        f.write("title: pool2\nsummary: a parent and its children\ntool: threadpool\ntool: naptime\n")
-    os.chmod(os.path.join(rbdir, "pool2.runbook"), 0o644)
-    out_dir = os.path.join(tmp, "report2")
-    r = run([RUNBOOK, "pool2", "-p", str(MASTER), "--children", "-d", "3", "-o", out_dir], timeout=120,
-            env=dict(os.environ, BPFDIAG_RUNBOOKS=rbdir))
-    rj = json.load(open(os.path.join(out_dir, "run.json"))) if os.path.exists(os.path.join(out_dir, "run.json")) else {}
+    r, rj, out_dir = run_book("pool2", ["threadpool", "naptime"], ["-p", str(MASTER), "--children"])
     cmds = {x["name"]: x for x in rj.get("tools", [])}
     tp, nap = cmds.get("threadpool", {}), cmds.get("naptime", {})
     check(r.returncode == 0 and tp.get("status") == "exit 0" and tp.get("command", [])[2:5] == ["-p", str(MASTER), "--children"]
@@ -254,12 +258,7 @@ try:
           and rj.get("options", {}).get("children") is True,
           "D: runbook -p %d --children: threadpool %s, naptime %s (rc %d)" % (
               MASTER, tp.get("command", [])[2:5], nap.get("command", [])[2:4], r.returncode))
-    tp_path = os.path.join(out_dir, "threadpool.ndjson")
-    recs = ndjson(open(tp_path).read(), "threadpool") if os.path.exists(tp_path) else []
-    g = [x for x in recs if x["type"] == "threadpool.group" and x["final"] and x["group"] == "nginx"]
-    check(g and sorted(p["pid"] for p in g[0]["processes"]) == WORKERS and g[0]["verdict"] == "cpu-starved",
-          "D: runbook --children: threadpool's pool is the 2 workers, cpu-starved (%s)" % (
-              str((g[0]["verdict"], [p["pid"] for p in g[0]["processes"]])) if g else "no nginx group"))
+    check_book_pool("D: runbook --children: threadpool's pool", out_dir)
 
     # --- E. bad input -------------------------------------------------------------------------
     usage_error([TP, "-p", "%d,x" % MASTER])
