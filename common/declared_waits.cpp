@@ -33,9 +33,9 @@ std::optional<declared_cfg> cfg_for(const DeclaredWait& d, size_t rule, const Us
   if (!d.name_arg) return cfg;
   if (size_t(d.name_arg) > p.args.size() || !p.args[d.name_arg - 1]) return std::nullopt;
   const UsdtArg& a = *p.args[d.name_arg - 1];
-  cfg.arg_kind = a.kind == UsdtArg::Kind::Reg ? DECL_ARG_REG
-               : a.kind == UsdtArg::Kind::Mem ? DECL_ARG_MEM
-                                              : DECL_ARG_IMM;
+  cfg.arg_kind = a.kind == UsdtArg::Kind::Reg   ? DECL_ARG_REG
+                 : a.kind == UsdtArg::Kind::Mem ? DECL_ARG_MEM
+                                                : DECL_ARG_IMM;
   cfg.reg = a.reg < 0 ? 0 : static_cast<uint32_t>(a.reg);
   cfg.size = static_cast<uint32_t>(a.size);
   cfg.value = a.value;
@@ -74,8 +74,9 @@ void DeclaredWaits::find(const std::vector<uint32_t>& pids0, const std::vector<u
   std::vector<uint32_t> pids = pids0;
   for (uint32_t t : tids) pids.push_back(t);  // /proc/TID/maps is its process's
   UsdtScan scan = find_usdt_files(pids, providers);
-  if (timing_on()) timing_mark("usdt scan: " + std::to_string(scan.pids_scanned) + " processes, " +
-                               std::to_string(scan.files_read) + " files");
+  if (timing_on())
+    timing_mark("usdt scan: " + std::to_string(scan.pids_scanned) + " processes, " + std::to_string(scan.files_read) +
+                " files");
   if (scan.capped)  // waits in the files left out are not declared ones: say so
     std::fprintf(stderr, "%s: warning: USDT wait probes looked for in the first %zu processes and %zu files only\n",
                  program_invocation_short_name, scan.pids_scanned, scan.files_read);

@@ -22,6 +22,7 @@
 
 extern "C" {
 #include <linux/types.h>
+
 #include "declared_shared.h"
 }
 

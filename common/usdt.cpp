@@ -17,8 +17,8 @@ namespace bpfdiag {
 namespace {
 
 // x86-64 struct pt_regs, in order (the slot is the field's index).
-constexpr const char* kPtRegs[] = {"r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9",  "r8", "rax",
-                                   "rcx", "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss"};
+constexpr const char* kPtRegs[] = {"r15", "r14", "r13", "r12", "rbp",      "rbx", "r11", "r10",    "r9",  "r8", "rax",
+                                   "rcx", "rdx", "rsi", "rdi", "orig_rax", "rip", "cs",  "eflags", "rsp", "ss"};
 
 // The low parts of the legacy registers: 32-, 16- and 8-bit names.
 struct Alias {
@@ -26,10 +26,10 @@ struct Alias {
   const char* full;
 };
 constexpr Alias kAliases[] = {
-    {"eax", "rax"}, {"ax", "rax"},  {"al", "rax"},  {"ebx", "rbx"}, {"bx", "rbx"},   {"bl", "rbx"},
-    {"ecx", "rcx"}, {"cx", "rcx"},  {"cl", "rcx"},  {"edx", "rdx"}, {"dx", "rdx"},   {"dl", "rdx"},
-    {"esi", "rsi"}, {"si", "rsi"},  {"sil", "rsi"}, {"edi", "rdi"}, {"di", "rdi"},   {"dil", "rdi"},
-    {"ebp", "rbp"}, {"bp", "rbp"},  {"bpl", "rbp"}, {"esp", "rsp"}, {"sp", "rsp"},   {"spl", "rsp"},
+    {"eax", "rax"}, {"ax", "rax"}, {"al", "rax"},  {"ebx", "rbx"}, {"bx", "rbx"}, {"bl", "rbx"},
+    {"ecx", "rcx"}, {"cx", "rcx"}, {"cl", "rcx"},  {"edx", "rdx"}, {"dx", "rdx"}, {"dl", "rdx"},
+    {"esi", "rsi"}, {"si", "rsi"}, {"sil", "rsi"}, {"edi", "rdi"}, {"di", "rdi"}, {"dil", "rdi"},
+    {"ebp", "rbp"}, {"bp", "rbp"}, {"bpl", "rbp"}, {"esp", "rsp"}, {"sp", "rsp"}, {"spl", "rsp"},
 };
 
 bool parse_i64(std::string_view s, int64_t& out) {

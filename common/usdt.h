@@ -37,10 +37,10 @@ constexpr size_t kMaxUsdtPids = 32768;    // processes whose maps are read per r
 struct UsdtArg {
   enum class Kind { Reg, Mem, Imm };
   Kind kind = Kind::Imm;
-  int size = 8;            // bytes: 1, 2, 4 or 8
+  int size = 8;  // bytes: 1, 2, 4 or 8
   bool is_signed = false;
-  int reg = -1;            // Reg/Mem: the register's slot in x86-64 struct pt_regs (r15 = 0 ... ss = 20)
-  int64_t value = 0;       // Mem: the displacement; Imm: the constant
+  int reg = -1;       // Reg/Mem: the register's slot in x86-64 struct pt_regs (r15 = 0 ... ss = 20)
+  int64_t value = 0;  // Mem: the displacement; Imm: the constant
 };
 
 // One argument spec; nullopt for what a BPF program cannot read from the registers

@@ -72,7 +72,11 @@ TEST_CASE("usdt: note descriptors") {
   CHECK_FALSE(parse_stapsdt_note(le(1) + le(2) + le(3) + std::string("\0n\0\0", 4), 0));
   CHECK_FALSE(parse_stapsdt_note("short", 0));
   // an argument nobody can read is kept as unreadable, the probe stays
-  auto q = parse_stapsdt_note(le(1) + le(0) + le(0) + std::string("p\0n\0" "8@x(%rip)\0", 15), 0);
+  auto q = parse_stapsdt_note(le(1) + le(0) + le(0) +
+                                  std::string("p\0n\0"
+                                              "8@x(%rip)\0",
+                                              14),
+                              0);
   REQUIRE(q);
   REQUIRE(q->args.size() == 1);
   CHECK_FALSE(q->args[0]);

@@ -29,8 +29,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -45,29 +45,31 @@ __attribute__((section(".probes"), used)) volatile unsigned short demo_gate_gate
 
 // One SDT probe with one 4-byte unsigned argument: a nop at the probe point and a
 // note naming it, its semaphore and where the argument is ("4@%eax", "4@-20(%rbp)").
-#define DEMO_SDT(name, arg)                                                              \
-  __asm__ __volatile__(                                                                  \
-      "990: nop\n"                                                                       \
-      ".pushsection .note.stapsdt,\"?\",\"note\"\n"                                      \
-      ".balign 4\n"                                                                      \
-      ".4byte 992f-991f, 994f-993f, 3\n"                                                 \
-      "991: .asciz \"stapsdt\"\n"                                                        \
-      "992: .balign 4\n"                                                                 \
-      "993: .8byte 990b\n"                                                               \
-      ".8byte _.stapsdt.base\n"                                                          \
-      ".8byte demo_gate_" #name "_semaphore\n"                                           \
-      ".asciz \"demo_gate\"\n"                                                           \
-      ".asciz \"" #name "\"\n"                                                           \
-      ".asciz \"4@%0\"\n"                                                                \
-      "994: .balign 4\n"                                                                 \
-      ".popsection\n"                                                                    \
-      ".ifndef _.stapsdt.base\n"                                                         \
-      ".pushsection .stapsdt.base,\"aG\",\"progbits\",.stapsdt.base,comdat\n"            \
-      ".weak _.stapsdt.base\n"                                                           \
-      ".hidden _.stapsdt.base\n"                                                         \
-      "_.stapsdt.base: .space 1\n"                                                       \
-      ".size _.stapsdt.base, 1\n"                                                        \
-      ".popsection\n"                                                                    \
+#define DEMO_SDT(name, arg)                                                   \
+  __asm__ __volatile__(                                                       \
+      "990: nop\n"                                                            \
+      ".pushsection .note.stapsdt,\"?\",\"note\"\n"                           \
+      ".balign 4\n"                                                           \
+      ".4byte 992f-991f, 994f-993f, 3\n"                                      \
+      "991: .asciz \"stapsdt\"\n"                                             \
+      "992: .balign 4\n"                                                      \
+      "993: .8byte 990b\n"                                                    \
+      ".8byte _.stapsdt.base\n"                                               \
+      ".8byte demo_gate_" #name                                               \
+      "_semaphore\n"                                                          \
+      ".asciz \"demo_gate\"\n"                                                \
+      ".asciz \"" #name                                                       \
+      "\"\n"                                                                  \
+      ".asciz \"4@%0\"\n"                                                     \
+      "994: .balign 4\n"                                                      \
+      ".popsection\n"                                                         \
+      ".ifndef _.stapsdt.base\n"                                              \
+      ".pushsection .stapsdt.base,\"aG\",\"progbits\",.stapsdt.base,comdat\n" \
+      ".weak _.stapsdt.base\n"                                                \
+      ".hidden _.stapsdt.base\n"                                              \
+      "_.stapsdt.base: .space 1\n"                                            \
+      ".size _.stapsdt.base, 1\n"                                             \
+      ".popsection\n"                                                         \
       ".endif\n" ::"nor"(static_cast<unsigned>(arg)))
 
 namespace {
@@ -103,7 +105,8 @@ __attribute__((noinline)) void take_gate(unsigned kind) {
     uint64_t t0 = now_ns();
     if (demo_gate_gate__wait__start_semaphore) {
       enabled_waits.fetch_add(1);
-      if (abandon_every && contended.fetch_add(1) % uint64_t(abandon_every) == uint64_t(abandon_every) - 1) left_wait(kind);
+      if (abandon_every && contended.fetch_add(1) % uint64_t(abandon_every) == uint64_t(abandon_every) - 1)
+        left_wait(kind);
       DEMO_SDT(gate__wait__start, kind);
     }
     while (g.busy) pthread_cond_wait(&g.cv, &g.m);
