@@ -8,6 +8,7 @@
  *   static inline int on_declared_begin(struct pt_regs *ctx, u32 slot);
  *   int declared_done(struct pt_regs *ctx);
  * and calls declared_raw(ctx, slot, pid) for the wait's identity (0: no slot). */
+#include <uapi/linux/ptrace.h>
 #include "declared_shared.h"
 
 BPF_ARRAY(decl_cfg, struct declared_cfg, DECL_SLOTS);

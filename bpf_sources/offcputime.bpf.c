@@ -67,6 +67,7 @@ static inline __attribute__((always_inline)) void add_period(u32 tid, struct off
   key.user_stack_id = s->user_stack_id;
   key.kernel_stack_id = s->kernel_stack_id;
   key.user_hash = s->user_hash;
+  key.declared = s->declared;
   __builtin_memcpy(&key.comm, &s->comm, sizeof(key.comm));
   struct offcpu_val zero = {};
   struct offcpu_val *v = counts.lookup_or_try_init(&key, &zero);
@@ -79,6 +80,74 @@ static inline __attribute__((always_inline)) void add_period(u32 tid, struct off
   if (delta > v->max_ns)
     v->max_ns = delta; /* racy max: two CPUs rarely update one thread's key at once */
 }
+
+/* ---- waits the software declares (USDT begin/done pairs, declared.h) ----------------
+ * Per thread, the innermost declared wait in flight (and the one it is nested in): the
+ * switch-out takes its identity into the period's key, so the off-CPU time carries the
+ * software's own name for what it waits on. A begin no deeper in the stack than the wait
+ * in flight means that wait was left without its end (a longjmp out of it). */
+#include "declared.h"
+struct decl_state {
+  u64 raw, sp;             /* innermost */
+  u64 outer_raw, outer_sp; /* the wait it is nested in (0: none) */
+  u32 depth;               /* nested deeper still: counted, not tracked */
+  u32 pad;
+};
+BPF_HASH(decl_now, u32, struct decl_state, START_SIZE);
+
+static inline int on_declared_begin(struct pt_regs *ctx, u32 slot) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 tid = (u32)id, tgid = id >> 32;
+  if (!TGID_OK(tgid) || !TID_OK(tid))
+    return 0;
+  u64 sp = PT_REGS_SP(ctx);
+  u64 raw = declared_raw(ctx, slot, tgid, OFFCPU_CNT_COUNTS_FULL);
+  if (!raw)
+    return 0;
+  struct decl_state *d = decl_now.lookup(&tid);
+  if (d && sp >= d->sp) { /* the wait in flight was left: back to its outer one, or none */
+    dq_count(OFFCPU_CNT_DECL_STALE);
+    if (d->outer_raw && sp < d->outer_sp) {
+      d->raw = d->outer_raw, d->sp = d->outer_sp;
+      d->outer_raw = 0, d->depth = 0;
+    } else {
+      decl_now.delete(&tid);
+      d = NULL;
+    }
+  }
+  if (d) {
+    if (!d->outer_raw && !d->depth) {
+      d->outer_raw = d->raw, d->outer_sp = d->sp;
+      d->raw = raw, d->sp = sp;
+    } else {
+      d->depth++;
+    }
+    return 0;
+  }
+  struct decl_state n = {};
+  n.raw = raw;
+  n.sp = sp;
+  if (decl_now.update(&tid, &n))
+    dq_count(OFFCPU_CNT_START_FULL);
+  return 0;
+}
+
+int declared_done(struct pt_regs *ctx) {
+  u32 tid = (u32)bpf_get_current_pid_tgid();
+  struct decl_state *d = decl_now.lookup(&tid);
+  if (!d)
+    return 0;
+  if (d->depth) {
+    d->depth--;
+  } else if (d->outer_raw) {
+    d->raw = d->outer_raw, d->sp = d->outer_sp;
+    d->outer_raw = 0;
+  } else {
+    decl_now.delete(&tid);
+  }
+  return 0;
+}
+DECLARED_PROGRAMS()
 
 /* Switch-in: next gets the CPU; its off-CPU period (if tracked) is counted. */
 static inline __attribute__((always_inline)) int switch_in(void *next, u64 now) {
@@ -182,6 +251,8 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
       s.kernel_stack_id = -1;
 #endif
       bpf_get_current_comm(&s.comm, sizeof(s.comm));
+      struct decl_state *d = decl_now.lookup(&tid);
+      s.declared = d ? d->raw : 0;
       if (!seen.lookup(&tgid)) {
         u8 one = 1;
         int err = seen.insert(&tgid, &one);
@@ -246,8 +317,9 @@ RAW_TRACEPOINT_PROBE(sched_process_exec) {
  * which only costs the front-end a re-read of its mappings. */
 RAW_TRACEPOINT_PROBE(sched_process_exit) {
   u64 id = bpf_get_current_pid_tgid();
-  u32 tgid = id >> 32;
-  if ((u32)id == tgid)
+  u32 tgid = id >> 32, tid = (u32)id;
+  decl_now.delete(&tid); /* a thread that exits inside a declared wait */
+  if (tid == tgid)
     seen.delete(&tgid);
   return 0;
 }

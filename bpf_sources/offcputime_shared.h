@@ -15,6 +15,7 @@ struct offcpu_key {
   __s32 kernel_stack_id;
   char comm[OFFCPU_COMM_LEN];
   __u64 user_hash;       /* --unwind=dwarf: uw_stacks key of the user stack (0: none) */
+  __u64 declared;        /* the declared wait in flight at the switch-out (declared.h raw; 0: none) */
 };
 
 struct offcpu_val {
@@ -33,6 +34,7 @@ struct offcpu_start {
   char comm[OFFCPU_COMM_LEN];
   __u64 user_hash;
   __u64 arrivals; /* the thread's arrivals on a CPU so far (bpf_sources/arrival.h) */
+  __u64 declared; /* the declared wait in flight (0: none) */
 };
 
 /* Slots of the data-quality counters (bpf_sources/common.h `dq_counters`), mapped
@@ -49,6 +51,7 @@ enum offcpu_counter {
                                   switch-in came before its switch-out's timestamp */
   OFFCPU_CNT_PERIOD_RECOVERED, /* recovered_periods: a period whose switch-in was never
                                   seen, ended at the arrival the scheduler recorded */
+  OFFCPU_CNT_DECL_STALE,       /* stale_begins: a declared wait left without its end */
   OFFCPU_CNT_MAX
 };
 

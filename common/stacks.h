@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <set>
@@ -85,15 +86,18 @@ class FoldedSet {
 
 // Entries (with pid, tid, comm and stack members) whose stacks render the same (stack
 // ids that differ only in frames symbolization drops or cannot name) become one;
-// merge(into, from) adds `from`'s values. First-seen order is kept.
+// merge(into, from) adds `from`'s values. First-seen order is kept. `apart(e)`, when
+// given, keeps entries with different values apart (e.g. a declared wait's name).
 template <class E, class MergeFn>
-void merge_identical_stacks(std::vector<E>& entries, MergeFn merge) {
+void merge_identical_stacks(std::vector<E>& entries, MergeFn merge,
+                            const std::function<uint64_t(const E&)>& apart = {}) {
   using Key = std::tuple<uint32_t, uint32_t, std::string, std::vector<std::string>, std::vector<std::string>,
-                         bool, bool>;
+                         bool, bool, uint64_t>;
   std::map<Key, size_t> index;
   std::vector<E> out;
   for (auto& e : entries) {
-    Key key{e.pid, e.tid, e.comm, e.stack.user, e.stack.kernel, e.stack.user_missing, e.stack.kernel_missing};
+    Key key{e.pid,        e.tid, e.comm, e.stack.user, e.stack.kernel, e.stack.user_missing, e.stack.kernel_missing,
+            apart ? apart(e) : 0};
     auto it = index.find(key);
     if (it == index.end()) {
       index.emplace(std::move(key), out.size());

@@ -20,7 +20,7 @@ const std::vector<std::string>& dq_keys() {
   // (bpf_sources/arrival.h: counted in full, not lost).
   static const std::vector<std::string> keys = [] {
     std::vector<std::string> k = {"seen_full", "overflow_stacks", "unknown_frames", "processes_gone_before_seen",
-                                  "symbolize_skipped", "dropped_periods", "recovered_periods"};
+                                  "symbolize_skipped", "dropped_periods", "recovered_periods", "stale_begins"};
     for (auto& u : unwind_dq_keys()) k.push_back(u);  // --unwind=dwarf (zero with fp)
     return k;
   }();
@@ -30,17 +30,25 @@ const std::vector<std::string>& dq_keys() {
 // Stack ids that differ only in frames symbolization drops (the tracing path's own
 // frames) or cannot name render the same; report them as one entry.
 void merge_identical(std::vector<Entry>& entries) {
-  merge_identical_stacks(entries, [](Entry& m, const Entry& e) {
-    m.total_ns += e.total_ns;
-    m.count += e.count;
-    m.max_ns = std::max(m.max_ns, e.max_ns);
-  });
+  merge_identical_stacks<Entry>(
+      entries,
+      [](Entry& m, const Entry& e) {
+        m.total_ns += e.total_ns;
+        m.count += e.count;
+        m.max_ns = std::max(m.max_ns, e.max_ns);
+      },
+      [](const Entry& e) { return e.declared; });  // different declared waits stay apart
 }
 
-void classify_waits(std::vector<Entry>& entries) {
+void classify_waits(std::vector<Entry>& entries, const std::function<const DeclaredName*(uint64_t)>& declared) {
   const WaitRules& rules = WaitRules::suite();
   std::vector<std::string> frames;
   for (auto& e : entries) {
+    if (const DeclaredName* d = e.declared && declared ? declared(e.declared) : nullptr) {
+      e.wait = WaitVerdict{d->kind, d->what, std::string::npos, true, false, nullptr};
+      e.declared_origin = d->origin;
+      continue;
+    }
     frames = e.stack.kernel;  // innermost first: the kernel's frames, then the user's
     frames.insert(frames.end(), e.stack.user.begin(), e.stack.user.end());
     e.wait = rules.classify(frames);

@@ -24,6 +24,7 @@
 #include "common/runloop.h"
 #include "common/stack_tool.h"
 #include "common/stacks.h"
+#include "common/declared_waits.h"
 #include "common/wait_sites.h"
 
 namespace ebpf {
@@ -84,6 +85,10 @@ struct Entry {
   // What the wait is, by the wait-site rules (common/wait_sites) over its kernel then
   // user frames, innermost first: set by classify_waits().
   bpfdiag::WaitVerdict wait;
+  // The wait the software declared in flight at the switch-out (common/declared_waits
+  // id; 0: none) and, once classified, its rule's origin.
+  uint64_t declared = 0;
+  std::string declared_origin;
 };
 
 struct Report {
@@ -93,7 +98,10 @@ struct Report {
 };
 
 // Each entry's wait verdict (Entry::wait) from the suite's wait-site rules.
-void classify_waits(std::vector<Entry>& entries);
+// A declared wait (Entry::declared, named by `declared`) is the software's own word on
+// what the wait is and decides before the stack's rules.
+void classify_waits(std::vector<Entry>& entries,
+                    const std::function<const bpfdiag::DeclaredName*(uint64_t)>& declared = {});
 // Off-CPU time by wait class ("lock", "io", "idle", ..., "unclassified").
 std::map<std::string, uint64_t> wait_class_totals(const std::vector<Entry>& entries);
 // Entries that render the same (same thread, comm and frames) become one.

@@ -24,7 +24,7 @@ nlohmann::json stack_fields(const Entry& e) {
           // what the wait is, by the wait-site rules (common/wait_sites)
           {"wait_class", wait_kind_name(e.wait.kind)},
           {"wait_site_what", e.wait.what},
-          {"wait_site_rule", e.wait.rule ? e.wait.rule->origin : ""},
+          {"wait_site_rule", e.wait.rule ? e.wait.rule->origin : e.declared_origin},
           {"wait_site_decided", e.wait.decided}};
 }
 

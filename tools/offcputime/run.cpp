@@ -23,9 +23,9 @@
 extern "C" {
 #include "offcputime_shared.h"
 }
-static_assert(sizeof(offcpu_key) == 40, "offcpu_key layout shared with BPF");
+static_assert(sizeof(offcpu_key) == 48, "offcpu_key layout shared with BPF");
 static_assert(sizeof(offcpu_val) == 24, "offcpu_val layout shared with BPF");
-static_assert(sizeof(offcpu_start) == 56, "offcpu_start layout shared with BPF");
+static_assert(sizeof(offcpu_start) == 64, "offcpu_start layout shared with BPF");
 
 namespace offcputime {
 using namespace bpfdiag;
@@ -39,7 +39,8 @@ const std::vector<CounterSlot> kCounters = {{OFFCPU_CNT_STACK_LOST, "lost_stacks
                                             {OFFCPU_CNT_SEEN_FULL, "seen_full"},
                                             {OFFCPU_CNT_STACK_OVERFLOW, "overflow_stacks"},
                                             {OFFCPU_CNT_PERIOD_DROPPED, "dropped_periods"},
-                                            {OFFCPU_CNT_PERIOD_RECOVERED, "recovered_periods"}};
+                                            {OFFCPU_CNT_PERIOD_RECOVERED, "recovered_periods"},
+                                            {OFFCPU_CNT_DECL_STALE, "stale_begins"}};
 
 const std::vector<std::pair<std::string, std::string>> kProbes = {
     {"sched_process_exec", "raw_tracepoint__sched_process_exec"},
@@ -48,6 +49,7 @@ const std::vector<std::pair<std::string, std::string>> kProbes = {
 
 struct Live {
   Symbolizer sym;
+  DeclaredWaits declared;  // the software's own wait probes (common/declared_waits)
   uint64_t lost_events = 0;
   UnwindMaps* uw = nullptr;  // --unwind=dwarf
   std::set<uint32_t> uw_stale;  // processes whose mappings changed (exec): refresh
@@ -99,6 +101,7 @@ void read_entries(BpfSession& session, const Config& c, Live& live, Report& rep)
     e.count = v.count;
     e.max_ns = v.max_ns;
     e.stack = stacks.resolve(live.sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, &rep.dq);
+    if (k.declared) e.declared = live.declared.id_of(k.tgid, k.declared, session);
     if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
       bool found = false;
       e.stack.user = symbolize_unwound(unwound, k.user_hash, live.sym, k.tgid, &found);
@@ -108,6 +111,16 @@ void read_entries(BpfSession& session, const Config& c, Live& live, Report& rep)
   }
 }
 
+// The scheduler's tracepoints, then the declared waits' probes (none in -k mode).
+Status attach_probes(BpfSession& session, Live& live, uint64_t& probes) {
+  for (auto& [tp, fn] : kProbes) {
+    if (auto st = session.attach_raw_tracepoint(tp, fn))
+      return st;  // one line: a verifier rejection, or the attach failure with its hint
+    ++probes;
+  }
+  return live.declared.attach(session, false, probes);
+}
+
 }  // namespace
 
 Status run(const Config& user_config) {
@@ -115,13 +128,14 @@ Status run(const Config& user_config) {
   if (!c.stack_storage_size) c.stack_storage_size = auto_stack_storage(count_traced_threads(c));
   auto plan = bpf_plan(c);
   if (!plan) return Error{plan.error()};
+  Live live;  // found before loading: a short-lived target is scanned as early as possible
+  if (!c.ebpf && !c.kernel_threads_only) live.declared.find(c.pids, c.tids);
   UnwindMaps uw;
   auto loaded = load_unwinding_tool(ToolPlan{"offcputime", *plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr,
                                     {c.pids, c.tids, "uw_offcpu_tail", BPF_PROG_TYPE_RAW_TRACEPOINT, ""});
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
-  Live live;
   if (c.unwind_dwarf) live.uw = &uw;
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
   for (auto p : c.pids) live.sym.remember(p);
@@ -130,12 +144,12 @@ Status run(const Config& user_config) {
   // probes attach (not between attach and start record: a peer arms on that record).
   // With -p/-t on demand, as before: a short-lived target must not wait for it.
   if (c.pids.empty() && c.tids.empty()) (void)live.sym.kernel_symbols_available();
-  for (auto& [tp, fn] : kProbes)
-    if (auto st = session.attach_raw_tracepoint(tp, fn))
-      return st;  // one line: a verifier rejection, or the attach failure with its hint
+  uint64_t probes = 0;
+  if (auto st = attach_probes(session, live, probes)) return st;
   attach_phase_done();
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
-  nlohmann::json fields = start_fields(c, kProbes.size());
+  nlohmann::json fields = start_fields(c, probes);
+  if (!live.declared.empty()) fields["declared_waits"] = live.declared.start_fields();
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
   announce_attached(std::cout, "offcputime", c.json, banner(c), fields, dq0);
   uint64_t window_start = monotonic_ns();
@@ -172,7 +186,7 @@ Status run(const Config& user_config) {
     read_entries(session, c, live, rep);
     if (final) timing_mark("final: read + symbolize");
     merge_identical(rep.entries);
-    classify_waits(rep.entries);
+    classify_waits(rep.entries, [&](uint64_t id) { return live.declared.name(id); });
     add_symbolizer_dq(rep.dq, before, live.sym.stats());
     render(std::cout, std::cerr, c, rep);
     if (final) timing_mark("final: render");
