@@ -190,7 +190,11 @@ def check_tpcb(oc, ls, truth):
     lwl = [r for r in rows if r["wait_site_what"].startswith("PostgreSQL LWLock")]
     bad = [r["class"] for r in lwl if r["class"] in ("idle", "condition")]
     check(not bad, "tpcb-like: lockstat never calls an LWLock wait idle or condition (%d rows; %s)" % (len(lwl), bad))
-    got = sum(r["wait_total_ns"] for r in lwl) / backend_ns
+    # PostgreSQL reports the LWLock waits it declares (lwlock__wait__start/done around
+    # LWLockReportWaitStart/End); its other semaphore waits in LWLockAcquire (absorbing
+    # a wake-up already under way) have no wait_event, so they are left out here
+    # (a loaded fresh run: 4.1% with them vs 2.6%)
+    got = sum(r["wait_total_ns"] for r in lwl if r["kind"] == "declared") / backend_ns
     want = of_type(truth, "LWLock") / total
     # the truth is a share of ~2,000 samples: 20% plus three standard errors of that
     # sampled share (at 2.4%: 0.5 + 1.0 points; a run under a build read 3.3% vs 2.4%)

@@ -1,9 +1,11 @@
 // mutex_crowd: many threads (up to 4000) on ONE pthread mutex, each holding it briefly,
 // to exercise lock tools' map sizes (one key per waiting thread and lock).
-// USAGE: mutex_crowd [--threads N] [--duration-ms MS] [--hold-us US]
+// USAGE: mutex_crowd [--threads N] [--duration-ms MS] [--hold-us US] [--go-file PATH]
 // Prints "ready <pid>" on stderr once every thread runs, then {"acquisitions":N} on
-// stdout at the end.
+// stdout at the end. With --go-file the MS of contention start when PATH exists (a
+// tracer attached after "ready" sees all of them, however long its start took).
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -49,6 +51,11 @@ int main(int argc, char** argv) {
     });
   while (started.load() < threads) usleep(1000);
   std::fprintf(stderr, "ready %d\n", getpid());
+  const char* go = nullptr;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], "--go-file")) go = argv[i + 1];
+  struct stat st;
+  while (go && stat(go, &st) != 0) usleep(10000);
   std::this_thread::sleep_for(std::chrono::milliseconds(duration_ms));
   stop = true;
   for (auto& t : ts) t.join();
