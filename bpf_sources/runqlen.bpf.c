@@ -16,6 +16,12 @@
  *   OFF_CFS_RQ_NR      cfs_rq.nr_queued / nr_running (CFS-only view, --cfs)
  *   OFF_RQ_CLOCK, OFF_RQ_CLOCK_IDLE  rq.clock, rq.clock_idle (optional): when the CPU
  *                      went idle, for an idle period whose start was never seen
+ *   OFF_RQ_CFS         rq.cfs, with OFF_CFS_RQ_H_QUEUED + OFF_CFS_RQ_H_RUNNABLE (6.14+) or
+ *                      OFF_CFS_RQ_H_DELAYED (6.12, 6.13) (optional): tasks the fair class
+ *                      keeps queued after they went to sleep (EEVDF delayed dequeue)
+ * Since 6.12 a task that sleeps with negative lag stays on the queue, marked delayed,
+ * until its lag is spent: rq.nr_running and cfs_rq.nr_queued count it, yet it is asleep
+ * and waits for nothing (no run_delay accrues). Both views leave such tasks out.
  * CFS_ONLY selects BCC's view: the sampled task's own cfs_rq, which inside a cgroup
  * is the group's queue, not the CPU's.
  */
@@ -31,10 +37,26 @@ BPF_PERCPU_ARRAY(dist, u64, RUNQLEN_MAX_LEN + 1);
 /* Per-CPU idle accounting, updated only on its own CPU (sched_switch runs there). */
 BPF_PERCPU_ARRAY(idle, struct runqlen_idle, 1);
 
+/* Tasks queued on this cfs_rq's hierarchy but asleep (delayed dequeue); 0 before 6.12. */
+static inline unsigned int delayed_tasks(void *cfs_rq) {
+#if defined(OFF_CFS_RQ_H_QUEUED) && defined(OFF_CFS_RQ_H_RUNNABLE)
+  unsigned int queued = 0, runnable = 0;
+  bpf_probe_read_kernel(&queued, sizeof(queued), cfs_rq + OFF_CFS_RQ_H_QUEUED);
+  bpf_probe_read_kernel(&runnable, sizeof(runnable), cfs_rq + OFF_CFS_RQ_H_RUNNABLE);
+  return queued > runnable ? queued - runnable : 0;
+#elif defined(OFF_CFS_RQ_H_DELAYED)
+  unsigned int delayed = 0;
+  bpf_probe_read_kernel(&delayed, sizeof(delayed), cfs_rq + OFF_CFS_RQ_H_DELAYED);
+  return delayed;
+#else
+  return 0;
+#endif
+}
+
 int do_perf_event(struct bpf_perf_event_data *ctx) {
   void *task = (void *)bpf_get_current_task();
   void *cfs_rq = NULL;
-  unsigned int nr = 0;
+  unsigned int nr = 0, delayed = 0;
   u64 *v;
 
   /* The idle task's time is measured by sched_switch below, not sampled. */
@@ -45,13 +67,24 @@ int do_perf_event(struct bpf_perf_event_data *ctx) {
 #ifdef CFS_ONLY
   if (bpf_probe_read_kernel(&nr, sizeof(nr), cfs_rq + OFF_CFS_RQ_NR))
     goto fail;
+  /* counted in tasks below this queue: exact when they are its own entities (no nested
+   * group), an upper bound on its delayed entities otherwise */
+  delayed = delayed_tasks(cfs_rq);
 #else
   void *rq = NULL;
   if (bpf_probe_read_kernel(&rq, sizeof(rq), cfs_rq + OFF_CFS_RQ_RQ) || !rq)
     goto fail;
   if (bpf_probe_read_kernel(&nr, sizeof(nr), rq + OFF_RQ_NR_RUNNING))
     goto fail;
+#ifdef OFF_RQ_CFS
+  delayed = delayed_tasks(rq + OFF_RQ_CFS);
 #endif
+#endif
+  if (delayed) {
+    dq_count(RUNQLEN_CNT_DELAYED_SAMPLES);
+    dq_count_n(RUNQLEN_CNT_DELAYED_TASKS, delayed);
+    nr = nr > delayed ? nr - delayed : 1; /* the sampled task runs: it is not delayed */
+  }
   if (nr > 0)
     nr--; /* the running task itself */
   int len = nr > RUNQLEN_MAX_LEN ? RUNQLEN_MAX_LEN : nr;

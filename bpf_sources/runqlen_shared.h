@@ -10,7 +10,10 @@
 #define RUNQLEN_CNT_IDLE_RECOVERED 1 /* an idle period whose start was never seen, taken
                                         from the run queue's own record (rq.clock_idle) */
 #define RUNQLEN_CNT_IDLE_DROPPED 2   /* the same when that record could not say */
-#define RUNQLEN_NCOUNTERS 3
+#define RUNQLEN_CNT_DELAYED_SAMPLES 3 /* a sample whose queue held sleeping tasks the
+                                          kernel keeps queued (delayed dequeue), left out */
+#define RUNQLEN_CNT_DELAYED_TASKS 4 /* those tasks, summed over the samples */
+#define RUNQLEN_NCOUNTERS 5
 
 /* One CPU's idle time (CLOCK_MONOTONIC ns, as bpf_ktime_get_ns). */
 struct runqlen_idle {

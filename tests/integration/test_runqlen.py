@@ -79,9 +79,11 @@ class ProcsRunning(threading.Thread):
 class PinnedLoops:
     """`n` busy threads pinned to `cpu` (one process)."""
 
-    def __init__(self, cpu, n, seconds):
+    def __init__(self, cpu, n, seconds, duty=()):
+        """cpu None: not pinned (the scheduler places the threads)."""
         self.cpu, self.n = cpu, n
-        self.p = subprocess.Popen(["taskset", "-c", str(cpu), workload("busyloops"), str(n), str(seconds)],
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        self.p = subprocess.Popen([*pin, workload("busyloops"), str(n), str(seconds), *map(str, duty)],
                                   stdout=subprocess.PIPE, text=True)
 
     def run_delay_ns(self):
@@ -98,10 +100,14 @@ class PinnedLoops:
         self.p.communicate(timeout=30)
 
 
-def measure(per_cpu_loops, extra=()):
-    """per_cpu_loops[c] busy loops pinned on CPU c while runqlen runs SECONDS seconds.
+def measure(per_cpu_loops, extra=(), duty=(), unpinned=0):
+    """per_cpu_loops[c] busy loops pinned on CPU c while runqlen runs SECONDS seconds, and
+    `unpinned` more the scheduler places; duty=(SPIN_US, SLEEP_US) makes them short
+    sleepers (busyloops).
     Returns (records, truth) with truth = {"cpu": {c: mean queue}, "kernel": mean}."""
-    loops = [PinnedLoops(c, n, SECONDS + 4) for c, n in enumerate(per_cpu_loops) if n > 0]
+    loops = [PinnedLoops(c, n, SECONDS + 4, duty) for c, n in enumerate(per_cpu_loops) if n > 0]
+    if unpinned:
+        loops.append(PinnedLoops(None, unpinned, SECONDS + 4, duty))
     time.sleep(0.5)
     sampler = ProcsRunning()
     sampler.start()
@@ -127,7 +133,8 @@ def measure(per_cpu_loops, extra=()):
     truth = {"cpu": {c: 0.0 for c in range(cpus)}, "kernel": sampler.mean_queue(),
              "all": sum(d for d in deltas if 0 <= d <= window_ns * 1.05) / window_ns / cpus}
     for l, a, b in zip(loops, d0, d1):
-        truth["cpu"][l.cpu] = (b - a) / window_ns
+        if l.cpu is not None:
+            truth["cpu"][l.cpu] = (b - a) / window_ns
     check(r.returncode == 0, "runqlen -j %s exits 0 (%s)" % (" ".join(extra), r.stderr.strip()[-200:]))
     recs = records(r.stdout, "runqlen -j %s" % " ".join(extra))
     types = [x["type"] for x in recs]
@@ -166,6 +173,29 @@ for k in (0, 2, 4):
               % (k, expected, truth["all"], truth["kernel"]))
     check(rec["sample_count"] > 0 and rec["data_quality"]["read_errors"] == 0,
           "samples counted (%d), no kernel read errors" % rec["sample_count"])
+
+# --- 1b. short sleepers: since 6.12 a task that sleeps owing CPU time stays queued, delayed
+# (EEVDF delayed dequeue) and rq.nr_running counts it, though it waits for nothing (no
+# run_delay accrues). 20 threads spinning 30 us and sleeping 100 us on 2 CPUs: reading
+# nr_running as BCC does gave 8.0 per CPU against every task's run_delay 5.6-5.9 (bpftrace,
+# same kernel); minus the delayed tasks 5.9-6.0. runqlen leaves them out, so it must be
+# nearer run_delay than the count with them (its mean plus delayed_dequeue_tasks per sample).
+# Some runs read above run_delay even so: 8.0 vs 6.9 and 8.7 vs 7.4 in 2 of 4 (+15-17%),
+# and pinned with taskset 6.8-7.0 vs 5.5-5.8; not understood yet (bpftrace's sampled
+# nr_running minus delayed reads the same), so the bound is 25%, and the gap is printed.
+recs, truth = measure([0] * cpus, extra=("-F", "997"), duty=(30, 100), unpinned=10 * cpus)
+if recs:
+    rec = recs[0]
+    dq = rec["data_quality"]
+    raw = rec["runqlen_avg"] + dq["delayed_dequeue_tasks"] / max(1, rec["sample_count"])
+    print("info short sleepers: %d of %d samples had delayed tasks queued; counted, the mean would be %.2f"
+          % (dq["delayed_dequeue_samples"], rec["sample_count"], raw))
+    check(abs(rec["runqlen_avg"] - truth["all"]) < abs(raw - truth["all"]),
+          "short sleepers: runqlen mean %.2f nearer every task's run_delay %.2f than with delayed tasks (%.2f)"
+          % (rec["runqlen_avg"], truth["all"], raw))
+    check(within(rec["runqlen_avg"], truth["all"], rel=0.25, abs_=0.25),
+          "short sleepers: runqlen mean %.2f vs every task's run_delay %.2f (+-25%%/0.25)"
+          % (rec["runqlen_avg"], truth["all"]))
 
 # --- 2. -C: every CPU reported, loaded or idle, each sampled as often -------------------------
 # CPU 0 holds two loops (queue 1), the others are idle.

@@ -109,6 +109,12 @@ Result<BpfPlan> bpf_plan(const Config& c) {
   // optional: rq.clock_idle (CONFIG_SMP kernels since 6.1) dates an idle period whose
   // start was never seen; without it such a period is counted as dropped
   (void)add_kernel_offsets(p, {{"OFF_RQ_CLOCK", "rq", {"clock"}}, {"OFF_RQ_CLOCK_IDLE", "rq", {"clock_idle"}}});
+  // optional: the fair class's count of queued tasks that are asleep (delayed dequeue,
+  // 6.12+), left out of the queue length; without it such tasks count as waiting
+  if (add_kernel_offsets(p, {{"OFF_RQ_CFS", "rq", {"cfs"}},
+                             {"OFF_CFS_RQ_H_QUEUED", "cfs_rq", {"h_nr_queued"}},
+                             {"OFF_CFS_RQ_H_RUNNABLE", "cfs_rq", {"h_nr_runnable"}}}))
+    (void)add_kernel_offsets(p, {{"OFF_RQ_CFS", "rq", {"cfs"}}, {"OFF_CFS_RQ_H_DELAYED", "cfs_rq", {"h_nr_delayed"}}});
   if (c.cfs_only) p.flag("CFS_ONLY");
   return p;
 }
@@ -116,7 +122,9 @@ Result<BpfPlan> bpf_plan(const Config& c) {
 const std::vector<CounterSlot>& counter_table() {
   static const std::vector<CounterSlot> table = {{RUNQLEN_CNT_READ_ERRORS, "read_errors"},
                                                  {RUNQLEN_CNT_IDLE_RECOVERED, "recovered_periods"},
-                                                 {RUNQLEN_CNT_IDLE_DROPPED, "dropped_periods"}};
+                                                 {RUNQLEN_CNT_IDLE_DROPPED, "dropped_periods"},
+                                                 {RUNQLEN_CNT_DELAYED_SAMPLES, "delayed_dequeue_samples"},
+                                                 {RUNQLEN_CNT_DELAYED_TASKS, "delayed_dequeue_tasks"}};
   return table;
 }
 
