@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <utility>
 
 #include "common/bpf_counters.h"
 #include "common/bpf_object.h"
@@ -55,6 +56,21 @@ uint64_t read_count(BpfSession& bpf, int slot) {
   return v;
 }
 
+// The switches counted and the kernel's count as one snapshot: this thread can be switched
+// out between two map reads (a loaded run read "50 of the kernel's 51": preempted between
+// them). Both slots are written by one program run at each switch of this thread, so the
+// pair is consistent when the count read before and after the kernel's is the same.
+std::pair<uint64_t, uint64_t> read_switches(BpfSession& bpf) {
+  uint64_t counted = read_count(bpf, DOCTOR_SWITCHES), kernel = 0;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    kernel = read_count(bpf, DOCTOR_KERNEL_SWITCHES);
+    const uint64_t again = read_count(bpf, DOCTOR_SWITCHES);
+    if (again == counted) break;
+    counted = again;
+  }
+  return {counted, kernel};
+}
+
 // Loads doctor.bpf.c, attaches it, makes known events and counts what arrived. An
 // error means the program could not be compiled, loaded or attached (one line).
 Result<LiveResult> live_check(DataQuality& dq) {
@@ -92,11 +108,11 @@ Result<LiveResult> live_check(DataQuality& dq) {
   // sleeps). One sleep first, so the kernel's count is known at the start.
   const struct timespec nap = {0, 1000000};
   clock_nanosleep(CLOCK_MONOTONIC, 0, &nap, nullptr);
-  const uint64_t switches0 = read_count(s, DOCTOR_SWITCHES);
-  const uint64_t kernel0 = read_count(s, DOCTOR_KERNEL_SWITCHES);
+  const auto [switches0, kernel0] = read_switches(s);
   for (uint64_t i = 0; i < kSleeps; ++i) clock_nanosleep(CLOCK_MONOTONIC, 0, &nap, nullptr);
-  r.switches_counted = read_count(s, DOCTOR_SWITCHES) - switches0;
-  r.switches_kernel = read_count(s, DOCTOR_KERNEL_SWITCHES) - kernel0;
+  const auto [switches1, kernel1] = read_switches(s);
+  r.switches_counted = switches1 - switches0;
+  r.switches_kernel = kernel1 - kernel0;
   r.sleeps_made = kSleeps;
 
   r.syscalls_counted = read_count(s, DOCTOR_SYSCALLS);
