@@ -174,6 +174,32 @@ static inline void scan_user_stack(s32 stack_id, long nr) {
 #define SCAN_USER_STACK(id, nr)
 #endif
 
+#if defined(USER_FUTEX) && !defined(USER_PTHREAD)
+/* Writes `s` as thread `tid`'s wait in flight, with its user stack (the futex's callers
+ * scanned when `nr` is a futex syscall's number, -1 for none); 0 when written. With the
+ * DWARF unwinder the stack is left to the caller's tail call, which stamps the start
+ * again after unwinding. */
+static inline int start_wait(void *ctx, u32 tid, struct futex_start *s, long nr) {
+#ifdef UW_DWARF
+  s->stack_id = -1;
+  s->user_hash = UW_HASH_LOST; /* until the unwinder's tail call has run */
+#else
+  s->stack_id = bpfdiag_stack_id(ctx, BPF_F_USER_STACK);
+  if (s->stack_id < 0 && s->stack_id != -14 /* -EFAULT: no stack to take */)
+    dq_count(LS_CNT_LOST_USTACK);
+  if (nr >= 0) {
+    SCAN_USER_STACK(s->stack_id, nr);
+  }
+#endif
+  s->ts = bpf_ktime_get_ns(); /* after the stack walk and scan: overhead, not waiting */
+  if (futex_start.update(&tid, s)) {
+    dq_count(LS_CNT_MAP_FULL);
+    return -1;
+  }
+  return 0;
+}
+#endif
+
 #if defined(USER_FUTEX) || defined(USER_PTHREAD)
 static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
   u64 id = bpf_get_current_pid_tgid();
@@ -193,20 +219,8 @@ static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
   struct futex_start s = {};
   s.uaddr = uaddr;
   s.flags = flags;
-#ifdef UW_DWARF
-  s.stack_id = -1;
-  s.user_hash = UW_HASH_LOST; /* until uw_lockstat_futex_tail has run */
-#else
-  s.stack_id = bpfdiag_stack_id(ctx, BPF_F_USER_STACK);
-  if (s.stack_id < 0 && s.stack_id != -14 /* -EFAULT: no stack to take */)
-    dq_count(LS_CNT_LOST_USTACK);
-  SCAN_USER_STACK(s.stack_id, nr);
-#endif
-  s.ts = bpf_ktime_get_ns(); /* after the stack walk and scan: overhead, not waiting */
-  if (futex_start.update(&tid, &s)) {
-    dq_count(LS_CNT_MAP_FULL);
+  if (start_wait(ctx, tid, &s, nr))
     return PASS;
-  }
 #ifdef UW_DWARF
   uw_progs.call(ctx, UW_PROG_UNWIND); /* does not return when it runs */
   dq_count(LS_CNT_LOST_USTACK);
@@ -401,19 +415,8 @@ static inline int on_declared_begin(struct pt_regs *ctx, u32 slot) {
   s.uaddr = raw;
   s.flags = LS_FUTEX_DECLARED | inner;
   s.sp = sp;
-#ifdef UW_DWARF
-  s.stack_id = -1;
-  s.user_hash = UW_HASH_LOST; /* until uw_lockstat_declared_tail has run */
-#else
-  s.stack_id = bpfdiag_stack_id(ctx, BPF_F_USER_STACK);
-  if (s.stack_id < 0 && s.stack_id != -14)
-    dq_count(LS_CNT_LOST_USTACK);
-#endif
-  s.ts = bpf_ktime_get_ns();
-  if (futex_start.update(&tid, &s)) {
-    dq_count(LS_CNT_MAP_FULL);
+  if (start_wait(ctx, tid, &s, -1))
     return PASS;
-  }
 #ifdef UW_DWARF
   decl_progs.call(ctx, 0); /* does not return when it runs */
   dq_count(LS_CNT_LOST_USTACK);

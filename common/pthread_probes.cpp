@@ -114,10 +114,8 @@ Result<PthreadLib> pthread_lib_from_maps(const std::string& maps_text, const std
   while (std::getline(in, line)) {
     auto slash = line.find('/');
     if (slash == std::string::npos) continue;
-    std::string path = line.substr(slash);
+    std::string path = without_deleted_suffix(line.substr(slash));
     std::string range = line.substr(0, line.find(' '));
-    if (path.size() > 10 && path.compare(path.size() - 10, 10, " (deleted)") == 0)
-      path.resize(path.size() - 10);
     std::string base = path.substr(path.rfind('/') + 1);
     if (libpthread.empty() && base.rfind("libpthread.so", 0) == 0) libpthread = path, libpthread_range = range;
     if (libc.empty() && base.rfind("libc.so", 0) == 0) libc = path, libc_range = range;
@@ -135,14 +133,8 @@ Result<PthreadLib> pthread_lib_from_maps(const std::string& maps_text, const std
 
 // Opens the library `lib` names as untrusted input: its map_files entry (the mapped
 // inode itself), else its path inside the process's root without following links.
-static Status open_lib(uint32_t pid, const std::string& proc, PthreadLib& lib) {
-  UntrustedOpen r;
-  if (!lib.map_range.empty()) {
-    UntrustedPolicy mf;
-    mf.follow_links = true;  // a kernel magic link
-    r = open_untrusted(proc + "/map_files/" + lib.map_range, mf);
-  }
-  if (!r.file && r.refused.empty()) r = pid ? open_in_proc_root(pid, lib.display, {}) : open_untrusted(lib.display, {});
+static Status open_lib(uint32_t pid, PthreadLib& lib) {
+  UntrustedOpen r = open_mapping(pid, lib.map_range, lib.display);
   if (!r.file) {
     if (!r.refused.empty()) return Error{"cannot use " + lib.display + ": " + r.refused};
     return Error{"cannot open " + lib.display + ": " + std::strerror(r.err) + gone_hint(lib.pid, r.err)};
@@ -165,7 +157,7 @@ Result<PthreadLib> find_pthread_lib(uint32_t pid) {
   auto lib = pthread_lib_from_maps(ss.str(), pid ? proc + "/root" : "");
   if (lib) {
     lib.value().pid = pid ? static_cast<int>(pid) : -1;
-    if (auto st = open_lib(pid, proc, lib.value())) return Error{st->message};
+    if (auto st = open_lib(pid, lib.value())) return Error{st->message};
     return lib;
   }
   if (!pid) return Error{"this tool has no libc mapped (cannot happen with a dynamic build)"};

@@ -25,6 +25,7 @@ const int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 // Shared with the signal handler: lock-free atomics only.
 std::atomic<int> g_stop_signal{0};
 std::atomic<uint64_t> g_stop_ns{0};         // this process's CPU time at the first stop signal
+std::atomic<uint64_t> g_stop_wall_ns{0};    // CLOCK_MONOTONIC then (BPFDIAG_TIMING)
 std::atomic<bool> g_running{false};       // the run loop has started
 std::atomic<bool> g_boundary{false};      // SIGUSR1: a report boundary was asked for
 std::atomic<uint64_t> g_boundaries{0};     // boundaries reported so far
@@ -91,6 +92,8 @@ void on_stop_signal(int sig) {
   struct timespec ts;  // clock_gettime is async-signal-safe
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   g_stop_ns.store(static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  g_stop_wall_ns.store(static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec);
   errno = saved;
 }
 
@@ -233,6 +236,7 @@ int run_loop(const Schedule& s, const RunHooks& hooks) {
   // signal runs SCHED_RR at the lowest real-time priority: one thread, bounded by that
   // budget, under the kernel's real-time throttling; children do not inherit it.
   if (sig) {
+    timing_mark_at("stop signal handled", g_stop_wall_ns.load());
     timing_mark("stop signal seen");
     struct sched_param sp = {};
     sp.sched_priority = 1;

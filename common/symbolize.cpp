@@ -187,23 +187,17 @@ static void load_perfmap(uint32_t pid, std::vector<PerfMapSym>& out) {
   out.shrink_to_fit();
 }
 
-// The ELF image behind one mapping: /proc/PID/map_files/<range> first (the very inode
-// mapped, deleted or not; a path swapped meanwhile cannot matter), else the path
-// resolved inside the process's root without following links.
-std::shared_ptr<ElfSymbols> Symbolizer::elf_for(uint32_t pid, const std::string& path,
-                                                const std::string& map_files_path) {
-  UntrustedPolicy mf;
-  mf.follow_links = true;  // a kernel magic link, not a name the process chose
-  UntrustedOpen r = open_untrusted(map_files_path, mf);
+// The ELF image behind one mapping (open_mapping: its map_files entry, else its path
+// inside the process's root without following links).
+std::shared_ptr<ElfSymbols> Symbolizer::elf_for(uint32_t pid, const std::string& path, const std::string& range) {
+  UntrustedOpen mapped = open_mapping(pid, range, "");
   // A refused map_files entry is a mapped device or an oversized file: legitimate
   // mappings (GPU drivers map devices), not worth a warning and not worth a retry.
-  if (!r.file && !r.refused.empty()) return nullptr;
+  if (!mapped.file && !mapped.refused.empty()) return nullptr;
+  UntrustedOpen r = mapped.file ? mapped : open_mapping(pid, "", path);
   if (!r.file) {
-    r = open_in_proc_root(pid, path, UntrustedPolicy{});
-    if (!r.file) {
-      warn_if_refused(path, r);
-      return nullptr;
-    }
+    warn_if_refused(path, r);
+    return nullptr;
   }
   std::string key = r.file->identity();
   auto it = elf_cache_.find(key);
@@ -231,10 +225,7 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
     auto m = parse_maps_line(line);
     if (!m) continue;
     any = true;
-    Raw r{m->start, m->end, m->offset, m->inode, std::move(m->path)};
-    const std::string del = " (deleted)";
-    if (r.path.size() > del.size() && r.path.compare(r.path.size() - del.size(), del.size(), del) == 0)
-      r.path.resize(r.path.size() - del.size());
+    Raw r{m->start, m->end, m->offset, m->inode, without_deleted_suffix(m->path)};
     if (r.path.empty()) continue;
     p.maps.push_back({r.start, r.end, intern(r.path)});
     if (r.path[0] == '/' && r.inode != 0) raws.push_back(r);
@@ -245,9 +236,7 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
   skipped_elf_ = false;
   for (auto& r : raws) {
     if (index.count(r.path)) continue;
-    char mf[96];
-    std::snprintf(mf, sizeof mf, "/proc/%u/map_files/%" PRIx64 "-%" PRIx64, pid, r.start, r.end);
-    auto elf = elf_for(pid, r.path, mf);
+    auto elf = elf_for(pid, r.path, map_range(r.start, r.end));
     if (!elf || !elf->ok) continue;
     // runtime = bias + vaddr; this mapping starts at file offset r.off, which is
     // vaddr seg->vaddr + (r.off - seg->offset).

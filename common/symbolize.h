@@ -165,8 +165,7 @@ class Symbolizer {
   struct Module;   // one mapped file in one process
   struct Process;  // a snapshot of one process
   bool load_process(uint32_t pid, Process& p);
-  std::shared_ptr<ElfSymbols> elf_for(uint32_t pid, const std::string& path,
-                                      const std::string& map_files_path);
+  std::shared_ptr<ElfSymbols> elf_for(uint32_t pid, const std::string& path, const std::string& range);
   std::shared_ptr<const std::string> intern(const std::string& s);
   void load_kallsyms();
   SymbolInfo lookup_in_process(uint32_t pid, uint64_t addr, bool want_data);

@@ -66,6 +66,11 @@ void timing_mark(const std::string& name) {
   if (t.on) t.marks.push_back({name, now_ns(CLOCK_MONOTONIC)});
 }
 
+void timing_mark_at(const std::string& name, uint64_t monotonic_ns) {
+  Timing& t = timing();
+  if (t.on && monotonic_ns) t.marks.push_back({name, monotonic_ns});
+}
+
 void timing_report() {
   Timing& t = timing();
   if (!t.on) return;

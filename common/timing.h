@@ -9,6 +9,9 @@ namespace bpfdiag {
 
 // Records the end of phase `name` at the current time.
 void timing_mark(const std::string& name);
+// Records the end of phase `name` at `monotonic_ns` (CLOCK_MONOTONIC; 0: not recorded),
+// a time taken earlier where no mark could be made (a signal handler).
+void timing_mark_at(const std::string& name, uint64_t monotonic_ns);
 // True when BPFDIAG_TIMING is set (to skip building names nobody will see).
 bool timing_on();
 

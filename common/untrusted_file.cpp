@@ -144,6 +144,34 @@ UntrustedOpen open_in_proc_root(uint32_t pid, const std::string& path, const Unt
   return out;
 }
 
+std::string without_deleted_suffix(const std::string& path) {
+  const std::string del = " (deleted)";
+  if (path.size() > del.size() && path.compare(path.size() - del.size(), del.size(), del) == 0)
+    return path.substr(0, path.size() - del.size());
+  return path;
+}
+
+std::string map_range(uint64_t start, uint64_t end) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%" PRIx64 "-%" PRIx64, start, end);
+  return buf;
+}
+
+UntrustedOpen open_mapping(uint32_t pid, const std::string& range, const std::string& path) {
+  std::string proc = pid ? "/proc/" + std::to_string(pid) : std::string("/proc/self");
+  std::string name = without_deleted_suffix(path);
+  UntrustedOpen r;
+  if (!range.empty()) {
+    UntrustedPolicy magic;
+    magic.follow_links = true;  // a kernel magic link, not a name the process chose
+    r = open_untrusted(proc + "/map_files/" + range, magic);
+  }
+  if (!r.file && r.refused.empty() && !name.empty())
+    r = pid ? open_in_proc_root(pid, name, UntrustedPolicy{}) : open_untrusted(name, UntrustedPolicy{});
+  if (r.file && !name.empty()) r.file->set_name(name);  // messages name the file, not the link
+  return r;
+}
+
 bool warn_refused(const std::string& path, const std::string& reason) {
   return warn_refused_keyed(path, path, reason);
 }

@@ -93,6 +93,19 @@ UntrustedOpen open_untrusted(const std::string& path, const UntrustedPolicy& pol
 // (RESOLVE_IN_ROOT), so neither ".." nor a symlink leaves the process's root.
 UntrustedOpen open_in_proc_root(uint32_t pid, const std::string& path, const UntrustedPolicy& pol);
 
+// The file process `pid` (0: this process) maps at `range` ("START-END" in hex, as in
+// /proc/PID/maps; "" for none): its /proc/PID/map_files entry, the very inode mapped,
+// deleted or replaced or not, so a path swapped meanwhile cannot matter. When that entry
+// cannot be opened (gone, no range; not when it is refused: a mapped device or an
+// oversized file) and `path` is given, the file at `path` as the process sees it
+// (open_in_proc_root; this process: the path itself), no link followed. A " (deleted)"
+// suffix on `path` is ignored. The file is named `path` in messages when it is given.
+UntrustedOpen open_mapping(uint32_t pid, const std::string& range, const std::string& path);
+// `path` without the " (deleted)" /proc/PID/maps appends to a file since removed.
+std::string without_deleted_suffix(const std::string& path);
+// "START-END" in hex: a mapping's range as /proc/PID/map_files names it.
+std::string map_range(uint64_t start, uint64_t end);
+
 // "PROG: warning: ignoring PATH: REASON" on stderr, once per PATH per process
 // (returns false when it was already printed). PROG is the tool's name.
 bool warn_refused(const std::string& path, const std::string& reason);

@@ -137,17 +137,10 @@ bool UnwindMaps::add_process(uint32_t tgid) {
   // Opened one at a time (a process may map thousands of files: no descriptor is kept).
   auto open_file = [tgid](const MappedFile& mf) {
     const MapLine& m0 = mf.maps.front();
-    char mpath[96];
-    std::snprintf(mpath, sizeof mpath, "/proc/%u/map_files/%" PRIx64 "-%" PRIx64, tgid, m0.start, m0.end);
-    UntrustedPolicy magic;
-    magic.follow_links = true;  // a kernel magic link, not a name the process chose
-    UntrustedOpen r = open_untrusted(mpath, magic);
-    std::string path = mf.path;
-    const std::string del = " (deleted)";
-    if (path.size() > del.size() && path.compare(path.size() - del.size(), del.size(), del) == 0)
-      path.resize(path.size() - del.size());
-    if (!r.file && r.refused.empty()) {
-      r = open_in_proc_root(tgid, path, UntrustedPolicy{});
+    const std::string path = without_deleted_suffix(mf.path);
+    UntrustedOpen r = open_mapping(tgid, map_range(m0.start, m0.end), "");
+    if (!r.file && r.refused.empty()) {  // gone: the path (a refused entry is a device)
+      r = open_mapping(tgid, "", path);
       warn_if_refused(path, r);
     }
     if (r.file) r.file->set_name(path);  // warnings name the file, not the magic link

@@ -200,11 +200,7 @@ UsdtScan find_usdt_files(const std::vector<uint32_t>& pids, const std::set<std::
       }
       ++scan.files_read;
       seen[key] = 0;
-      char mf[96];
-      std::snprintf(mf, sizeof mf, "/proc/%u/map_files/%" PRIx64 "-%" PRIx64, pid, m->start, m->end);
-      UntrustedPolicy pol;
-      pol.follow_links = true;  // a kernel magic link, not a name the process chose
-      UntrustedOpen r = open_untrusted(mf, pol);
+      UntrustedOpen r = open_mapping(pid, map_range(m->start, m->end), "");
       if (!r.file) continue;  // gone, a device, or oversized: no probes to read
       std::shared_ptr<ElfFile> elf(ElfFile::open(r.file).release());
       if (!elf) continue;

@@ -41,14 +41,18 @@ def storm_seconds(wl, n):
 
 
 def one_run(wl, args, json_mode):
-    p = start([tool("offcputime")] + args)
+    p = start([tool("offcputime")] + args, env=dict(os.environ, BPFDIAG_TIMING="1"))
     wait_attached(p, timeout=60)
     check(storm_seconds(wl, 3), "crowd_storm keeps forking while offcputime %s traces" % " ".join(args))
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)
     out, err, rc = stop(p, timeout=120)
     took = time.monotonic() - t0
-    check(took <= LIMIT_S, "offcputime %s exits %.2f s after SIGINT (limit %.1f s)" % (" ".join(args), took, LIMIT_S))
+    if not check(took <= LIMIT_S, "offcputime %s exits %.2f s after SIGINT (limit %.1f s)" % (" ".join(args), took, LIMIT_S)):
+        # where the time went, by the tool's own clock (BPFDIAG_TIMING: the stop's phases)
+        for line in err.splitlines():
+            if line.startswith(("bpfdiag-timing: final", "bpfdiag-timing: stop signal")):
+                print("info   " + line)
     check(rc == 0, "offcputime %s exit code 0 (got %s, stderr %r)" % (" ".join(args), rc, err.strip()[-300:]))
     if json_mode:
         summary = None
