@@ -125,13 +125,19 @@ size_t Symbolizer::forget_exited_every(uint64_t interval_ns,
                                        const std::function<std::set<uint32_t>()>& still_needed) {
   uint64_t now = monotonic_ns();
   if (last_gc_ns_ && now - last_gc_ns_ < interval_ns) return 0;
+  // A stop signal wants the final report now, and the sweep can wait for a later run:
+  // it reads every remembered process's /proc stat and the caller's whole table (under
+  // crowd_storm: thousands of processes, a 900 ms sweep between Ctrl-C and the report).
+  if (stop_signal()) return 0;
   last_gc_ns_ = now;
   // Which remembered processes are gone: checked before asking what is still needed,
   // so anything a process did before it exited is already in that answer.
   std::set<uint32_t> gone;
-  for (auto& [pid, p] : procs_)
+  for (auto& [pid, p] : procs_) {
+    if (stop_signal()) return 0;
     if (p->start_time == 0 || proc_start_time(pid) != p->start_time) gone.insert(pid);
-  if (gone.empty()) return 0;
+  }
+  if (gone.empty() || stop_signal()) return 0;
   std::set<uint32_t> needed = still_needed ? still_needed() : std::set<uint32_t>{};
   return forget_exited([&](uint32_t pid) { return !gone.count(pid) || needed.count(pid); });
 }
