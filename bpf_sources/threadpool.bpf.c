@@ -59,47 +59,70 @@ static inline struct tp_wait_val *wait_of(u32 tid, struct tp_thread *t, int crea
   return v;
 }
 
-static inline void add_wait(u32 tid, struct tp_thread *t, u64 blk, u64 rq, u32 wake) {
+/* Adds to the wait the thread is in or was just woken from: `blk` blocked time (`first`:
+ * a new block, counted), `rq` runnable time after the wake-up. */
+static inline void add_wait(u32 tid, struct tp_thread *t, u64 blk, u64 rq, u32 wake_class, int first) {
   struct tp_wait_val *v = wait_of(tid, t, 1);
+  u64 wake = wake_class; /* one register for the check and the index (the verifier) */
   if (!v || wake >= TP_NWAKE)
     return;
-  if (blk) {
+  if (blk)
     __sync_fetch_and_add(&v->blk_ns[wake], blk);
+  if (first)
     __sync_fetch_and_add(&v->count, 1);
-  }
   if (rq)
     __sync_fetch_and_add(&v->wake_rq_ns[wake], rq);
 }
 
-/* Thread `tid` got a CPU at `at`: its runnable (or, wake-up unseen, blocked) time ends. */
-static inline void switched_in(u32 tid, struct tp_thread *n, u64 at) {
-  if (n->state == TP_ST_RUNNABLE && at > n->ts) {
-    u64 d = at - n->ts;
-    n->rq_ns += d;
-    n->rq_count += 1;
-    struct tp_hist_key hk = {};
-    u64 zero = 0, *c;
-    hk.tid = tid;
-    hk.idx = hist_fine_index(d);
-    c = rqhist.lookup_or_try_init(&hk, &zero);
-    if (c)
-      __sync_fetch_and_add(c, 1);
-    else
-      dq_count(TP_C_HIST_FULL);
-    if (n->w_pending) {
-      add_wait(tid, n, 0, d, n->w_wake);
-      n->w_rq += d;
+static inline void count_dispatch(u32 tid, struct tp_thread *n, u64 d) {
+  struct tp_hist_key hk = {};
+  u64 zero = 0, *c;
+  n->rq_ns += d;
+  n->rq_count += 1;
+  hk.tid = tid;
+  hk.idx = hist_fine_index(d);
+  c = rqhist.lookup_or_try_init(&hk, &zero);
+  if (c)
+    __sync_fetch_and_add(c, 1);
+  else
+    dq_count(TP_C_HIST_FULL);
+}
+
+/* Thread `tid` (`task`) got a CPU at `at`: its runnable (or, wake-up unseen, blocked)
+ * time ends. The gap since its switch-out is split where the wake-up was seen; with the
+ * scheduler's own times (arrival.h), where the scheduler queued it, so that the
+ * runnable part is what schedstat's run_delay adds (a wake-up seen early or not at all
+ * moves the split, not the total). */
+static inline void switched_in(u32 tid, struct tp_thread *n, void *task, u64 at) {
+  if (n->state == TP_ST_RUNNABLE || n->state == TP_ST_BLOCKED) {
+    s64 gap = (s64)(at - n->ts) + n->carry;
+    u64 g = gap > 0 ? (u64)gap : 0;
+    /* a wait ends here: blocked since the switch-out (its wake-up unseen), or woken */
+    int waited = n->state == TP_ST_BLOCKED || n->w_pending;
+    /* woken: blocked until the wake-up, counted then */
+    u64 prior = n->state == TP_ST_RUNNABLE && n->w_pending ? n->w_blk : 0;
+    u64 rq = n->state == TP_ST_RUNNABLE ? g : 0;
+#ifdef SCHED_TIMES_KNOWN
+    if (waited && n->k_ok) {
+      u64 d = task_delay_ns(task), k = d > n->k_delay ? d - n->k_delay : 0;
+      rq = k < g + prior ? k : g + prior;
     }
-  } else if (n->state == TP_ST_BLOCKED && at > n->ts) {
-    /* wakeup not seen: count the whole gap as blocked */
-    u64 d = at - n->ts;
-    n->blk_ns += d;
-    add_wait(tid, n, d, 0, TP_W_UNSEEN);
-    n->w_blk = 0;
+#endif
+    if (waited) {
+      u32 wake = n->state == TP_ST_BLOCKED ? TP_W_UNSEEN : n->w_wake;
+      s64 fix = (s64)(g + prior - rq) - (s64)prior; /* blocked time not counted yet */
+      n->blk_ns += fix;
+      add_wait(tid, n, fix, rq, wake, n->state == TP_ST_BLOCKED);
+      n->w_blk = wake == TP_W_UNSEEN ? 0 : prior + fix;
+      n->w_rq = rq;
+    }
+    if (rq)
+      count_dispatch(tid, n, rq);
   }
   n->w_pending = 0;
   n->state = TP_ST_RUNNING;
   n->ts = at;
+  n->carry = 0;
 }
 
 RAW_TRACEPOINT_PROBE(sched_switch) {
@@ -118,18 +141,30 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     struct tp_thread *t = threads.lookup(&tid);
     if (t) {
       /* Running, but its switch-in was never seen: the task before it on this CPU ran
-       * where no BPF program runs (arrival.h). End the wait at the arrival the
+       * where no BPF program runs (arrival.h). With the scheduler's own times, the
+       * CPU time charged since the last switch-out dates the arrival (however many
+       * there were), and nothing is lost. Else end the wait at the arrival the
        * scheduler recorded, if that was the thread's only one since its last
        * switch-out; else the time since is lost, and counted. (Before the thread's
        * first switch-out its arrivals are unknown: nothing to compare.) */
+      void *prev = (void *)ctx->args[1];
+      int unseen = t->state == TP_ST_RUNNABLE || t->state == TP_ST_BLOCKED;
+#ifdef SCHED_TIMES_KNOWN
+      u64 exec = task_exec_ns(prev);
+      u64 on = t->k_ok && exec > t->k_exec ? exec - t->k_exec : 0;
+      if (unseen && t->k_ok) {
+        /* ts moved past the arrival by a wake-up seen after it (the thread, already
+         * running, was woken between setting its sleep state and calling schedule()) */
+        switched_in(tid, t, prev, now - t->ts > on ? now - on : t->ts);
+        dq_count(TP_C_RECOVERED);
+        unseen = 0;
+      }
+#endif
 #ifdef ARRIVAL_KNOWN
-      struct arrival a = task_arrival((void *)ctx->args[1], now);
-      if ((t->state == TP_ST_RUNNABLE || t->state == TP_ST_BLOCKED) && t->arrivals) {
-        /* A wake-up seen after the unseen arrival (the thread, already running, was
-         * woken between setting its sleep state and calling schedule()) moved ts
-         * past the arrival: it has run since then. */
+      struct arrival a = task_arrival(prev, now);
+      if (unseen && t->arrivals) {
         if (a.ns && a.count == t->arrivals + 1) {
-          switched_in(tid, t, a.ns > t->ts ? a.ns : t->ts);
+          switched_in(tid, t, prev, a.ns > t->ts ? a.ns : t->ts);
           dq_count(TP_C_RECOVERED);
         } else {
           dq_count(TP_C_DROPPED);
@@ -137,11 +172,28 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
       }
       t->arrivals = a.count;
 #else
-      if (t->state == TP_ST_RUNNABLE || t->state == TP_ST_BLOCKED)
+      if (unseen)
         dq_count(TP_C_DROPPED);
 #endif
-      if (t->state == TP_ST_RUNNING && now > t->ts)
-        t->on_ns += now - t->ts;
+      if (t->state == TP_ST_RUNNING && now > t->ts) {
+        u64 span = now - t->ts;
+#ifdef SCHED_TIMES_KNOWN
+        /* the CPU time the scheduler charged (what schedstat and top read); the rest of
+         * the span, or what it charged beyond it, goes to the gap after it */
+        if (t->k_ok) {
+          if (on > 2 * span)
+            on = 2 * span;
+          t->carry = (s64)span - (s64)on;
+          span = on;
+        }
+#endif
+        t->on_ns += span;
+      }
+#ifdef SCHED_TIMES_KNOWN
+      t->k_exec = exec;
+      t->k_delay = task_delay_ns(prev);
+      t->k_ok = 1;
+#endif
       t->w_pending = 0;
       if (prev_state & TASK_DEAD_STATE) {
         t->state = TP_ST_DEAD;
@@ -168,7 +220,7 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
   u32 ntid = task_u32(next, OFF_TASK_PID);
   struct tp_thread *n = threads.lookup(&ntid);
   if (n)
-    switched_in(ntid, n, now);
+    switched_in(ntid, n, next, now);
   return 0;
 }
 
@@ -196,7 +248,7 @@ static inline int on_wakeup(void *p, int seen_waker) {
     u32 wake = seen_waker ? waker_class(tid) : TP_W_UNSEEN;
     u64 d = now > t->ts ? now - t->ts : 0;
     t->blk_ns += d;
-    add_wait(tid, t, d, 0, wake);
+    add_wait(tid, t, d, 0, wake, 1);
     t->w_wake = wake;
     t->w_blk = d;
     t->w_rq = 0;

@@ -95,6 +95,13 @@ struct tp_thread {
                       syscall then reports a timeout; 0 once the syscall returned */
   __u64 w_rq;      /* runnable time after that wake-up (same) */
   __u64 arrivals;  /* the thread's arrivals on a CPU at its last switch-out (arrival.h) */
+  /* With the scheduler's own times (arrival.h SCHED_TIMES_KNOWN), at the last switch-out: */
+  __u64 k_exec;    /* se.sum_exec_runtime */
+  __u64 k_delay;   /* sched_info.run_delay */
+  __s64 carry;     /* wall time of the last on-CPU span the scheduler did not charge to the
+                      thread (negative: charged beyond the span), added to the gap after it */
+  __u32 k_ok;      /* 1: k_exec and k_delay are set */
+  __u32 pad;
 };
 
 struct tp_wait_key {

@@ -49,7 +49,8 @@ void release_kernel_btf();
 // add_offsets against the running kernel's BTF: what every tool's bpf_plan needs.
 Status add_kernel_offsets(BpfPlan& plan, const std::vector<OffsetSpec>& specs);
 // The offsets bpf_sources/arrival.h reads (a task's last arrival on a CPU, from
-// task_struct.sched_info and the run queue's clock); none when the running kernel
+// task_struct.sched_info and the run queue's clock; its CPU time and run-queue wait as
+// schedstat counts them); none when the running kernel
 // lacks one of them (CONFIG_SCHED_INFO, CONFIG_FAIR_GROUP_SCHED), and then arrival.h
 // defines nothing. True when they were added.
 bool add_arrival_offsets(BpfPlan& plan);

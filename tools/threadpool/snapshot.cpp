@@ -2,7 +2,7 @@
 #include "common/proc.h"
 #include "tools/threadpool/tracer.h"
 
-static_assert(sizeof(tp_thread) == 112, "tp_thread layout shared with BPF");
+static_assert(sizeof(tp_thread) == 144, "tp_thread layout shared with BPF");
 static_assert(sizeof(tp_wait_key) == 24, "tp_wait_key layout shared with BPF");
 static_assert(sizeof(tp_wait_val) == 104, "tp_wait_val layout shared with BPF");
 static_assert(sizeof(tp_hist_key) == 8, "tp_hist_key layout shared with BPF");
