@@ -1,20 +1,24 @@
-/* threadpool: scheduler-state accounting for the threads of one process, plus
- * request timing on its accepted sockets. Raw tracepoints only (cheapest kind):
+/* threadpool: scheduler-state accounting for the threads of a pool of processes (one
+ * process, a PID list, or a parent and its children), plus request timing on their
+ * accepted sockets. Raw tracepoints only (cheapest kind):
  *   sched_switch, sched_waking, sched_wakeup_new, sched_process_fork: thread states;
  *                        sched_waking runs in the waker's context, so it also says who
  *                        ended a wait (a pool peer, another thread, another process)
  *   sys_enter, sys_exit: syscall in progress (what a blocked thread waits in) and
  *                        accept -> first read -> response per {tgid, fd}
  *
+ * The pool is the `pool` map (tgid -> TP_POOL_* flags), filled by user space before
+ * anything is attached, so the compiled program is the same for every pool (the
+ * compiled-object cache serves every run). A process forked by a pool process flagged
+ * TP_POOL_CHILDREN joins it here, at fork (prefork servers replacing workers).
  * -D flags from the front-end:
- *   TARGET_TGID     the process traced
  *   OFF_TASK_PID    task_struct.pid   (from kernel BTF)
  *   OFF_TASK_TGID   task_struct.tgid
  *   OFF_TASK_STATE  task_struct.__state (before 5.14: .state); read from prev
  *                   because sched_switch's prev_state argument exists only since 5.18
  *   OFF_TASK_SCHED_INFO ... (arrival.h's), when the kernel has them
  * The `threads` map is filled by user space with the pool's threads; new threads of
- * the process are added here at fork (user space then keeps or drops them). The
+ * the pool's processes are added here at fork (user space then keeps or drops them). The
  * `gids` map (user space) holds each thread's group id, for the waker's class.
  * User space deletes an exited thread's entries here and in `gids`, `waits` and
  * `rqhist` after the report that covers its last interval (bounded maps under churn).
@@ -32,6 +36,7 @@ BPF_HASH(waits, struct tp_wait_key, struct tp_wait_val, TP_MAX_WAITS);
 BPF_HASH(rqhist, struct tp_hist_key, u64, TP_MAX_HIST);
 BPF_HASH(conns, struct tp_conn_key, struct tp_conn, TP_MAX_CONNS);
 BPF_HASH(gids, u32, u32, TP_MAX_THREADS);
+BPF_HASH(pool, u32, u32, TP_MAX_PROCS);
 BPF_PERF_OUTPUT(reqs);
 
 #define TASK_RUNNING_STATE 0
@@ -42,6 +47,9 @@ static inline u32 task_u32(void *task, u32 off) {
   bpf_probe_read_kernel(&v, sizeof(v), task + off);
   return v;
 }
+
+/* The pool flags of process `tgid`, NULL when it is not in the pool. */
+static inline u32 *pool_flags(u32 tgid) { return pool.lookup(&tgid); }
 
 static inline struct tp_wait_val *wait_of(u32 tid, struct tp_thread *t, int create) {
   struct tp_wait_key k = {};
@@ -132,14 +140,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
   u64 now = bpf_ktime_get_ns();
   u64 id = bpf_get_current_pid_tgid(); /* current == prev */
   u32 preempt = (u32)ctx->args[0];
-  u32 prev_state = 0;
-  if ((id >> 32) == TARGET_TGID)
-    prev_state = task_u32((void *)ctx->args[1], OFF_TASK_STATE);
-
-  if ((id >> 32) == TARGET_TGID) {
+  if (pool_flags(id >> 32)) {
     u32 tid = (u32)id;
     struct tp_thread *t = threads.lookup(&tid);
     if (t) {
+      u32 prev_state = task_u32((void *)ctx->args[1], OFF_TASK_STATE);
       /* Running, but its switch-in was never seen: the task before it on this CPU ran
        * where no BPF program runs (arrival.h). With the scheduler's own times, the
        * CPU time charged since the last switch-out dates the arrival (however many
@@ -215,7 +220,7 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
   }
 
   void *next = (void *)ctx->args[2];
-  if (task_u32(next, OFF_TASK_TGID) != TARGET_TGID)
+  if (!pool_flags(task_u32(next, OFF_TASK_TGID)))
     return 0;
   u32 ntid = task_u32(next, OFF_TASK_PID);
   struct tp_thread *n = threads.lookup(&ntid);
@@ -226,16 +231,21 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 
 /* Who is waking task `tid`: runs in the waker's context (sched_waking). A timer's
  * wake-up runs in an interrupt on whatever task was current; sys_exit then moves such
- * a wait to TP_W_TIMEOUT from the syscall's own result. */
+ * a wait to TP_W_TIMEOUT from the syscall's own result. The main thread is the pool
+ * leader's (a group id with role TP_GID_MAIN; a leader's main thread outside every
+ * group, e.g. left out by --threads, by its TID). */
 static inline u32 waker_class(u32 tid) {
   u64 id = bpf_get_current_pid_tgid();
-  if ((id >> 32) != TARGET_TGID || (u32)id == tid)
+  u32 *f = pool_flags(id >> 32);
+  if (!f || (u32)id == tid)
     return TP_W_OTHER;
   u32 wtid = (u32)id;
   u32 *a = gids.lookup(&wtid), *b = gids.lookup(&tid);
   if (a && b && *a == *b)
     return TP_W_PEER;
-  return wtid == TARGET_TGID ? TP_W_MAIN : TP_W_PROC;
+  if (a)
+    return (*a & TP_GID_ROLE_MASK) == TP_GID_MAIN ? TP_W_MAIN : TP_W_PROC;
+  return wtid == (u32)(id >> 32) && (*f & TP_POOL_LEADER) ? TP_W_MAIN : TP_W_PROC;
 }
 
 static inline int on_wakeup(void *p, int seen_waker) {
@@ -268,11 +278,21 @@ RAW_TRACEPOINT_PROBE(sched_wakeup_new) { return on_wakeup((void *)ctx->args[0], 
 
 RAW_TRACEPOINT_PROBE(sched_process_fork) {
   /* TP_PROTO(struct task_struct *parent, struct task_struct *child) */
-  if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
+  u32 ptgid = bpf_get_current_pid_tgid() >> 32;
+  u32 *f = pool_flags(ptgid);
+  if (!f)
     return 0;
   void *child = (void *)ctx->args[1];
-  if (task_u32(child, OFF_TASK_TGID) != TARGET_TGID)
-    return 0; /* a child process, not a thread */
+  u32 ctgid = task_u32(child, OFF_TASK_TGID);
+  if (ctgid != ptgid) { /* a child process: it joins when its parent's children do */
+    if (!(*f & TP_POOL_CHILDREN))
+      return 0;
+    u32 nf = *f & ~TP_POOL_LEADER;
+    if (pool.update(&ctgid, &nf)) {
+      dq_count(TP_C_PROCS_FULL);
+      return 0;
+    }
+  }
   u32 tid = task_u32(child, OFF_TASK_PID);
   struct tp_thread t = {};
   t.sys_nr = TP_NO_SYSCALL;
@@ -332,7 +352,7 @@ static inline void to_timeout(u32 tid, struct tp_thread *t) {
 RAW_TRACEPOINT_PROBE(sys_enter) {
   /* TP_PROTO(struct pt_regs *regs, long id) */
   u64 id = bpf_get_current_pid_tgid();
-  if ((id >> 32) != TARGET_TGID)
+  if (!pool_flags(id >> 32))
     return 0;
   u32 tid = (u32)id;
   struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
@@ -355,7 +375,7 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
     return 0;
   u64 arg0 = reg_arg0(regs);
   struct tp_conn_key ck = {};
-  ck.tgid = TARGET_TGID;
+  ck.tgid = id >> 32;
   ck.fd = (u32)arg0;
   struct tp_conn *c = conns.lookup(&ck);
   if (!c)
@@ -379,7 +399,7 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
 RAW_TRACEPOINT_PROBE(sys_exit) {
   /* TP_PROTO(struct pt_regs *regs, long ret) */
   u64 id = bpf_get_current_pid_tgid();
-  if ((id >> 32) != TARGET_TGID)
+  if (!pool_flags(id >> 32))
     return 0;
   u32 tid = (u32)id;
   long ret = (long)ctx->args[1];
@@ -403,7 +423,7 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
     return 0;
 
   struct tp_conn_key ck = {};
-  ck.tgid = TARGET_TGID;
+  ck.tgid = id >> 32;
   u64 now = bpf_ktime_get_ns();
   if (accept) {
     struct tp_conn nc = {};

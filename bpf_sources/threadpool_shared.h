@@ -23,17 +23,30 @@
 #ifndef TP_MAX_CONNS
 #define TP_MAX_CONNS 65536
 #endif
+#ifndef TP_MAX_PROCS
+#define TP_MAX_PROCS 4096 /* the pool's processes (the -p limit; children join) */
+#endif
+
+/* `pool` map values: what a pool process is */
+#define TP_POOL_CHILDREN 1 /* the processes it forks join the pool */
+#define TP_POOL_LEADER 2   /* its main thread is the pool's main thread (the one whose
+                              wake-ups are TP_W_MAIN: a master, a submitter) */
+
+/* `gids` values: group id * 4 + role; role TP_GID_MAIN marks the pool's main thread */
+#define TP_GID_ROLE_MASK 3
+#define TP_GID_MAIN 1
 
 /* Who ended a wait (what it was, not which syscall): the thread that woke the waiter
  * (sched_waking runs in the waker's context) relative to the waiter's group, or the
  * wait's own timeout (futex -ETIMEDOUT, poll/epoll/select returning 0). The group ids
  * come from user space (`gids` map); threads without one are outside every pool. */
 #define TP_W_PEER 0    /* a thread of the waiter's own group (a peer releasing a lock) */
-#define TP_W_PROC 1    /* another thread of the process (a producer outside the pool) */
+#define TP_W_PROC 1    /* another thread of the pool's processes (a producer outside the pool) */
 #define TP_W_OTHER 2   /* another process, a kernel thread or interrupt (I/O, signals) */
 #define TP_W_TIMEOUT 3 /* the wait timed out: nobody ended it early */
 #define TP_W_UNSEEN 4  /* the wake-up was not seen (or the wait is still in progress) */
-#define TP_W_MAIN 5    /* the process's main thread (TID == PID), when not the waiter's peer */
+#define TP_W_MAIN 5    /* the pool's main thread (its leader process's, TID == PID), when not
+                          the waiter's peer */
 #define TP_NWAKE 6
 
 #define TP_ETIMEDOUT 110
@@ -163,6 +176,7 @@ struct tp_req_event {
                                     seen, its arrival unknown: time since lost */
 #define TP_C_RECOVERED 8         /* the same, ended at the arrival the scheduler
                                     recorded (bpf_sources/arrival.h): nothing lost */
-#define TP_NCOUNTERS 9
+#define TP_C_PROCS_FULL 9         /* a forked child could not join (pool map full) */
+#define TP_NCOUNTERS 10
 
 #endif

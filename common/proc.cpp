@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <climits>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace bpfdiag {
@@ -100,6 +102,35 @@ std::vector<uint32_t> proc_threads(uint32_t pid) {
   while (auto* e = readdir(d))
     if (e->d_name[0] >= '0' && e->d_name[0] <= '9') out.push_back(static_cast<uint32_t>(std::stoul(e->d_name)));
   closedir(d);
+  return out;
+}
+
+std::vector<uint32_t> proc_children(uint32_t pid) {
+  std::set<uint32_t> out;
+  const std::string task = "/proc/" + std::to_string(pid) + "/task/";
+  for (uint32_t tid : proc_threads(pid)) {
+    std::ifstream f(task + std::to_string(tid) + "/children");
+    unsigned long v = 0;
+    while (f >> v)
+      if (v && v <= UINT32_MAX) out.insert(static_cast<uint32_t>(v));
+  }
+  return {out.begin(), out.end()};
+}
+
+std::vector<uint32_t> proc_descendants(uint32_t pid, size_t max) {
+  std::vector<uint32_t> out;
+  std::set<uint32_t> seen{pid};
+  std::vector<uint32_t> level{pid};
+  while (!level.empty() && out.size() < max) {
+    std::vector<uint32_t> next;
+    for (uint32_t p : level)
+      for (uint32_t c : proc_children(p))
+        if (out.size() < max && seen.insert(c).second) {
+          out.push_back(c);
+          next.push_back(c);
+        }
+    level = std::move(next);
+  }
   return out;
 }
 

@@ -40,6 +40,11 @@ std::string proc_comm(uint32_t pid);   // "" if gone
 uint32_t proc_ppid(uint32_t pid);      // 0 if unknown
 uint32_t proc_tgid(uint32_t tid);      // 0 if unknown
 std::vector<uint32_t> proc_threads(uint32_t pid);
+// The child processes of `pid` (every thread's /proc/PID/task/TID/children), sorted,
+// without duplicates; empty if gone or unreadable.
+std::vector<uint32_t> proc_children(uint32_t pid);
+// `pid`'s descendants (children, theirs, ...), nearest first, at most `max`.
+std::vector<uint32_t> proc_descendants(uint32_t pid, size_t max);
 // Absolute path of the first mapping of a file whose base name starts with `prefix`
 // (e.g. "libc.so"), as seen in /proc/PID/maps; "" if none.
 std::string proc_find_mapping(uint32_t pid, const std::string& prefix);

@@ -22,8 +22,9 @@ constexpr int kFutex = 202;
 
 // A 4-worker pool over 1 s: 35% on CPU, some dispatch latency, condition waits for
 // work (ended by a producer), a contended mutex (ended by peers), reads and sleeps;
-// requests on an accepted socket; and a single listener thread.
-std::vector<GroupReport> fixture() {
+// requests on an accepted socket; and a single listener thread. `pool`: the workers
+// are two processes' (201: 101-102, 202: 103-104), as nginx's or php-fpm's would be.
+std::vector<GroupReport> fixture(bool pool = false) {
   const WaitKey cond{kFutex, 9, 0x1000}, mutex{kFutex, 0, 0x2000}, rd{0, 0, 0}, nap{230, 0, 0};
   GroupReport g;
   g.name = "worker";
@@ -54,6 +55,8 @@ std::vector<GroupReport> fixture() {
   g.work.work_words = {0x1000};
   g.work.description = "futex (condition wait) on 0x1000";
   aggregate(g, d, names);
+  for (auto& r : g.rows) r.pid = pool ? (r.tid <= 102 ? 201 : 202) : 100;
+  g.processes = process_rows(g.rows);
   g.busy_max = 3;
   g.req.requests = 120;
   g.req.have_depth = true;
@@ -78,13 +81,16 @@ std::vector<GroupReport> fixture() {
   l.work.found = true;
   l.work.description = "epoll_wait";
   aggregate(l, ld, {{100, "listener"}});
+  l.rows[0].pid = 100;
+  l.processes = process_rows(l.rows);
   decide_verdict(l);
   return {g, l};
 }
 
-std::string render_with(const Config& c, bool summary) {
+std::string render_with(const Config& c, bool summary, bool pool = false) {
   ReportMeta m;
   m.pid = 100;
+  m.pids = pool ? std::vector<uint32_t>{100, 201, 202} : std::vector<uint32_t>{100};
   m.comm = "server";
   m.summary = summary;
   m.window = bpfdiag::Window{1700000000000000000ULL, 1000000000ULL, summary};
@@ -92,7 +98,7 @@ std::string render_with(const Config& c, bool summary) {
   dq.add("closed_unread", 1);
   dq.add("state_assumed_at_start", 5);
   std::ostringstream os;
-  render(os, c, m, fixture(), dq);
+  render(os, c, m, fixture(pool), dq);
   return os.str();
 }
 
@@ -100,7 +106,7 @@ std::string render_with(const Config& c, bool summary) {
 
 TEST_CASE("threadpool golden: text reports") {
   Config c;
-  c.pid = 100;
+  c.pids = {100};
   check_golden("threadpool_interval.txt", render_with(c, false));
   c.per_thread = true;
   c.hist = true;
@@ -109,8 +115,16 @@ TEST_CASE("threadpool golden: text reports") {
 
 TEST_CASE("threadpool golden: NDJSON reports") {
   Config c;
-  c.pid = 100;
+  c.pids = {100};
   c.json = true;
   check_golden("threadpool_interval.ndjson", render_with(c, false));
   check_golden("threadpool_summary.ndjson", render_with(c, true));
+}
+
+TEST_CASE("threadpool golden: a pool of processes, a line per process") {
+  Config c;
+  c.pids = {100, 201, 202};
+  check_golden("threadpool_pool.txt", render_with(c, true, true));
+  c.json = true;
+  check_golden("threadpool_pool.ndjson", render_with(c, true, true));
 }

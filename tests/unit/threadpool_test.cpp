@@ -54,7 +54,8 @@ TEST_CASE("parse_args: pid, pattern, interval and duration") {
   const std::string self = std::to_string(getpid());  // -p must name a live process
   auto c = parse({"-p", self, "--threads", "^worker", "-P", "-j", "-i", "2", "-d", "10"});
   REQUIRE(c.ok());
-  CHECK(c->pid == static_cast<uint32_t>(getpid()));
+  CHECK(c->pids == std::vector<uint32_t>{static_cast<uint32_t>(getpid())});
+  CHECK(!c->children);
   CHECK(*c->pattern == "^worker");
   CHECK(c->per_thread);
   CHECK(c->json);
@@ -80,14 +81,20 @@ TEST_CASE("parse_args: errors are values") {
   CHECK(!parse({"-p", "1", "1"}).ok());  // no positional schedule: -i/-c/-d
   CHECK(!parse({"-p", "1", "-i", "1x"}).ok());
   CHECK(!parse({"-p", "1", "-c", "3"}).ok());  // a count needs an interval
-  CHECK(!parse({"-p", "1,2"}).ok());           // one process
+  // a pool of processes: a PID list, or a parent and its children
+  auto list = parse({"-p", "1," + std::to_string(getpid())});
+  REQUIRE(list.ok());
+  CHECK(list->pids == std::vector<uint32_t>{1, static_cast<uint32_t>(getpid())});
+  CHECK(parse({"-p", "1", "--children"})->children);
+  CHECK(!parse({"-p", "1", "--children", "2"}).ok());  // a flag: the parent is -p's
+  CHECK(parse({"--children"}).error() == "-p PID is required");
   CHECK(!parse({"-p", "1", "--bogus"}).ok());
   CHECK(parse({"-h"})->help);
 }
 
 TEST_CASE("help has usage, options and examples") {
   std::string h = help_text();
-  CHECK(h.find("USAGE: threadpool [-p PID] [--threads PATTERN] [-a] [-T] [-P] [-H] [-j] [--map-entries N] [-v] "
+  CHECK(h.find("USAGE: threadpool [-p PID[,PID]] [--children] [--threads PATTERN] [-a] [-T] [-P] [-H] [-j] [--map-entries N] [-v] "
                "[-i TIME] [-c N] [-d TIME] [--ebpf] [-h]\n") != std::string::npos);
   CHECK(h.find("OPTIONS:") != std::string::npos);
   CHECK(h.find("--max-threads") == std::string::npos);  // the older name is hidden
@@ -415,6 +422,43 @@ TEST_CASE("retired threads: folded times add back to what aggregating them live 
   add_retired(same, RetiredTimes{});
   CHECK(same.accounted_ns == whole.accounted_ns);
   CHECK(same.threads == whole.threads);
+}
+
+TEST_CASE("a pool of processes: a row per process; wake-ups waiting for a CPU mean cpu-starved") {
+  // nginx's workers on a saturated machine: two single-threaded processes, epoll_wait
+  // ended by clients (idle); per thread over 1 s: on CPU 270 ms, blocked 400 ms, runnable
+  // 330 ms of which 200 ms right after an epoll wake-up (counted as idle)
+  const WaitKey ep{232, 0, 0};
+  auto nginx = [&](uint64_t on, uint64_t blk, uint64_t wake_rq, uint64_t rq) {
+    GroupReport g;
+    g.name = "nginx";
+    g.threads = 2;
+    g.interval_ns = 1000000000ULL;
+    std::map<uint32_t, ThreadTimes> d;
+    for (uint32_t tid : {11u, 12u}) d[tid] = thread_with({{ep, blk, wake_rq, 100, kByOther}}, on, rq);
+    aggregate(g, d, {{11, "nginx"}, {12, "nginx"}});
+    for (auto& r : g.rows) r.pid = r.tid;  // each its own process
+    g.processes = process_rows(g.rows);
+    decide_verdict(g);
+    return g;
+  };
+  auto g = nginx(270000000, 400000000, 200000000, 330000000);
+  REQUIRE(g.processes.size() == 2);
+  CHECK(g.processes[0].pid == 11);
+  CHECK(g.processes[1].threads == 1);
+  CHECK(g.processes[0].cpu_wait_ns == 330000000);  // every runnable period (schedstat's run_delay)
+  CHECK(g.processes[0].rq_ns == 130000000);        // the busy part
+  CHECK(g.processes[0].idle_ns == 600000000);
+  CHECK(g.processes[0].utilization() == doctest::Approx(0.4));
+  CHECK(g.cpu_wait_ns == 660000000);
+  CHECK(g.verdict == "cpu-starved");
+  CHECK(g.why.find("wait for a CPU 55%") != std::string::npos);  // 330 / (400 busy + 200 woken)
+  // the same pool whose wake-ups hardly wait: idle, as before
+  auto quiet = nginx(100000000, 880000000, 10000000, 20000000);
+  CHECK(quiet.verdict == "idle");
+  // rows of unknown process are left out of the per-process view
+  std::vector<ThreadRow> rows(1);
+  CHECK(process_rows(rows).empty());
 }
 
 TEST_CASE("verdicts") {

@@ -1,6 +1,8 @@
 // runbook's command line.
 #include <unistd.h>
 
+#include <set>
+
 #include "common/parse.h"
 #include "common/proc.h"
 #include "tools/runbook/runbook.h"
@@ -25,6 +27,10 @@ const ToolSpec kSpec{
     "it names only the suite's tools, and their arguments must pass the tool's own\n"
     "parser. See man 8 runbook.",
     {opt::pid("trace these processes (passed to every tool)"),
+     OptionSpec{"children", "",
+                "with -p: their child processes too (threadpool: one\n"
+                "pool; the other tools: the PIDs and their children)",
+                "Filters"},
      OptionSpec{"d,duration", "TIME", "the window (default unit s; default 10 s)", "Schedule"},
      OptionSpec{"o,output", "DIR",
                 "report directory, created (or an empty one of yours;\n"
@@ -32,6 +38,7 @@ const ToolSpec kSpec{
      OptionSpec{"l,list", "", "list the runbooks and their tools"}, opt::help()},
     "  runbook --list                       # the runbooks and what they run\n"
     "  runbook slow-service -p 181          # pool, waits, locks, CPU of PID 181\n"
+    "  runbook slow-service -p 181 --children   # PID 181 and its worker processes\n"
     "  runbook lock-contention -p 181 -d 30 -o /tmp/locks   # 30 s window\n"
     "  runbook cpu-saturation -d 5          # the whole machine for 5 seconds\n"
     "  runbook sleepy-process -p 181        # who sleeps, and where threads block\n"
@@ -47,6 +54,7 @@ Result<Config> parse(int argc, char** argv) {
   c.name = r->common.file;
   c.pids = r->common.pids;
   if (auto v = opt_str(r->raw, "pid")) c.pid_arg = *v;
+  c.children = r->raw.count("children") > 0;
   c.duration_ns = r->common.schedule.duration_ns.value_or(0);
   if (auto v = opt_str(r->raw, "output")) c.out_dir = *v;
   if (c.help) return c;
@@ -60,6 +68,14 @@ Result<Config> parse(int argc, char** argv) {
     for (auto p : c.pids)
       if (pid_exists(p)) alive.push_back(p);
     if (alive.empty()) return Error{"no such process: " + c.pid_arg};
+  }
+  if (c.children && c.pids.empty()) return Error{"--children needs -p PID"};
+  c.pool_arg = c.pid_arg;
+  if (c.children) {  // the tools without --children get the pool as a list (at most kMaxIdList)
+    std::set<uint32_t> seen(c.pids.begin(), c.pids.end());
+    for (auto p : c.pids)
+      for (auto k : proc_descendants(p, kMaxIdList))
+        if (seen.size() < kMaxIdList && seen.insert(k).second) c.pool_arg += "," + std::to_string(k);
   }
   return c;
 }

@@ -38,8 +38,8 @@ bool has_option(const ToolSpec& s, const std::string& name) {
 // the schedule itself, and names every file it writes (no option naming a file or
 // directory, for reading or writing, is passed through).
 bool forbidden(const OptionSpec& o) {
-  static const std::set<std::string> kSetByRunbook{"json", "csv",      "folded", "pid",   "tid", "interval",
-                                                   "count", "duration", "help",   "ebpf", "svg"};
+  static const std::set<std::string> kSetByRunbook{"json",     "csv",  "folded", "pid", "tid",     "interval",
+                                                   "count",    "duration", "help", "ebpf", "svg", "children"};
   if (kSetByRunbook.count(long_name(o))) return true;
   for (const char* word : {"FILE", "DIR", "PATH"})
     if (o.arg.find(word) != std::string::npos) return true;
@@ -47,6 +47,33 @@ bool forbidden(const OptionSpec& o) {
 }
 
 constexpr uint64_t kSec = 1'000'000'000ULL;
+
+// The tool's program next to runbook (t.exe), or why it cannot run (t.error).
+void find_exe(ToolRun& t, const std::string& here) {
+  std::string exe = here.empty() ? "" : here + "/" + t.name;
+  struct stat lst;
+  if (exe.empty() || lstat(exe.c_str(), &lst) != 0) {
+    t.error = "not found next to runbook (" + here + ")";
+  } else if (auto fd = open_trusted(exe); !fd) {
+    t.error = "not run: " + fd.error();
+  } else {
+    struct stat st{};
+    fstat(*fd, &st);
+    close(*fd);
+    if (!(st.st_mode & S_IXUSR))
+      t.error = "not run: " + exe + " is not executable";
+    else
+      t.exe = exe;
+  }
+}
+
+// The -p argument a tool is handed ("" for none): the PIDs as given; with --children,
+// the same to a tool with a --children of its own (own_children: add it), else the
+// PIDs and their descendants at the start, as a list.
+const std::string& target_arg(const Config& cfg, const ToolSpec& spec, bool& own_children) {
+  own_children = cfg.children && has_option(spec, "children");
+  return cfg.children && !own_children ? cfg.pool_arg : cfg.pid_arg;
+}
 
 }  // namespace
 
@@ -83,27 +110,16 @@ Status plan_tools(Run& run) {
     ToolRun t;
     t.name = rt.name;
     t.line = rt.line;
-    std::string exe = here.empty() ? "" : here + "/" + rt.name;
-    struct stat lst;
-    if (exe.empty() || lstat(exe.c_str(), &lst) != 0) {
-      t.error = "not found next to runbook (" + here + ")";
-    } else if (auto fd = open_trusted(exe); !fd) {
-      t.error = "not run: " + fd.error();
-    } else {
-      struct stat st{};
-      fstat(*fd, &st);
-      close(*fd);
-      if (!(st.st_mode & S_IXUSR))
-        t.error = "not run: " + exe + " is not executable";
-      else
-        t.exe = exe;
-    }
+    find_exe(t, here);
     // 2. the command line it will run, through the tool's own parser
     t.argv = {t.exe.empty() ? rt.name : t.exe, "-j"};
     const bool has_pid = has_option(spec, "pid");
-    if (!run.cfg.pid_arg.empty() && has_pid)
-      t.argv.insert(t.argv.end(), {"-p", run.cfg.pid_arg});
-    else if (!run.cfg.pid_arg.empty())
+    bool own_children = false;
+    const std::string& pid_arg = target_arg(run.cfg, spec, own_children);
+    if (!pid_arg.empty() && has_pid) {
+      t.argv.insert(t.argv.end(), {"-p", pid_arg});
+      if (own_children) t.argv.emplace_back("--children");
+    } else if (!pid_arg.empty())
       t.whole_machine = true;
     t.argv.insert(t.argv.end(), rt.args.begin(), rt.args.end());
     if (has_option(spec, "svg")) {
@@ -121,12 +137,12 @@ Status plan_tools(Run& run) {
       // a tool that watches one process (threadpool) given a PID list: not run, and
       // the report says so (never an argument the tool refuses, never a silent gap)
       std::vector<std::string> one_pid = check;
-      const bool pid_list = run.cfg.pid_arg.find(',') != std::string::npos && has_pid;
-      if (pid_list) one_pid[3] = run.cfg.pid_arg.substr(0, run.cfg.pid_arg.find(','));
+      const bool pid_list = pid_arg.find(',') != std::string::npos && has_pid;
+      if (pid_list) one_pid[3] = pid_arg.substr(0, pid_arg.find(','));
       if (run.cfg.pid_arg.empty() && has_pid && !st->check(with_pid)) {
         if (t.error.empty()) t.error = "not run: " + err->message;
       } else if (pid_list && !st->check(one_pid)) {
-        if (t.error.empty()) t.error = "not run: " + err->message + " (this runbook was given -p " + run.cfg.pid_arg + ")";
+        if (t.error.empty()) t.error = "not run: " + err->message + " (this runbook was given -p " + pid_arg + ")";
       } else {
         return Error{at + rt.name + ": " + err->message};
       }

@@ -169,6 +169,7 @@ json run_json(const Run& run) {
           {"host", u.nodename},
           {"options",
            {{"pid", run.cfg.pids},
+            {"children", run.cfg.children},
             {"duration_ns", run.cfg.duration_ns ? run.cfg.duration_ns : run.book.duration_ns},
             {"output", run.dir}}},
           {"start_time", iso_time(run.start_ns)},

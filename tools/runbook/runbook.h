@@ -31,6 +31,11 @@ struct Config {
   std::string name;
   std::string pid_arg;             // as given, passed on to every tool
   std::vector<uint32_t> pids;
+  // --children: the PIDs' descendants too. A tool with --children of its own gets
+  // "-p PID_ARG --children"; the others "-p POOL_ARG": the PIDs and their descendants
+  // at the start.
+  bool children = false;
+  std::string pool_arg;
   uint64_t duration_ns = 0;        // 0: the runbook's own default
   std::string out_dir;             // "" : ./runbook-NAME-YYYYmmdd-HHMMSS-RANDOM
 };

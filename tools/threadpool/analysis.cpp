@@ -235,7 +235,7 @@ void totals(GroupReport& g) {
 
 void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
                const std::map<uint32_t, std::string>& names) {
-  g.on_ns = g.rq_ns = g.idle_ns = g.accounted_ns = g.unattributed_ns = 0;
+  g.on_ns = g.rq_ns = g.idle_ns = g.accounted_ns = g.unattributed_ns = g.cpu_wait_ns = 0;
   std::fill(std::begin(g.blocked_ns), std::end(g.blocked_ns), 0);
   g.rows.clear();
   g.dispatch = bpfdiag::Histogram();
@@ -268,9 +268,11 @@ void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
     }
     wake_moved = std::min(wake_moved, d.rq_ns);
     r.rq_ns = d.rq_ns - wake_moved;
+    r.cpu_wait_ns = d.rq_ns;
     for (const auto& [idx, c] : d.rq_hist) g.dispatch.add_bucket(idx, c);
     g.on_ns += r.on_ns;
     g.rq_ns += r.rq_ns;
+    g.cpu_wait_ns += r.cpu_wait_ns;
     g.idle_ns += r.idle_ns;
     for (int i = 0; i < kNumReasons; ++i) g.blocked_ns[i] += r.blocked_ns[i];
     g.rows.push_back(r);
@@ -278,11 +280,42 @@ void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
   totals(g);
 }
 
+uint64_t ProcessRow::total() const {
+  uint64_t t = on_ns + rq_ns + idle_ns;
+  for (auto b : blocked_ns) t += b;
+  return t;
+}
+
+double ProcessRow::utilization() const {
+  const uint64_t t = total(), not_busy = std::min(idle_ns + blocked_ns[kGil], t);
+  return t ? static_cast<double>(t - not_busy) / t : 0.0;
+}
+
+std::vector<ProcessRow> process_rows(const std::vector<ThreadRow>& rows) {
+  std::map<uint32_t, ProcessRow> by_pid;
+  for (const auto& r : rows) {
+    if (!r.pid) continue;
+    ProcessRow& p = by_pid[r.pid];
+    p.pid = r.pid;
+    if (p.comm.empty() || r.tid == r.pid) p.comm = r.name;
+    p.threads++;
+    p.on_ns += r.on_ns;
+    p.rq_ns += r.rq_ns;
+    p.cpu_wait_ns += r.cpu_wait_ns;
+    p.idle_ns += r.idle_ns;
+    for (int i = 0; i < kNumReasons; ++i) p.blocked_ns[i] += r.blocked_ns[i];
+  }
+  std::vector<ProcessRow> out;
+  for (auto& [pid, p] : by_pid) out.push_back(std::move(p));
+  return out;
+}
+
 // The times a group's threads add up to (a report group, or its retired threads').
 template <class To, class From>
 void add_times(To& to, const From& from) {
   to.on_ns += from.on_ns;
   to.rq_ns += from.rq_ns;
+  to.cpu_wait_ns += from.cpu_wait_ns;
   to.idle_ns += from.idle_ns;
   to.unattributed_ns += from.unattributed_ns;
   for (int i = 0; i < kNumReasons; ++i) to.blocked_ns[i] += from.blocked_ns[i];

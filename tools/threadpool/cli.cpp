@@ -29,18 +29,28 @@ const OptionSpec kMapEntries{"map-entries", "N",
 const ToolSpec& tool_spec() {
   static const ToolSpec spec{
       "threadpool",
-      "is a process's thread pool CPU-starved, blocked, or too small?",
-      "Measures, per interval, how busy a process's worker threads are, how long they\n"
-      "wait for a CPU, what busy workers are blocked in (lock, I/O, poll, sleep, GIL,\n"
-      "other), and for socket servers how long accepted connections queue before a\n"
-      "worker reads them.\n"
+      "is a thread or process pool CPU-starved, blocked, or too small?",
+      "Measures, per interval, how busy a pool's workers are, how long they wait for a\n"
+      "CPU, what busy workers are blocked in (lock, I/O, poll, sleep, GIL, other), and\n"
+      "for socket servers how long accepted connections queue before a worker reads\n"
+      "them. The pool is one process's threads, or the threads of several processes\n"
+      "(-p PID,PID,...; -p PID --children: a parent and its child processes, as\n"
+      "nginx, php-fpm, gunicorn, Apache prefork and PostgreSQL run).\n"
       "A wait is classified by what it is: waiting for work (idle) when a thread\n"
       "outside the pool ends it (a producer, a client), lock contention when a pool\n"
       "peer does, sleep when it times out, the GIL when the futex lies in CPython's\n"
       "_PyRuntime. Threads are grouped by name (numbers removed); the main thread\n"
-      "joins a pool only if it waits for work as the workers do.",
+      "(in a pool of processes: the parent's) joins a pool only if it waits for work\n"
+      "as the workers do, so a master that only supervises is not a busy worker.",
       {
-          OptionSpec{"p,pid", "PID", "the process to watch (required)", "Filters"},
+          opt::pid("the pool (required): one process's threads, or\n"
+                   "several processes as one pool (with the\n"
+                   "processes they fork while traced)"),
+          OptionSpec{"children", "",
+                     "with -p: each PID's child processes join the\n"
+                     "pool (those running now and those forked while\n"
+                     "traced); the PID's own threads stay in it",
+                     "Filters"},
           OptionSpec{"threads", "PATTERN",
                      "the pool: threads whose name matches this regex\n"
                      "(default: every thread, grouped by name minus digits)",
@@ -70,7 +80,9 @@ const ToolSpec& tool_spec() {
       "  threadpool -p 1234 -P -i 5            # per-thread lines every 5 seconds\n"
       "  threadpool -p 1234 -a -i 10           # every thread group, not only 3\n"
       "  threadpool -p 1234 --map-entries 16384 -i 5   # maps for 16384 threads\n"
-      "  threadpool -p 1234 -j -i 1 -d 30      # NDJSON every second for 30 seconds\n",
+      "  threadpool -p 1234 -j -i 1 -d 30      # NDJSON every second for 30 seconds\n"
+      "  threadpool -p 100,101,102 -d 10       # nginx master + 2 workers, one pool\n"
+      "  threadpool -p 100 --children -d 10    # a parent and its children, one pool\n",
       Positional::None};
   return spec;
 }
@@ -95,8 +107,8 @@ Result<Config> parse_args(int argc, char** argv) {
     c.map_entries = static_cast<uint32_t>(*v);
   }
   if (r->common.pids.empty()) return Error{"-p PID is required"};
-  if (r->common.pids.size() > 1) return Error{"-p takes one PID: threadpool watches one process"};
-  c.pid = r->common.pids.front();
+  c.pids = r->common.pids;
+  c.children = raw.count("children");
   if (auto t = opt_str(raw, "threads")) {
     if (t->size() > kMaxPatternLen)
       return Error{"--threads PATTERN is longer than " + std::to_string(kMaxPatternLen) + " characters"};
@@ -106,7 +118,7 @@ Result<Config> parse_args(int argc, char** argv) {
   }
   // --ebpf only prints the program: no process is needed
   if (!c.ebpf)
-    if (auto st = check_pids_exist({c.pid})) return Error{st->message};
+    if (auto st = check_pids_exist(c.pids)) return Error{st->message};
   return c;
 }
 
@@ -146,7 +158,6 @@ Result<BpfPlan> bpf_plan(const Config& c, size_t nthreads) {
     return Error{st->message};
   add_arrival_offsets(p);
   const MapSizes m = map_sizes(c, nthreads);
-  p.integer("TARGET_TGID", c.pid);
   p.integer("TP_MAX_THREADS", m.threads);
   p.integer("TP_MAX_WAITS", m.waits);
   p.integer("TP_MAX_HIST", m.hist);

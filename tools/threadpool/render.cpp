@@ -1,4 +1,5 @@
 // threadpool output: one compact text block per group and interval, or NDJSON.
+#include <algorithm>
 #include <cstdio>
 
 #include "common/table.h"
@@ -11,6 +12,7 @@ using bpfdiag::Histogram;
 namespace {
 
 constexpr size_t kShownGroups = 3;
+constexpr size_t kShownProcesses = 8;  // per group in text reports, unless -a or -P
 
 double pct(uint64_t v, uint64_t total) { return total ? 100.0 * v / total : 0.0; }
 
@@ -38,6 +40,30 @@ std::string lat_line(const char* label, const Histogram& h) {
   return b;
 }
 
+// A pool of processes: a line per process (the busiest first), % of its threads' time.
+void text_processes(std::ostream& os, const Config& c, const GroupReport& g) {
+  if (g.processes.size() < 2) return;
+  std::vector<const ProcessRow*> order;
+  for (const auto& p : g.processes) order.push_back(&p);
+  std::stable_sort(order.begin(), order.end(), [](const ProcessRow* a, const ProcessRow* b) {
+    return a->on_ns + a->rq_ns > b->on_ns + b->rq_ns;
+  });
+  const size_t shown = c.all_groups || c.per_thread ? order.size() : std::min(order.size(), kShownProcesses);
+  char b[160];
+  os << "  per process:  PID COMM          THR ONCPU  RUNQ  IDLE BLOCKED  UTIL% CPUW%\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const ProcessRow& p = *order[i];
+    const uint64_t t = p.total();
+    uint64_t blocked = 0;
+    for (auto v : p.blocked_ns) blocked += v;
+    std::snprintf(b, sizeof b, "%19u %-12.12s %4zu %5.1f %5.1f %5.1f %7.1f %6.1f %5.1f\n", p.pid,
+                  p.comm.c_str(), p.threads, pct(p.on_ns, t), pct(p.rq_ns, t), pct(p.idle_ns, t), pct(blocked, t),
+                  100 * p.utilization(), pct(p.cpu_wait_ns, t));
+    os << b;
+  }
+  if (shown < order.size()) os << "  (" << order.size() - shown << " more processes; -a shows all)\n";
+}
+
 void text_group(std::ostream& os, const Config& c, const ReportMeta& m, const GroupReport& g) {
   char b[256];
   const uint64_t t = g.accounted_ns;
@@ -56,6 +82,9 @@ void text_group(std::ostream& os, const Config& c, const ReportMeta& m, const Gr
   std::snprintf(b, sizeof b, "        poll %.1f%% sleep %.1f%% gil %.1f%% other %.1f%%\n",
                 pct(g.blocked_ns[kPoll], t), pct(g.blocked_ns[kSleep], t),
                 pct(g.blocked_ns[kGil], t), pct(g.blocked_ns[kOther], t));
+  os << b;
+  std::snprintf(b, sizeof b, "  waiting for a CPU: %.1f%% (all runnable time, wake-ups for work too)\n",
+                pct(g.cpu_wait_ns, t));
   os << b;
   std::snprintf(b, sizeof b, "  dispatch latency: avg %s p50 %s p90 %s p99 %s (%llu waits)\n",
                 fmt_ns(g.dispatch.mean()).c_str(), fmt_ns(g.dispatch.percentile(50)).c_str(),
@@ -76,6 +105,7 @@ void text_group(std::ostream& os, const Config& c, const ReportMeta& m, const Gr
     }
   }
   os << "  work waits (inferred): " << g.work.description << "\n";
+  text_processes(os, c, g);
   if (c.per_thread) {
     os << "     TID COMM          ONCPU  RUNQ  IDLE  LOCK    IO  POLL SLEEP   GIL  OTH%\n";
     for (const auto& r : g.rows) {
@@ -94,16 +124,32 @@ void text_group(std::ostream& os, const Config& c, const ReportMeta& m, const Gr
 
 nlohmann::json thread_json(const ThreadRow& r) {
   return {{"tid", r.tid},
+          {"pid", r.pid},
           {"comm", r.name},
           {"oncpu_total_ns", r.on_ns},
           {"runnable_total_ns", r.rq_ns},
+          {"cpu_wait_total_ns", r.cpu_wait_ns},
           {"idle_total_ns", r.idle_ns},
           {"blocked_total_ns", reasons(r.blocked_ns)}};
+}
+
+nlohmann::json process_json(const ProcessRow& p) {
+  return {{"pid", p.pid},
+          {"comm", p.comm},
+          {"thread_count", p.threads},
+          {"utilization", p.utilization()},
+          {"oncpu_total_ns", p.on_ns},
+          {"runnable_total_ns", p.rq_ns},
+          {"cpu_wait_total_ns", p.cpu_wait_ns},
+          {"idle_total_ns", p.idle_ns},
+          {"blocked_total_ns", reasons(p.blocked_ns)}};
 }
 
 nlohmann::json group_fields(const ReportMeta& m, const GroupReport& g) {
   nlohmann::json threads = nlohmann::json::array();
   for (const auto& r : g.rows) threads.push_back(thread_json(r));
+  nlohmann::json processes = nlohmann::json::array();
+  for (const auto& p : g.processes) processes.push_back(process_json(p));
   nlohmann::json locks = nlohmann::json::array();
   for (const auto& [obj, name] : g.work.runtime_locks) locks.push_back(name);
   nlohmann::json j = {{"pid", m.pid},
@@ -115,6 +161,7 @@ nlohmann::json group_fields(const ReportMeta& m, const GroupReport& g) {
                       {"busy_max", g.busy_max},
                       {"oncpu_total_ns", g.on_ns},
                       {"runnable_total_ns", g.rq_ns},
+                      {"cpu_wait_total_ns", g.cpu_wait_ns},
                       {"idle_total_ns", g.idle_ns},
                       {"accounted_total_ns", g.accounted_ns},
                       {"blocked_total_ns", reasons(g.blocked_ns)},
@@ -128,6 +175,8 @@ nlohmann::json group_fields(const ReportMeta& m, const GroupReport& g) {
                       {"verdict", g.verdict},
                       {"verdict_reason", g.why},
                       {"threads", threads},
+                      {"processes", processes},
+                      {"pool_pids", m.pids},
                       {"target_exited", m.target_exited}};
   add_stats(j, "dispatch", g.dispatch);
   add_stats(j, "queue_wait", g.req.queue_wait);
@@ -145,6 +194,7 @@ nlohmann::json summary_fields(const ReportMeta& m, const std::vector<GroupReport
   }
   return {{"pid", m.pid},
           {"comm", m.comm},
+          {"pool_pids", m.pids},
           {"group_count", groups.size()},
           {"thread_count", threads},
           {"request_count", requests},
@@ -183,8 +233,9 @@ void render(std::ostream& os, const Config& c, const ReportMeta& m,
   }
   os << "\n";
   if (c.timestamp) os << bpfdiag::clock_hms() << " ";
-  os << (m.summary ? "=== summary" : "--- interval") << " pid " << m.pid << " (" << m.comm << ")"
-     << (m.target_exited ? ": process exited, report covers until it did" : "") << "\n";
+  os << (m.summary ? "=== summary" : "--- interval") << " pid " << m.pid << " (" << m.comm << ")";
+  if (m.pids.size() > 1) os << ", a pool of " << m.pids.size() << " processes";
+  os << (m.target_exited ? ": process exited, report covers until it did" : "") << "\n";
   if (groups.empty()) os << "no pool activity: no thread of the pool ran or existed\n";
   // by default the pools that matter: the first 3 groups (multi-thread groups first,
   // then by CPU time)

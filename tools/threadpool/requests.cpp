@@ -68,7 +68,7 @@ const std::vector<CounterSlot>& counter_table() {
       {TP_C_THREADS_FULL, "map_full"},          {TP_C_WAITS_FULL, "map_full"},
       {TP_C_HIST_FULL, "map_full"},             {TP_C_CONNS_FULL, "map_full"},
       {TP_C_CLOSED_UNREAD, "closed_unread"},    {TP_C_CLOSED_UNANSWERED, "closed_unanswered"},
-      {TP_C_FD_REUSED, "fd_reused"},
+      {TP_C_FD_REUSED, "fd_reused"},            {TP_C_PROCS_FULL, "map_full"},
       {TP_C_DROPPED, "dropped_periods"},        {TP_C_RECOVERED, "recovered_periods"},
   };
   return table;

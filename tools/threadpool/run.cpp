@@ -27,14 +27,41 @@ const char* const kTracepoints[] = {"sched_switch", "sched_waking", "sched_wakeu
 
 }  // namespace
 
+// The pool's threads now (for the map sizes); a pool of one single-threaded process
+// (without --children) is refused.
+static Result<size_t> pool_threads(const Config& c) {
+  size_t n = 0, procs = 0;
+  for (uint32_t p : c.pids) {
+    size_t k = proc_threads(p).size();
+    n += k;
+    procs += k > 0;
+    if (c.children)
+      for (uint32_t child : proc_descendants(p, 4096)) n += proc_threads(child).size(), ++procs;
+  }
+  const uint32_t p = c.pids.front();
+  if (!procs) return Error{"no process with PID " + std::to_string(p)};
+  if (n < 2 && procs == 1 && !c.children)
+    return Error{"PID " + std::to_string(p) + " (" + proc_comm(p) +
+                 ") has a single thread; threadpool needs a multi-threaded process or several "
+                 "processes (-p PID,PID or -p PID --children)"};
+  return n;
+}
+
+static std::string banner(const Pool& pool, const Config& c) {
+  const auto& pids = pool.pids();
+  const uint32_t first = pids.empty() ? c.pids.front() : pids.front();
+  const std::string who = "PID " + std::to_string(first) + " (" + proc_comm(first) + ")";
+  if (pids.size() <= 1) return "Tracing thread pool of " + who + "... Hit Ctrl-C to end.";
+  return "Tracing a pool of " + std::to_string(pids.size()) + " processes (" + who +
+         (c.children ? " and its children" : " and others") + ")... Hit Ctrl-C to end.";
+}
+
 Status run(const Config& c) {
   size_t nthreads = 0;
   if (!c.ebpf) {
-    if (!pid_exists(c.pid)) return Error{"no process with PID " + std::to_string(c.pid)};
-    nthreads = proc_threads(c.pid).size();
-    if (nthreads < 2)
-      return Error{"PID " + std::to_string(c.pid) + " (" + proc_comm(c.pid) +
-                   ") has a single thread; threadpool needs a multi-threaded process"};
+    auto n = pool_threads(c);
+    if (!n) return Error{n.error()};
+    nthreads = *n;
   }
   auto plan = bpf_plan(c, nthreads);
   if (!plan) return Error{plan.error()};
@@ -42,16 +69,15 @@ Status run(const Config& c) {
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
+  Pool pool(c, session);
+  if (auto st = pool.fill()) return st;  // before attaching: every event is filtered by it
   for (const char* tp : kTracepoints)
     if (auto st = session.attach_raw_tracepoint(tp, std::string("raw_tracepoint__") + tp)) return st;
   attach_phase_done();
-  Tracer tracer(c, session, map_sizes(c, nthreads));
+  Tracer tracer(c, session, pool, map_sizes(c, nthreads));
   if (auto st = session.open_perf_buffer("reqs", on_event, on_lost, &tracer.requests(), 256)) return st;
   if (auto st = tracer.init()) return st;
-  announce_attached(std::cout, "threadpool", c.json,
-                    "Tracing thread pool of PID " + std::to_string(c.pid) + " (" + proc_comm(c.pid) +
-                        ")... Hit Ctrl-C to end.",
-                    tracer.start_fields(), empty_quality());
+  announce_attached(std::cout, "threadpool", c.json, banner(pool, c), tracer.start_fields(), empty_quality());
 
   Status failure;
   RunHooks hooks;

@@ -55,12 +55,11 @@ tp_thread initial_state(uint32_t pid, uint32_t tid, uint64_t now) {
   return t;
 }
 
-uint32_t GroupIds::id_of(uint32_t pid, uint32_t tid, const std::string& group,
-                         const ThreadTimes* t, int current_nr) {
+uint32_t GroupIds::id_of(bool main, const std::string& group, const ThreadTimes* t, int current_nr) {
   auto it = ids_.find(group);
   if (it == ids_.end()) it = ids_.emplace(group, static_cast<uint32_t>(ids_.size() + 1)).first;
   const uint32_t base = it->second * 4;
-  if (tid == pid) return base + 1;  // the main thread: a supervisor until shown otherwise
+  if (main) return base + TP_GID_MAIN;  // the main thread: a supervisor until shown otherwise
   // a listener: most of its blocked time in event waits (or, before any is seen,
   // blocked in one now)
   uint64_t blk = 0, ev = 0;
@@ -74,13 +73,14 @@ uint32_t GroupIds::id_of(uint32_t pid, uint32_t tid, const std::string& group,
 }
 
 const std::map<uint64_t, std::string>& RuntimeLocks::update(
-    const std::map<uint32_t, ThreadTimes>& snap) {
-  constexpr size_t kMaxChecked = 1 << 16;  // bounded: words are looked up once
+    const std::map<uint32_t, ThreadTimes>& snap, const std::function<uint32_t(uint32_t)>& pid_of) {
+  constexpr size_t kMaxChecked = 1 << 16;  // bounded: words are looked up once per process
   for (const auto& [tid, t] : snap)
     for (const auto& [k, w] : t.waits) {
       if (k.nr != TP_NR_FUTEX || !k.obj || checked_.size() >= kMaxChecked) continue;
-      if (!checked_.insert(k.obj).second) continue;
-      bpfdiag::SymbolInfo s = sym_.lookup_data(pid_, k.obj);
+      const uint32_t pid = pid_of(tid);
+      if (!pid || !checked_.insert({pid, k.obj}).second) continue;
+      bpfdiag::SymbolInfo s = sym_.lookup_data(pid, k.obj);
       if (s.found && s.name == "_PyRuntime")
         named_[k.obj] = "GIL (_PyRuntime+" + std::to_string(s.offset) + ")";
     }

@@ -57,7 +57,7 @@ std::map<uint32_t, ThreadTimes> Snapshots::take(const std::map<uint32_t, Member>
   return out;
 }
 
-size_t Snapshots::sweep(uint32_t pid, const std::map<uint32_t, Member>& members,
+size_t Snapshots::sweep(const std::vector<uint32_t>& pids, const std::map<uint32_t, Member>& members,
                         const std::set<uint32_t>& reused, size_t* alive_count) {
   // keys first, then the thread entries, then /proc: an entry read here was written at
   // its thread's fork, after the thread joined the process, so a TID missing from the
@@ -69,7 +69,8 @@ size_t Snapshots::sweep(uint32_t pid, const std::map<uint32_t, Member>& members,
   std::map<uint32_t, uint32_t> kept;  // tid -> born
   for (auto& [tid, t] : threads_.get_table_offline()) kept[tid] = t.born;
   std::set<uint32_t> alive;
-  for (uint32_t tid : bpfdiag::proc_threads(pid)) alive.insert(tid);
+  for (uint32_t pid : pids)
+    for (uint32_t tid : bpfdiag::proc_threads(pid)) alive.insert(tid);
   if (alive_count) *alive_count = alive.size();
   for (auto it = kept.begin(); it != kept.end();) {
     if (members.count(it->first) || alive.count(it->first)) {

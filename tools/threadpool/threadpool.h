@@ -1,4 +1,5 @@
-// threadpool: is a process's thread pool CPU-starved, blocked, too small or idle?
+// threadpool: is a pool of threads (one process's, or a pool of processes': a PID list,
+// a parent and its children) CPU-starved, blocked, too small or idle?
 // Thread states from scheduler tracepoints; each wait classified by what it is (who
 // ended it: a pool peer, a producer outside the pool, a timeout; the runtime's global
 // lock when the futex word lies in one), utilisation with "waiting for work" as
@@ -41,7 +42,8 @@ struct Config {
   bool hist = false;        // -H: dispatch latency histogram
   bool all_groups = false;  // -a: every thread group in text reports
   bool verbose = false;     // -v: tracked and retired thread counts on stderr
-  uint32_t pid = 0;          // -p
+  std::vector<uint32_t> pids;  // -p: the pool's processes (the first the report's label)
+  bool children = false;       // --children: each PID's child processes join the pool
   uint32_t map_entries = 0;  // --map-entries (0: sized from the target)
   std::optional<std::string> pattern;  // --threads (POSIX extended regex, searched)
   bpfdiag::Schedule schedule;          // -i/-c/-d
@@ -151,7 +153,8 @@ struct WorkWaits {
     return category(tid, k, wake) == kIdle;
   }
 };
-// From the group's cumulative waits. The process's main thread (tid == pid) stays in
+// From the group's cumulative waits. `pid`: the pool's main thread (the process's main
+// thread, tid == pid; in a pool of processes the leader's, 0 if none) stays in
 // the pool only if it waits for work where another member does (it behaves like a
 // worker); otherwise it supervises (submits, joins, waits for results) and is left
 // out, when the others do wait for work.
@@ -179,10 +182,27 @@ DepthStats queue_depth(const std::vector<std::pair<uint64_t, uint64_t>>& spans, 
 
 struct ThreadRow {
   uint32_t tid = 0;
+  uint32_t pid = 0;  // its process (set by the tracer; 0: unknown)
   std::string name;
   uint64_t on_ns = 0, rq_ns = 0, idle_ns = 0;
+  // every runnable period, the wake-ups from work waits (counted in idle_ns) included:
+  // what the kernel counts as run-queue wait (/proc/PID/schedstat's run_delay)
+  uint64_t cpu_wait_ns = 0;
   uint64_t blocked_ns[kNumReasons] = {};
 };
+
+// One process of a pool of processes: its threads' rows added up.
+struct ProcessRow {
+  uint32_t pid = 0;
+  std::string comm;
+  size_t threads = 0;
+  uint64_t on_ns = 0, rq_ns = 0, idle_ns = 0, cpu_wait_ns = 0;
+  uint64_t blocked_ns[kNumReasons] = {};
+  uint64_t total() const;
+  double utilization() const;  // neither idle nor waiting for the GIL, of total()
+};
+// Per process, in PID order, from g.rows (rows with pid 0 left out).
+std::vector<ProcessRow> process_rows(const std::vector<ThreadRow>& rows);
 
 struct RequestStats {
   uint64_t requests = 0;
@@ -197,6 +217,7 @@ struct GroupReport {
   uint64_t interval_ns = 0;
   // thread time over the interval
   uint64_t on_ns = 0, rq_ns = 0, idle_ns = 0, accounted_ns = 0;
+  uint64_t cpu_wait_ns = 0;  // every runnable period (ThreadRow::cpu_wait_ns)
   uint64_t blocked_ns[kNumReasons] = {};  // not counting work waits
   uint64_t unattributed_ns = 0;  // blocked time whose wait was lost (waits map full)
   double utilization = 0, busy_avg = 0;  // busy: neither idle nor waiting for the GIL
@@ -204,6 +225,7 @@ struct GroupReport {
   bpfdiag::Histogram dispatch;  // runnable -> on CPU latency
   RequestStats req;
   std::vector<ThreadRow> rows;
+  std::vector<ProcessRow> processes;  // rows added up per process (process_rows)
   WorkWaits work;
   // data loss behind this report (interval or run): updates dropped because a map was
   // full, pool threads not tracked, request events lost
@@ -222,7 +244,7 @@ void aggregate(GroupReport& g, const std::map<uint32_t, ThreadTimes>& deltas,
 // wait model when it was retired. The summary adds them back (add_retired).
 struct RetiredTimes {
   size_t threads = 0;
-  uint64_t on_ns = 0, rq_ns = 0, idle_ns = 0, unattributed_ns = 0;
+  uint64_t on_ns = 0, rq_ns = 0, idle_ns = 0, unattributed_ns = 0, cpu_wait_ns = 0;
   uint64_t blocked_ns[kNumReasons] = {};
   bpfdiag::Histogram dispatch;
 };
@@ -238,7 +260,8 @@ void add_retired(GroupReport& g, const RetiredTimes& r);
 void decide_verdict(GroupReport& g);
 
 struct ReportMeta {
-  uint32_t pid = 0;
+  uint32_t pid = 0;            // the first PID given (the label)
+  std::vector<uint32_t> pids;  // the pool's processes now (several: per-process lines)
   std::string comm;
   bool summary = false;  // the whole run (final), not an interval
   bool target_exited = false;

@@ -14,24 +14,43 @@ static_assert(kNumWakes == TP_NWAKE && kByPeer == TP_W_PEER && kByProcess == TP_
                   kUnseen == TP_W_UNSEEN && kByMain == TP_W_MAIN,
               "wake classes shared with BPF");
 
-Tracer::Tracer(const Config& c, BpfSession& s, MapSizes sizes)
-    : c_(c), s_(s), sizes_(sizes), members_(c, s), snapshots_(s), requests_(s),
-      runtime_locks_(c.pid) {}
+namespace {
+std::string pid_list(const std::vector<uint32_t>& pids) {
+  std::string s;
+  for (size_t i = 0; i < pids.size() && i < 8; ++i) s += (i ? "," : "") + std::to_string(pids[i]);
+  return pids.size() > 8 ? s + ",... (" + std::to_string(pids.size()) + " in all)" : s;
+}
+}  // namespace
+
+Tracer::Tracer(const Config& c, BpfSession& s, Pool& pool, MapSizes sizes)
+    : c_(c), s_(s), sizes_(sizes), pool_(pool), members_(c, pool, s), snapshots_(s), requests_(s) {}
+
+uint32_t Tracer::pid_of(uint32_t tid) const {
+  const Member* m = members_.find(tid);
+  return m ? m->pid : 0;
+}
+
+uint32_t Tracer::main_of(const std::string& group, bool by_base) const {
+  const Member* m = members_.find(pool_.leader());
+  return m && (by_base ? m->base : m->group) == group ? pool_.leader() : 0;
+}
 
 Status Tracer::init() {
-  comm_ = proc_comm(c_.pid);
+  pool_.rescan();  // children forked before the probes were attached
+  const uint32_t first = pool_.pids().empty() ? c_.pids.front() : pool_.pids().front();
+  comm_ = proc_comm(first);
   members_.rescan(monotonic_ns());
   if (members_.all().empty()) {
-    if (!pid_exists(c_.pid)) return Error{"process " + std::to_string(c_.pid) + " exited"};
-    if (!c_.pattern)
-      return Error{"cannot track the threads of PID " + std::to_string(c_.pid) +
-                   "; rerun with a larger --map-entries"};
+    const std::string who = pool_.pids().size() > 1 ? "PIDs " + pid_list(pool_.pids()) : "PID " + std::to_string(first);
+    if (pool_.pids().empty()) return Error{"process " + std::to_string(first) + " exited"};
+    if (!c_.pattern) return Error{"cannot track the threads of " + who + "; rerun with a larger --map-entries"};
     std::set<std::string> names;
-    for (auto tid : proc_threads(c_.pid)) names.insert(proc_comm(tid));
+    for (uint32_t pid : pool_.pids())
+      for (auto tid : proc_threads(pid)) names.insert(proc_comm(tid));
     std::string list;
     for (auto& n : names) list += (list.empty() ? "" : ", ") + n;
-    return Error{"no thread of PID " + std::to_string(c_.pid) + " (" + comm_ +
-                 ") matches --threads '" + *c_.pattern + "'; its thread names: " + list};
+    return Error{"no thread of " + who + " (" + comm_ + ") matches --threads '" + *c_.pattern +
+                 "'; their thread names: " + list};
   }
   start_ = last_ = monotonic_ns();
   refresh_inference();
@@ -40,8 +59,10 @@ Status Tracer::init() {
 
 nlohmann::json Tracer::start_fields() const {
   nlohmann::json threads = nlohmann::json::array();
-  for (auto& [tid, m] : members_.all()) threads.push_back({{"tid", tid}, {"comm", m.comm}, {"group", m.group}});
+  for (auto& [tid, m] : members_.all())
+    threads.push_back({{"tid", tid}, {"pid", m.pid}, {"comm", m.comm}, {"group", m.group}});
   nlohmann::json options = {{"pattern", c_.pattern ? *c_.pattern : ""},
+                            {"children", c_.children},
                             {"per_thread", c_.per_thread},
                             {"hist", c_.hist},
                             {"all_groups", c_.all_groups},
@@ -49,7 +70,9 @@ nlohmann::json Tracer::start_fields() const {
   if (c_.schedule.interval_ns) options["interval_ns"] = *c_.schedule.interval_ns;
   if (c_.schedule.count) options["count"] = *c_.schedule.count;
   if (c_.schedule.duration_ns) options["duration_ns"] = *c_.schedule.duration_ns;
-  return {{"pid", {c_.pid}}, {"comm", comm_}, {"probes", 6}, {"options", options}, {"threads", threads}};
+  return {{"pid", c_.pids},         {"pool_pids", pool_.pids()}, {"leader_pid", pool_.leader()},
+          {"comm", comm_},         {"probes", 6},                {"options", options},
+          {"threads", threads}};
 }
 
 // How many of each group's workers are busy right now (neither waiting for work nor
@@ -79,6 +102,7 @@ void Tracer::sample() {
 void Tracer::tick() {
   uint64_t now = monotonic_ns();
   if (now - last_rescan_ >= 500000000ULL) {
+    pool_.rescan();
     members_.rescan(now);
     refresh_inference();
     // no interval reports: nothing more to report of a gone thread but in the summary
@@ -89,7 +113,7 @@ void Tracer::tick() {
       if (!gone.empty()) reused = retire(snapshots_.take(gone, now));
     }
     // threads that came and went since the last rescan (entries added at their fork)
-    bpf_entries_ = snapshots_.sweep(c_.pid, members_.all(), reused, &alive_);
+    bpf_entries_ = snapshots_.sweep(pool_.pids(), members_.all(), reused, &alive_);
   }
   // every 10 ms; slower for big pools (one map lookup per thread per sample)
   uint64_t period = std::clamp<uint64_t>(members_.all().size() * 200000ULL, 10000000ULL, 100000000ULL);
@@ -108,7 +132,7 @@ void Tracer::refresh_inference(const std::map<uint32_t, ThreadTimes>* snap) {
     local = snapshots_.take(members_.all(), monotonic_ns(), /*with_hist=*/false);
     snap = &local;
   }
-  const auto& locks = runtime_locks_.update(*snap);
+  const auto& locks = runtime_locks_.update(*snap, [&](uint32_t tid) { return pid_of(tid); });
   // several pools under one name: split by where they wait for work (not with
   // --threads: the user said which threads are the pool)
   auto group_times = [&](bool by_base, std::map<std::string, size_t>& sizes) {
@@ -125,7 +149,7 @@ void Tracer::refresh_inference(const std::map<uint32_t, ThreadTimes>* snap) {
     std::map<std::string, size_t> sizes;
     std::map<uint32_t, std::string> to;
     for (auto& [g, times] : group_times(true, sizes)) {
-      auto pools = pools_by_work_word(times, infer_work_waits(times, sizes[g], c_.pid, locks));
+      auto pools = pools_by_work_word(times, infer_work_waits(times, sizes[g], main_of(g, true), locks));
       for (size_t i = 1; i < pools.size(); ++i)  // the largest keeps the name
         for (uint32_t tid : pools[i]) to[tid] = g + "[" + std::to_string(*pools[i].begin()) + "]";
     }
@@ -134,7 +158,7 @@ void Tracer::refresh_inference(const std::map<uint32_t, ThreadTimes>* snap) {
   members_.update_roles(*snap);
   std::map<std::string, size_t> sizes;
   auto by_group = group_times(false, sizes);
-  for (auto& [g, n] : sizes) work_[g] = infer_work_waits(by_group[g], n, c_.pid, locks);
+  for (auto& [g, n] : sizes) work_[g] = infer_work_waits(by_group[g], n, main_of(g, false), locks);
   last_rescan_ = monotonic_ns();
 }
 
@@ -146,7 +170,8 @@ Status Tracer::report(bool final) {
   auto dq = quality(final);
   if (!dq) return Error{dq.error()};
   ReportMeta m;
-  m.pid = c_.pid;
+  m.pid = c_.pids.front();
+  m.pids = pool_.pids();
   m.comm = comm_;
   m.target_exited = exited_;
   auto groups = build(cur, prev_, last_, now, /*summary=*/false, dq->interval);
@@ -167,15 +192,17 @@ Status Tracer::report(bool final) {
     render(std::cout, c_, m, sum, dq->total);
   }
   if (!final) {  // the gone threads' last interval is reported: forget them
-    bpf_entries_ = snapshots_.sweep(c_.pid, members_.all(), retire(cur), &alive_);
+    pool_.rescan();  // a process forked since the last rescan keeps its threads' entries
+    bpf_entries_ = snapshots_.sweep(pool_.pids(), members_.all(), retire(cur), &alive_);
     for (auto it = cur.begin(); it != cur.end();) it = members_.find(it->first) ? std::next(it) : cur.erase(it);
   }
   prev_ = std::move(cur);
   last_ = now;
   if (c_.verbose)
-    std::cerr << "threadpool: tracking " << members_.all().size() << " threads (" << bpf_entries_
-              << " BPF thread entries, process has " << alive_ << " threads), " << retired_
-              << " retired" << std::endl;
+    std::cerr << "threadpool: tracking " << members_.all().size() << " threads"
+              << (pool_.pids().size() > 1 ? " of " + std::to_string(pool_.pids().size()) + " processes" : "") << " ("
+              << bpf_entries_ << " BPF thread entries, " << (pool_.pids().size() > 1 ? "the pool" : "process")
+              << " has " << alive_ << " threads), " << retired_ << " retired" << std::endl;
   return std::nullopt;
 }
 
@@ -280,6 +307,8 @@ std::vector<GroupReport> Tracer::build(const std::map<uint32_t, ThreadTimes>& cu
     g.interval_ns = t1 - t0;
     g.work = work_[name];
     aggregate(g, deltas[name], names);
+    for (auto& r : g.rows) r.pid = pid_of(r.tid);
+    g.processes = process_rows(g.rows);
     auto& acc = acc_[name];
     if (summary) {
       add_retired(g, acc.retired);

@@ -1,5 +1,6 @@
 // threadpool's tracer: owns the BPF maps of one session and turns them into
-// per-thread times, thread groups and reports. Internal to the tool.
+// per-thread times, thread groups and reports, over a pool of one or more processes.
+// Internal to the tool.
 #pragma once
 #include <bcc/BPFTable.h>
 #include <linux/types.h>
@@ -25,6 +26,34 @@ extern "C" {
 
 namespace threadpool {
 
+// --- pool.cpp: which processes form the pool --------------------------------------
+
+constexpr size_t kMaxPoolProcesses = TP_MAX_PROCS;
+
+// The pool's processes: the PIDs given (with --children, their descendants running at
+// the start) and the processes they fork while traced (the BPF side adds those, when the
+// pool has several processes or --children was given). Keeps the BPF `pool` map (tgid ->
+// TP_POOL_* flags): fill() before attaching, rescan() after and then periodically (gone
+// processes leave the map). The leader is the pool's main process: the only one; with
+// --children the parent; else a PID given that is another pool process's parent (an
+// nginx master); 0 if none. Whether it works or only supervises is judged by behaviour
+// (infer_work_waits), never by name.
+class Pool {
+ public:
+  Pool(const Config& c, bpfdiag::BpfSession& bpf);
+  bpfdiag::Status fill();
+  void rescan();
+  const std::vector<uint32_t>& pids() const { return pids_; }  // running, the given first
+  uint32_t leader() const { return leader_; }
+
+ private:
+  uint32_t flags(uint32_t pid) const;
+  const Config& c_;
+  ebpf::BPFHashTable<uint32_t, uint32_t> map_;
+  std::vector<uint32_t> pids_;
+  uint32_t leader_ = 0;
+};
+
 // --- runtime.cpp: who is in which pool, and runtime locks ---------------------------
 
 // Initial state of a thread from /proc (the tracepoints only see transitions).
@@ -32,13 +61,12 @@ tp_thread initial_state(uint32_t pid, uint32_t tid, uint64_t now);
 
 // Group ids for the BPF side's waker classes (TP_W_PEER needs the same id). Threads
 // are grouped by name; within a group, a thread that mostly waits in epoll/poll/
-// select/accept (a listener handing work to the pool) and the process's main thread
-// get ids of their own, so that the work they hand over reads as coming from outside
-// the pool. Ids are stable for a group name.
+// select/accept (a listener handing work to the pool) and the pool's main thread
+// (`main`: the leader's, role TP_GID_MAIN) get ids of their own, so that the work they
+// hand over reads as coming from outside the pool. Ids are stable for a group name.
 class GroupIds {
  public:
-  uint32_t id_of(uint32_t pid, uint32_t tid, const std::string& group, const ThreadTimes* t,
-                 int current_nr);
+  uint32_t id_of(bool main, const std::string& group, const ThreadTimes* t, int current_nr);
 
  private:
   std::map<std::string, uint32_t> ids_;
@@ -48,20 +76,21 @@ class GroupIds {
 // _PyRuntime (3.11: _PyRuntime.ceval.gil, a mutex and condition variables).
 class RuntimeLocks {
  public:
-  explicit RuntimeLocks(uint32_t pid) : pid_(pid) {}
-  // Looks up the futex words not seen before; returns the named ones.
-  const std::map<uint64_t, std::string>& update(const std::map<uint32_t, ThreadTimes>& snap);
+  // Looks up the futex words not seen before (in the process of the thread that waited
+  // on each, `pid_of`); returns the named ones.
+  const std::map<uint64_t, std::string>& update(const std::map<uint32_t, ThreadTimes>& snap,
+                                                const std::function<uint32_t(uint32_t)>& pid_of);
 
  private:
-  uint32_t pid_;
   bpfdiag::Symbolizer sym_;
-  std::set<uint64_t> checked_;
+  std::set<std::pair<uint32_t, uint64_t>> checked_;
   std::map<uint64_t, std::string> named_;
 };
 
 // --- members.cpp: which threads are tracked, in which group ------------------------
 
 struct Member {
+  uint32_t pid = 0;  // its process
   std::string comm, group;
   std::string base;  // the group by name (or --threads) before any split into pools
   bool gone = false;  // exited (or its TID now belongs to a new thread): retired after the next report
@@ -69,14 +98,14 @@ struct Member {
   uint32_t born = 0;  // tp_thread.born of its BPF entry: tells a reused TID's new thread apart
 };
 
-// The pool's threads from /proc/PID/task (names matched against --threads, or grouped
+// The pool's threads from /proc/PID/task of each pool process (names matched against --threads, or grouped
 // by name). Keeps the BPF side in step: a thread first seen in /proc gets its initial
 // state in `threads`, every member its group id in `gids`. Exited members are retired
 // (forgotten, their BPF entries deleted) by the tracer after the report that covers
 // their last interval, so a long run under thread churn keeps bounded maps.
 class Members {
  public:
-  Members(const Config& c, bpfdiag::BpfSession& bpf);
+  Members(const Config& c, const Pool& pool, bpfdiag::BpfSession& bpf);
   void rescan(uint64_t now);
   // Roles settle as waits are seen: refreshes the group ids from the latest times.
   void update_roles(const std::map<uint32_t, ThreadTimes>& snap);
@@ -93,7 +122,9 @@ class Members {
   uint64_t assumed_start() const { return assumed_start_; }  // state read from /proc
 
  private:
+  void add(uint32_t pid, uint32_t tid, const std::string& comm, const std::string& base, uint64_t now);
   const Config& c_;
+  const Pool& pool_;
   ebpf::BPFHashTable<uint32_t, tp_thread> threads_;
   ebpf::BPFHashTable<uint32_t, uint32_t> gids_;
   std::shared_ptr<const regex_t> re_;
@@ -117,8 +148,8 @@ class Snapshots {
   // nor alive (threads that came and went between two rescans, added at fork), then
   // every `waits` entry not of a remaining thread entry (same TID and `born`) and every
   // `rqhist` entry not of a remaining TID or of a TID in `reused`. Returns the number
-  // of `threads` entries left; `alive`: the process's threads.
-  size_t sweep(uint32_t pid, const std::map<uint32_t, Member>& members,
+  // of `threads` entries left; `alive`: the pool processes' threads.
+  size_t sweep(const std::vector<uint32_t>& pids, const std::map<uint32_t, Member>& members,
                const std::set<uint32_t>& reused, size_t* alive);
 
  private:
@@ -170,7 +201,7 @@ struct GroupAcc {  // per group, across the whole run (for the summary)
 // report() turns two snapshots into one GroupReport per thread group and renders it.
 class Tracer {
  public:
-  Tracer(const Config& c, bpfdiag::BpfSession& s, MapSizes sizes);
+  Tracer(const Config& c, bpfdiag::BpfSession& s, Pool& pool, MapSizes sizes);
   bpfdiag::Status init();  // reads /proc/PID/task, fills the maps; error if no pool
   nlohmann::json start_fields() const;
   Requests& requests() { return requests_; }
@@ -193,10 +224,14 @@ class Tracer {
   // snapshot, else the last one) into their group's RetiredTimes. Returns the TIDs a
   // new thread took meanwhile (their rqhist entries are not the new thread's).
   std::set<uint32_t> retire(const std::map<uint32_t, ThreadTimes>& times);
+  uint32_t pid_of(uint32_t tid) const;
+  // The pool's main thread for inference: the leader's, if it is a member of `group`.
+  uint32_t main_of(const std::string& group, bool by_base) const;
 
   const Config& c_;
   bpfdiag::BpfSession& s_;
   MapSizes sizes_;
+  Pool& pool_;
   Members members_;
   Snapshots snapshots_;
   Requests requests_;
@@ -208,7 +243,7 @@ class Tracer {
   bpfdiag::CounterDeltas deltas_;
   RuntimeLocks runtime_locks_;
   bool exited_ = false;
-  bpfdiag::TargetWatch watch_{{c_.pid}};  // PID + start time: a reused PID is not the target
+  bpfdiag::TargetWatch watch_{c_.pids};  // PID + start time: a reused PID is not the target
   uint64_t untracked_reported_ = 0;
   uint64_t retired_ = 0;       // threads retired so far
   size_t bpf_entries_ = 0;     // `threads` entries after the last sweep

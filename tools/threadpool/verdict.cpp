@@ -33,6 +33,10 @@ constexpr uint64_t kQueueWaitShareDen = 2;
 // blocked on one kind of wait.
 constexpr double kCpuStarvedShare = 0.3;
 constexpr double kBlockedShare = 0.3;
+// cpu-starved from the whole CPU wait (wake-ups for work included): the pool wants a
+// CPU (on CPU or runnable) at least this share of its time (as kIdleUtil, below it the
+// pool is idle whatever its wake-ups wait).
+constexpr double kCpuDemandShare = kIdleUtil;
 
 // Loss that can change the verdict: pool threads not tracked at all, or more than 5%
 // of the pool's time whose wait was dropped (waits map full).
@@ -48,6 +52,26 @@ std::string loss_text(const GroupReport& g) {
                 static_cast<unsigned long long>(g.untracked),
                 static_cast<unsigned long long>(g.lost_events));
   return b;
+}
+
+// A runnable worker woken for work counts as idle in the time split (it has not begun
+// the work), so a pool whose every wake-up waits long for a CPU (nginx workers on a
+// saturated machine) can look idle or merely busy. The rule of cpu-starved, with the
+// whole CPU wait (the kernel's run_delay) in place of the busy runnable time: at least
+// kCpuStarvedShare of the busy time plus those wake-ups' waits, and no kind of blocking
+// larger; that time at least kCpuDemandShare of the pool's time.
+bool starved_of_cpu(GroupReport& g, uint64_t busy, uint64_t blocked_max) {
+  const uint64_t wake_wait = g.cpu_wait_ns > g.rq_ns ? g.cpu_wait_ns - g.rq_ns : 0;
+  const uint64_t wanted = busy + wake_wait;
+  if (!wanted || g.cpu_wait_ns < blocked_max) return false;
+  const double share = static_cast<double>(g.cpu_wait_ns) / wanted;
+  if (share < kCpuStarvedShare || wanted < kCpuDemandShare * g.accounted_ns) return false;
+  char why[320];
+  std::snprintf(why, sizeof why, "workers wait for a CPU %.0f%% of the time they want one (wake-ups too)",
+                100 * share);
+  g.verdict = "cpu-starved";
+  g.why = why;
+  return true;
 }
 
 void decide(GroupReport& g) {
@@ -72,6 +96,9 @@ void decide(GroupReport& g) {
     g.why = why;
     return;
   }
+  const uint64_t blocked_max = std::max({g.blocked_ns[kLock], g.blocked_ns[kIo] + g.blocked_ns[kPoll],
+                                         g.blocked_ns[kSleep], g.blocked_ns[kOther]});
+  if (starved_of_cpu(g, busy, blocked_max)) return;
   const bool queued = g.req.have_depth && g.req.depth.avg >= kQueuedDepth;
   if (util < kIdleUtil && !queued) {
     std::snprintf(why, sizeof why, "workers busy %.0f%% of the time, waiting for work the rest",
