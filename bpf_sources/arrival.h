@@ -74,12 +74,13 @@ static inline struct arrival task_arrival(void *task, u64 now) {
  * what /proc/PID/schedstat reads. For a front-end whose numbers users check against
  * top, pidstat and schedstat, and that must not lose time to an unseen event.
  *
- * Why not the tracepoint spans alone: the kernel charges time by rq->clock, which
- * __schedule() does not refresh after a wake-up that preempts the current task
- * (rq_clock_skip_update). On a non-preemptible kernel the preempted task runs on to
- * its return to user space, and that time is charged to the task after it and to its
- * own run_delay. bpftrace's sched_switch spans of nginx workers under 8 ab clients read
- * 5.009 s against sum_exec_runtime's 4.644 s over the same 79k switches.
+ * Why not the tracepoint spans alone: they are not what the kernel charges. bpftrace's
+ * sched_switch spans of nginx workers under 8 ab clients read 5.009 s against
+ * sum_exec_runtime's 4.644 s over the same 79k switches. Suspected cause (not proven):
+ * the kernel charges by rq->clock, which __schedule() does not refresh after a wake-up
+ * that preempts the current task (rq_clock_skip_update); on a non-preemptible kernel
+ * that task runs on to its return to user space, and the time is charged to the task
+ * after it and to its own run_delay.
  */
 #if defined(RQ_CLOCK_KNOWN) && defined(OFF_SE_SUM_EXEC) && defined(OFF_TASK_SCHED_INFO) && \
     defined(OFF_SI_RUN_DELAY) && defined(OFF_SI_LAST_QUEUED)

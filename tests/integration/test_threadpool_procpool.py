@@ -14,7 +14,7 @@ workers): each worker's /proc/PID/stat utime+stime (CPU used) and
 /proc/PID/schedstat run_delay (time waiting for a CPU).
   A. `threadpool -j -p MASTER,W1,W2`: one group of the 2 workers (the master, which only
      supervises, left out by its behaviour), verdict cpu-starved; per process and for the
-     pool, the on-CPU share within 0.10 of utime+stime and the CPU-wait share within 0.10
+     pool, the on-CPU share within 0.05 of utime+stime and the CPU-wait share within 0.05
      of run_delay; start record lists the pool and names the master as leader.
   B. `threadpool -j -p MASTER --children`: the same pool from the parent, same checks.
   C. A worker replaced while traced (SIGHUP: nginx forks new workers, the old ones
@@ -45,7 +45,7 @@ require_built(TP, RUNBOOK)
 NGINX = need("nginx", "nginx")
 AB = need("ab", "apache2-utils")
 WINDOW = 5.0  # s, each traced window
-TOL = 0.10
+TOL = 0.05  # shares of the window; measured 0.000-0.003 apart with the kernel's counters
 HZ = os.sysconf("SC_CLK_TCK")
 
 
