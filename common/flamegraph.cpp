@@ -1,5 +1,6 @@
 #include "common/flamegraph.h"
 
+#include "common/parse.h"
 #include "common/runloop.h"
 
 #include <algorithm>
@@ -118,6 +119,19 @@ double max_abs_delta(const Node& n, const Node* base, double scale_base) {
   return m;
 }
 
+// What of `name` fits a frame `w` pixels wide: the whole name, or its start and "..",
+// or nothing (flamegraph.pl's rule: 12px Verdana averages 7px a character, 3px padding
+// each side). The full name stays in the frame's title. The script applies the same rule
+// when a zoom resizes the frame.
+std::string fit_label(const std::string& name, double w) {
+  const long n = static_cast<long>((w - 6) / 7);
+  if (n < 3) return "";
+  if (static_cast<long>(name.size()) <= n) return name;
+  size_t cut = static_cast<size_t>(n - 2);
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
+  return name.substr(0, cut) + "..";
+}
+
 struct Layout {
   const FlameOptions& o;
   double scale;  // pixels per unit of value
@@ -154,7 +168,7 @@ struct Layout {
                   x + 10, y, w, o.frame_height - 1, fill.c_str());
     out << "<g class=\"f\" data-v=\"" << n.value << "\"" << (n.kernel ? " data-k=\"1\"" : "") << "><title>"
         << xml_escape(title) << "</title>" << geo << "<text x=\"" << x + 13 << "\" y=\"" << y + o.frame_height - 5
-        << "\">" << xml_escape(n.name) << "</text></g>\n";
+        << "\">" << xml_escape(fit_label(n.name, w)) << "</text></g>\n";
     double cx = x;
     for (auto& [k, c] : n.children) {
       emit(*c, cx, depth + 1, child(base, k));
@@ -170,7 +184,7 @@ var svg=document.documentElement,W=+svg.getAttribute('data-w'),frames=[].slice.c
 var details=document.getElementById('details'),matched=document.getElementById('matched'),unzoom=document.getElementById('unzoom');
 frames.forEach(function(g){var r=g.querySelector('rect'),t=g.querySelector('text');
  g._x=+r.getAttribute('x');g._w=+r.getAttribute('width');g._y=+r.getAttribute('y');g._fill=r.getAttribute('fill');
- g._name=t.textContent;g._title=g.querySelector('title').textContent;
+ g._title=g.querySelector('title').textContent;g._name=g._title.substr(0,g._title.lastIndexOf(' ('));
  g.onmouseover=function(){details.textContent=g._title;};g.onmouseout=function(){details.textContent=' ';};
  g.onclick=function(){zoom(g);};});
 function label(g,x,w){var t=g.querySelector('text'),n=Math.floor((w-6)/7);t.setAttribute('x',x+3);
@@ -360,17 +374,23 @@ Status write_flamegraph_svg(const std::string& path, const std::vector<FoldedLin
   return std::nullopt;
 }
 
+RunFlameGraph::RunFlameGraph(std::string path, FlameOptions opts, uint64_t divisor)
+    : path_(std::move(path)), opts_(std::move(opts)), divisor_(divisor), start_ns_(monotonic_ns()) {}
+
 FoldedSet& RunFlameGraph::stacks() {
   if (report_boundaries() != boundaries_) {  // the reports before it are not the window's
     stacks_ = FoldedSet{};
     boundaries_ = report_boundaries();
+    start_ns_ = monotonic_ns();
   }
   return stacks_;
 }
 
 Status RunFlameGraph::write() const {
   if (!enabled()) return std::nullopt;
-  return write_flamegraph_svg(path_, stacks_.stacks(divisor_), opts_);
+  FlameOptions o = opts_;
+  o.subtitle += (o.subtitle.empty() ? "" : ", ") + std::string("over ") + format_duration(monotonic_ns() - start_ns_);
+  return write_flamegraph_svg(path_, stacks_.stacks(divisor_), o);
 }
 
 }  // namespace bpfdiag

@@ -57,13 +57,13 @@ Status write_flamegraph_svg(const std::string& path, const std::vector<FoldedLin
 //   Status st = flame.write();                                      // final report
 class RunFlameGraph {
  public:
-  RunFlameGraph(std::string path, FlameOptions opts, uint64_t divisor = 1)
-      : path_(std::move(path)), opts_(std::move(opts)), divisor_(divisor) {}
+  RunFlameGraph(std::string path, FlameOptions opts, uint64_t divisor = 1);
   bool enabled() const { return !path_.empty(); }
   // Where each report adds its stacks: the run's, since the last report boundary
   // (SIGUSR1, common/runloop), so the graph covers what the final report covers.
   FoldedSet& stacks();
   // Writes the file (nothing without one); an error names the file and the reason.
+  // The subtitle ends with the time the graph covers.
   Status write() const;
 
  private:
@@ -72,6 +72,7 @@ class RunFlameGraph {
   uint64_t divisor_;
   FoldedSet stacks_;
   uint64_t boundaries_ = 0;  // report_boundaries() when stacks_ was started
+  uint64_t start_ns_;        // monotonic_ns() then
 };
 
 // Reads folded text (one stack per line; blank lines skipped). A malformed line is an

@@ -114,6 +114,37 @@ TEST_CASE("--svg flame graph: well-formed, titled frames, script, no network") {
   }
 }
 
+TEST_CASE("--svg flame graph: every label fits its frame, the full name stays in the title") {
+  // long C++ names in frames from 1200 px down to a few px (issue 21: MariaDB's off-CPU
+  // graph had 1,384 of 1,437 labels overflowing)
+  std::string text;
+  const std::string longname = "std::_Function_handler<void (), Query_cache::invalidate_table(THD*, TABLE*)::{lambda()#1}>::_M_invoke";
+  for (int i = 0; i < 40; ++i)
+    text += "app;" + longname + std::to_string(i) + ";inner_" + std::to_string(i) + " " + std::to_string(1 + i * i) + "\n";
+  FlameOptions o;
+  o.min_width_px = 0;  // every frame drawn, the narrowest 0.06 px
+  std::string svg = render_flamegraph(folded(text), o);
+  CHECK_MESSAGE(xml_problem(svg) == "", xml_problem(svg));
+  std::regex frame(R"re(<title>([^<]*)</title><rect x="[^"]*" y="\d+" width="([0-9.]+)"[^>]*/><text[^>]*>([^<]*)</text>)re");
+  int frames = 0, cut = 0, empty = 0;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), frame); it != std::sregex_iterator(); ++it) {
+    ++frames;
+    const std::string title = (*it)[1], label = (*it)[3];
+    const double w = std::stod((*it)[2]);
+    CHECK_MESSAGE((label.empty() || label.size() * 7.0 + 6 <= w + 1e-9), label << " in " << w << " px");
+    if (label.empty()) ++empty;
+    else if (label.size() >= 2 && label.compare(label.size() - 2, 2, "..") == 0) {
+      ++cut;
+      CHECK(title.compare(0, label.size() - 2, label, 0, label.size() - 2) == 0);  // a prefix of the name
+    }
+  }
+  CHECK(frames == 1 + 1 + 80);
+  CHECK(cut > 0);
+  CHECK(empty > 0);
+  // the full name is kept (escaped)
+  CHECK(svg.find("invalidate_table(THD*, TABLE*)::{lambda()#1}&gt;::_M_invoke39 (") != std::string::npos);
+}
+
 TEST_CASE("--svg flame graph: kernel frames are told apart by colour") {
   FlameOptions on;
   std::string svg = render_flamegraph(folded(kStacks), on);

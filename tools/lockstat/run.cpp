@@ -296,7 +296,7 @@ class Reporter {
         wakers_(plan.has("WAKERS")),
         has_scans_(!c.unwind_dwarf && plan.has("OFF_TASK_STACK")),  // fp mode only
         has_rq_locks_(plan.has("RQ_CPUS")),
-        flame_(c.svg, {"Off-CPU Flame Graph: lock waits", "lockstat: wait time at the contended locks' call sites",
+        flame_(c.svg, {"Lock Wait Flame Graph", "lockstat: wait time (us) at the contended locks' call sites",
                        "us", FlamePalette::OffCpu}) {  // --svg: the waits of every report
     if (!c.kernel_only) start_maps_.push_back(c.uprobes ? "plock_start" : "futex_start");
     if (!c.user_only) start_maps_.push_back("klock_start");

@@ -129,7 +129,7 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
                               {"duration_ns", opt_ns(s.duration_ns.value_or(0), s.duration_ns.has_value())}});
 }
 
-std::string banner(const Config& c) {
+std::string traced_text(const Config& c) {
   std::string who = stack_targets_text(c);
   if (c.user_threads_only) who += " (user threads)";
   if (c.kernel_threads_only) who += " (kernel threads)";
@@ -137,7 +137,9 @@ std::string banner(const Config& c) {
   std::string how = c.kernel_stacks_only ? ""
                     : c.unwind_dwarf      ? " (user stacks: DWARF unwinding)"
                                           : " (user stacks: frame pointers)";
-  return "Tracing off-CPU time (us) of " + who + " by " + what + " stack" + how + banner_until(c.schedule);
+  return "off-CPU time (us) of " + who + " by " + what + " stack" + how;
 }
+
+std::string banner(const Config& c) { return "Tracing " + traced_text(c) + banner_until(c.schedule); }
 
 }  // namespace offcputime

@@ -126,6 +126,8 @@ std::vector<std::string> warnings(const Config& c, const bpfdiag::DataQuality& d
 // The "offcputime.start" fields: filters and the effective options.
 nlohmann::json start_fields(const Config& c, uint64_t probes);
 // "Tracing off-CPU time (us) of ... by ... stack..." (stderr, once attached).
+// What is traced ("off-CPU time (us) of ... by ... stack"), for the banner and --svg.
+std::string traced_text(const Config& c);
 std::string banner(const Config& c);
 
 bpfdiag::Status run(const Config& c);

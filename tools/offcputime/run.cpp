@@ -156,7 +156,8 @@ Status run(const Config& user_config) {
   CounterDeltas deltas, uw_deltas;
   uint64_t lost_reported = 0;
   // --svg: the stacks of every report (ns; shown in us)
-  RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph", banner(c), "us", FlamePalette::OffCpu}, 1000);
+  RunFlameGraph flame(c.svg, {"Off-CPU Time Flame Graph", "offcputime: " + traced_text(c), "us", FlamePalette::OffCpu},
+                      1000);
   Status svg_failed;
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) { poll_live(session, live, timeout_ms); };

@@ -284,8 +284,8 @@ Status run(const Config& c) {
                     start, empty_dq());
 
   uint64_t last = monotonic_ns();
-  RunFlameGraph flame(c.svg, {"Off-CPU Flame Graph: mutex hold times",
-                              "pmheld: time each pthread mutex was held, by acquiring stack", "us",
+  RunFlameGraph flame(c.svg, {"Mutex Hold Time Flame Graph",
+                              "pmheld: time (us) each pthread mutex was held, by acquiring stack", "us",
                               FlamePalette::OffCpu});  // --svg: the holds of every report
   Status svg_failed;
   RunHooks hooks;

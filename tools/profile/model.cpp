@@ -87,11 +87,13 @@ nlohmann::json start_fields(const Config& c, uint64_t cpus) {
                               {"duration_ns", opt_ns(c.schedule.duration_ns)}});
 }
 
-std::string banner(const Config& c) {
+std::string traced_text(const Config& c) {
   std::string who = stack_targets_text(c);
   if (c.include_idle && c.pids.empty() && c.tids.empty()) who += " (idle included)";
-  return "Sampling at " + std::to_string(c.freq_hz) + " Hertz of " + who + " by " + stack_parts_text(c) + " stack" +
-         (c.unwind_dwarf ? " (user stacks: DWARF unwinding)" : "") + banner_until(c.schedule);
+  return std::to_string(c.freq_hz) + " Hertz of " + who + " by " + stack_parts_text(c) + " stack" +
+         (c.unwind_dwarf ? " (user stacks: DWARF unwinding)" : "");
 }
+
+std::string banner(const Config& c) { return "Sampling at " + traced_text(c) + banner_until(c.schedule); }
 
 }  // namespace profile

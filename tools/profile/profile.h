@@ -77,6 +77,8 @@ bpfdiag::FoldedSet folded(const Config& c, const std::vector<Entry>& entries);
 // The end-of-run warnings (lost stacks, full maps), each naming the option that fixes it.
 std::vector<std::string> warnings(const Config& c, const bpfdiag::DataQuality& dq);
 nlohmann::json start_fields(const Config& c, uint64_t cpus);
+// What is sampled ("99 Hertz of ... by ... stack"), for the banner and --svg.
+std::string traced_text(const Config& c);
 std::string banner(const Config& c);
 
 bpfdiag::Status run(const Config& c);

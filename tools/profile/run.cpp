@@ -116,7 +116,8 @@ Status run(const Config& c) {
   announce_attached(std::cout, "profile", c.json, banner(c), fields, dq0);
   uint64_t window_start = monotonic_ns(), last_remember = 0;
   CounterDeltas deltas, uw_deltas;
-  RunFlameGraph flame(c.svg, {"On-CPU Flame Graph", banner(c), "samples", FlamePalette::OnCpu});  // --svg
+  RunFlameGraph flame(c.svg, {"On-CPU Flame Graph", "profile: samples at " + traced_text(c), "samples",
+                              FlamePalette::OnCpu});  // --svg
   Status failure;
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {

@@ -72,8 +72,8 @@ void write_stacks(Run& run) {
     if (!write_report_file(run, base + ".folded", folded)) t.files.push_back(base + ".folded");
     if (!t.own_svg || own_svg_size(t) == 0) {  // the tool wrote none: ours, from its records
       FlameOptions o;
-      o.title = t.name + (k.palette == FlamePalette::OffCpu ? ": off-CPU time" : ": on-CPU samples");
-      o.subtitle = "runbook " + run.book.name + (run.cfg.pid_arg.empty() ? "" : ", PID " + run.cfg.pid_arg) + ", " +
+      o.title = k.palette == FlamePalette::OffCpu ? "Off-CPU Time Flame Graph" : "On-CPU Flame Graph";
+      o.subtitle = t.name + ", runbook " + run.book.name + (run.cfg.pid_arg.empty() ? "" : ", PID " + run.cfg.pid_arg) + ", " +
                    fmt_ms(run.window_end_ns - run.window_start_ns);
       o.unit = k.unit;
       o.palette = k.palette;
