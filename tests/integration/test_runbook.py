@@ -172,12 +172,23 @@ check("has no -p" in open(os.path.join(out, "report.md")).read(), "cpu-saturatio
 # SIGUSR1 at the window's start: each tool's final report covers the window, not its
 # own attach onwards (runqlen attaches first and saw the others' BPF compiles: 5.4 s of
 # its 4 s window before the boundary)
-window_s = (rj["window_end_ns"] - rj["window_start_ns"]) / 1e9
-for name in ("runqlen", "profile", "offcputime"):
-    fin = [r for r in recs.get(name, []) if r.get("type") == name + ".summary" and r.get("final")]
-    got = fin[-1]["interval_ns"] / 1e9 if fin else None
-    check(got is not None and within(got, window_s, abs_=0.5),
-          "cpu-saturation: %s's final report covers %s s of the %.2f s window (0.5 s)" % (name, got, window_s))
+
+
+def check_window(book, rj, recs, names):
+    """Every tool's final report covers the runbook's window (issue 21: a threadpool
+    summary covered 16.85 s of a 10 s runbook, its own attach onwards). Within 2%, or
+    0.35 s: how late a tool under load reacts to the boundary and the stop (quiet, all
+    within 0.3%; with a CI run beside it, runqlen's stop came 0.26 s late)."""
+    window_s = (rj["window_end_ns"] - rj["window_start_ns"]) / 1e9
+    for name in names:
+        kind = name + (".group" if name == "threadpool" else ".summary")
+        fin = [r for r in recs.get(name, []) if r.get("type") == kind and r.get("final")]
+        got = fin[-1]["interval_ns"] / 1e9 if fin else None
+        check(got is not None and within(got, window_s, rel=0.02, abs_=0.35),
+              "%s: %s's final report covers %s s of the %.3f s window (2%% or 0.35 s)" % (book, name, got, window_s))
+
+
+check_window("cpu-saturation", rj, recs, ("runqlen", "profile", "offcputime"))
 prof = [f for f in fs if f["tool"] == "profile"]
 if HAVE_PROFILE:
     check(prof and "busyloops" in prof[0]["text"] and os.path.exists(os.path.join(out, "profile.svg")),
@@ -195,6 +206,7 @@ w.kill()
 w.wait()
 check(rc == 0 and attached, "slow-service: runbook exits 0 (rc %d, %r)" % (rc, se[-300:]))
 rj, recs = check_report_dir(out, "slow-service", ["threadpool", "offcputime", "lockstat", "runqlen", "profile"], w.pid)
+check_window("slow-service", rj, recs, ("threadpool", "offcputime", "lockstat", "runqlen", "profile"))
 fs = findings(out)
 show("slow-service", fs)
 lk = [f for f in fs if f["tool"] == "lockstat"]

@@ -51,9 +51,9 @@ static std::string banner(const Pool& pool, const Config& c) {
   const auto& pids = pool.pids();
   const uint32_t first = pids.empty() ? c.pids.front() : pids.front();
   const std::string who = "PID " + std::to_string(first) + " (" + proc_comm(first) + ")";
-  if (pids.size() <= 1) return "Tracing thread pool of " + who + "... Hit Ctrl-C to end.";
+  if (pids.size() <= 1) return "Tracing thread pool of " + who + banner_until(c.schedule);
   return "Tracing a pool of " + std::to_string(pids.size()) + " processes (" + who +
-         (c.children ? " and its children" : " and others") + ")... Hit Ctrl-C to end.";
+         (c.children ? " and its children" : " and others") + ")" + banner_until(c.schedule);
 }
 
 Status run(const Config& c) {

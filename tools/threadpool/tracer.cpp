@@ -163,6 +163,14 @@ void Tracer::refresh_inference(const std::map<uint32_t, ThreadTimes>* snap) {
 }
 
 Status Tracer::report(bool final) {
+  if (report_boundaries() != boundaries_) {
+    // The last report was a boundary (SIGUSR1: runbook's window starts): the summary
+    // covers the time since, as every tool's final report does.
+    boundaries_ = report_boundaries();
+    base_ = prev_;
+    start_ = last_;
+    for (auto& [g, acc] : acc_) acc = GroupAcc{};
+  }
   s_.poll_perf_buffer("reqs", 0);
   const uint64_t now = monotonic_ns();
   auto cur = snapshots_.take(members_.all(), now);
@@ -186,7 +194,7 @@ Status Tracer::report(bool final) {
     acc.interval_busy_max = 0;
   }
   if (final) {
-    auto sum = build(cur, {}, start_, now, /*summary=*/true, dq->total);
+    auto sum = build(cur, base_, start_, now, /*summary=*/true, dq->total);
     m.summary = true;
     m.window = window_ending_now(now - start_, true);
     render(std::cout, c_, m, sum, dq->total);
@@ -218,14 +226,17 @@ std::set<uint32_t> Tracer::retire(const std::map<uint32_t, ThreadTimes>& times) 
       if (auto p = prev_.find(tid); p != prev_.end()) t = &p->second;
     }
     const bool excluded = work_.count(m.group) && work_[m.group].excluded.count(tid);
-    if (t && !excluded && t->on_ns + t->rq_ns + t->blk_ns > 0) {
+    const auto b = base_.find(tid);
+    const ThreadTimes since = t ? delta(*t, b == base_.end() ? nullptr : &b->second) : ThreadTimes{};
+    if (t && !excluded && since.on_ns + since.rq_ns + since.blk_ns > 0) {
       GroupReport one;
       one.work = work_[m.group];
-      aggregate(one, {{tid, *t}}, {{tid, m.comm}});
+      aggregate(one, {{tid, since}}, {{tid, m.comm}});
       fold(acc_[m.group].retired, one);
     }
     members_.retire(tid);
     prev_.erase(tid);
+    base_.erase(tid);
     ++retired_;
   }
   return reused;

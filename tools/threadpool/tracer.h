@@ -239,6 +239,7 @@ class Tracer {
   std::map<std::string, WorkWaits> work_;
   std::map<std::string, GroupAcc> acc_;
   std::map<uint32_t, ThreadTimes> prev_;
+  std::map<uint32_t, ThreadTimes> base_;  // the times at the summary's start (a report boundary)
   std::map<std::string, RequestStats> interval_req_;
   bpfdiag::CounterDeltas deltas_;
   RuntimeLocks runtime_locks_;
@@ -249,6 +250,7 @@ class Tracer {
   size_t bpf_entries_ = 0;     // `threads` entries after the last sweep
   size_t alive_ = 0;           // the process's threads at the last sweep
   uint64_t start_ = 0, last_ = 0, last_rescan_ = 0, last_sample_ = 0;
+  uint64_t boundaries_ = 0;  // bpfdiag::report_boundaries() at the summary's start
 };
 
 }  // namespace threadpool
