@@ -3,7 +3,12 @@
 #include "common/symbolize.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -45,6 +50,36 @@ struct Symbolizer::Process {
   uint64_t start_time = 0;   // /proc/PID/stat starttime (0: process already gone)
   bool partial = false;      // mappings or symbol tables skipped after a stop signal
 };
+
+// The vDSO's symbols (__vdso_clock_gettime, ...) and its size: the kernel's own image,
+// the same in every process of this kernel and ABI, read from this process's memory
+// (getauxval(AT_SYSINFO_EHDR)), never from a target's: a process can rewrite its copy.
+// Copied to a sealed memfd so the ELF reader gets a file. Null when there is none.
+static const std::pair<std::shared_ptr<ElfSymbols>, uint64_t>& own_vdso() {
+  static const std::pair<std::shared_ptr<ElfSymbols>, uint64_t> vdso = []() -> std::pair<std::shared_ptr<ElfSymbols>, uint64_t> {
+    const uint64_t base = getauxval(AT_SYSINFO_EHDR);
+    if (!base) return {nullptr, 0};
+    uint64_t size = 0;
+    std::ifstream f("/proc/self/maps");
+    for (std::string line; std::getline(f, line);)
+      if (auto m = parse_maps_line(line); m && m->path == "[vdso]" && m->start == base) size = m->end - m->start;
+    if (!size || size > (1u << 20)) return {nullptr, 0};
+    int fd = memfd_create("bpfdiag-vdso", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return {nullptr, 0};
+    struct stat st;
+    if (write(fd, reinterpret_cast<const void*>(base), size) != static_cast<ssize_t>(size) ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0 || fstat(fd, &st) != 0) {
+      close(fd);
+      return {nullptr, 0};
+    }
+    auto file = std::make_shared<UntrustedFile>(fd, size, st.st_dev, st.st_ino, 0, 0);
+    file->set_name("[vdso]");
+    auto syms = ElfSymbols::load(file, /*debug_files=*/false);
+    if (!syms || !syms->ok) return {nullptr, 0};
+    return {syms, size};
+  }();
+  return vdso;
+}
 
 // Start time of pid (field 22 of /proc/PID/stat, clock ticks since boot): tells a
 // process from a later one that reuses its PID. 0 when there is no such process.
@@ -235,6 +270,18 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
     if (r.path.empty()) continue;
     p.maps.push_back({r.start, r.end, intern(r.path)});
     if (r.path[0] == '/' && r.inode != 0) raws.push_back(r);
+    // the target's vDSO, named from this process's own when it is the same size (a
+    // 32-bit process maps another image)
+    if (r.path == "[vdso]" && own_vdso().first && m->end - m->start == own_vdso().second)
+      if (auto bias = own_vdso().first->bias_for_mapping(r.start, 0)) {
+        Module v;
+        v.path = intern(r.path);
+        v.elf = own_vdso().first;
+        v.bias = *bias;
+        v.lo = r.start;
+        v.hi = r.end;
+        p.modules.push_back(std::move(v));
+      }
   }
   if (!any) return false;
   p.start_time = proc_start_time(pid);
