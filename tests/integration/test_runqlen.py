@@ -52,6 +52,30 @@ def all_run_delay_ns():
     return out
 
 
+class AllRunDelay(threading.Thread):
+    """run_delay of every task, read every 0.2 s while runqlen runs: a task that exits
+    in the window (a build's compilers) keeps what it had waited when last read. With a
+    snapshot at each end alone its wait was lost: beside a build, the test read 'cpus
+    without our loops: means [0.34], at most the 0.16 other tasks queued'."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.first = all_run_delay_ns()
+        self.last = dict(self.first)
+        self.stop = False
+
+    def run(self):
+        while not self.stop:
+            time.sleep(0.2)
+            self.last.update(all_run_delay_ns())
+
+    def finish(self):
+        self.stop = True
+        self.join()
+        self.last.update(all_run_delay_ns())
+        return [v - self.first.get(f, 0) for f, v in self.last.items()]
+
+
 class ProcsRunning(threading.Thread):
     """/proc/stat procs_running is every CPU's nr_running at the moment of reading; the
     reader is one of them. Queued tasks per CPU = (procs_running - 1 - CPUs)+ / CPUs
@@ -112,12 +136,13 @@ def measure(per_cpu_loops, extra=(), duty=(), unpinned=0):
     sampler = ProcsRunning()
     sampler.start()
     d0 = [l.run_delay_ns() for l in loops]
-    a0 = all_run_delay_ns()
+    every = AllRunDelay()
+    every.start()
     t0 = time.monotonic()
     r = run([RUNQLEN, "-j", *extra, "-i", str(SECONDS), "-c", "1"], timeout=SECONDS + 30)
     t1 = time.monotonic()
     d1 = [l.run_delay_ns() for l in loops]
-    a1 = all_run_delay_ns()
+    deltas = every.finish()
     sampler.stop = True
     for l in loops:
         l.finish()
@@ -125,7 +150,6 @@ def measure(per_cpu_loops, extra=(), duty=(), unpinned=0):
     # one task cannot wait longer than the window: a larger delta is not a delta (a task
     # the first snapshot missed, or a reused TID; a fresh CI run read "every task's
     # run_delay 33.12" per CPU next to runqlen's 1.15 and procs_running's 1.18)
-    deltas = [v - a0.get(f, 0) for f, v in a1.items()]
     bad = [d for d in deltas if not 0 <= d <= window_ns * 1.05]
     if bad:
         print("info %d task(s) with a run_delay delta outside [0, window] left out (%s s)"
