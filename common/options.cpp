@@ -43,6 +43,14 @@ OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "O
 OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
 OptionSpec unwind(std::string help) { return make("unwind", "MODE", std::move(help), "Stacks"); }
+OptionSpec jvm_perfmap() {
+  return make("jvm-perfmap", "",
+              "before tracing, ask each -p target that is a HotSpot\n"
+              "JVM (JDK 17+) for its perf map (/tmp/perf-PID.map),\n"
+              "as jcmd PID Compiler.perfmap does: Java methods get\n"
+              "names without a restart or JVM flags",
+              "Stacks");
+}
 OptionSpec older_name(std::string flags, const OptionSpec& current) {
   OptionSpec o = make(std::move(flags), current.arg, "older name of " + option_names(current).display(), current.group);
   o.hidden = true;

@@ -85,6 +85,8 @@ OptionSpec help();
 // A hidden older name ("f", "map-size") of `current`, with its argument and group.
 OptionSpec older_name(std::string flags, const OptionSpec& current);
 // --unwind=fp|dwarf (parsed by common/unwind_maps unwind_dwarf_option)
+// --jvm-perfmap: ask each target HotSpot JVM for its perf map (common/jvm_attach.h).
+OptionSpec jvm_perfmap();
 OptionSpec unwind(std::string help = "user stacks: dwarf (.eh_frame tables; the default\n"
                                      "with -p/-t) or fp (frame pointers; the default\n"
                                      "system-wide)");

@@ -144,6 +144,22 @@ UntrustedOpen open_in_proc_root(uint32_t pid, const std::string& path, const Unt
   return out;
 }
 
+int open_dir_in_proc_root(uint32_t pid, const std::string& dir) {
+  if (dir.empty() || dir[0] != '/') {
+    errno = EINVAL;
+    return -1;
+  }
+  std::string root = "/proc/" + std::to_string(pid) + "/root";
+  int rfd = open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rfd < 0) return -1;
+  int fd = open_path_fd(rfd, dir.size() > 1 ? dir.c_str() + 1 : ".", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+                        RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  int saved = errno;
+  close(rfd);
+  errno = saved;
+  return fd;
+}
+
 std::string without_deleted_suffix(const std::string& path) {
   const std::string del = " (deleted)";
   if (path.size() > del.size() && path.compare(path.size() - del.size(), del.size(), del) == 0)

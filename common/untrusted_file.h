@@ -127,6 +127,11 @@ Elf* open_elf_untrusted(const UntrustedFile& f);
 size_t read_capped_lines(const UntrustedFile& f, uint64_t max_bytes, size_t max_line,
                          const std::function<void(std::string_view)>& line);
 
+// The directory `dir` (absolute) as process `pid` sees it, resolved inside its root
+// without following any link: an O_PATH descriptor to create or look up names in
+// (a JVM's /tmp); -1 with errno when it cannot be opened so.
+int open_dir_in_proc_root(uint32_t pid, const std::string& dir);
+
 // Real and effective uid of a process (from /proc/PID/status); nullopt when gone.
 struct ProcUids {
   uid_t real, effective;

@@ -9,10 +9,13 @@ figures, the verdict (sleeping workers are not blocked on locks), the pool is th
 workers, request rate and service time still right, and the default text report
 shows the pools that matter instead of every JVM thread group. Then offcputime -p on
 the same busy JVM with its default tables (issue 8): no stack lost, none of its maps
-full, and the pool's sleeps found under Thread.sleep's futex wait.
+full, and the pool's sleeps found under Thread.sleep's futex wait; with --jvm-perfmap the
+JVM (run as nobody, default flags) writes its perf map and the pool's stacks name
+JvmPool's methods.
 """
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -43,7 +46,10 @@ def free_port():
 
 
 def start_jvm(d, port):
-    jvm = subprocess.Popen(["java", "-Xmx128m", "-cp", d, "JvmPool",
+    # as an unprivileged user, as a JVM usually runs (--jvm-perfmap's attach files are its)
+    os.chmod(d, 0o755)
+    jvm = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                            "java", "-Xmx128m", "-cp", d, "JvmPool",
                             "--port", str(port), "--workers", "8", "--cpu-us", "200",
                             "--sleep-ms", "5"],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -69,7 +75,8 @@ def measured_run(abbin, d):
         tp2 = subprocess.run([TOOL, "-p", str(ready["pid"]), "-d", "2"], capture_output=True,
                              text=True, timeout=60)
         # offcputime on the same busy JVM (before the truth window: that ends the JVM)
-        oc = subprocess.run([OFFCPU, "-p", str(ready["pid"]), "-j", "--duration", str(OFFCPU_S)],
+        # --jvm-perfmap: the JVM (default flags) writes its perf map when asked
+        oc = subprocess.run([OFFCPU, "-p", str(ready["pid"]), "-j", "--jvm-perfmap", "--duration", str(OFFCPU_S)],
                             capture_output=True, text=True, timeout=OFFCPU_S + 60)
         rc, err, records, truth = measure_against_truth(jvm, ready["pid"], [TOOL, "-j", "-d", "6"],
                                                         "threadpool")
@@ -80,6 +87,9 @@ def measured_run(abbin, d):
     finally:
         jvm.kill()
         jvm.wait()
+        for f in ("/tmp/perf-%d.map", "/tmp/.java_pid%d", "/tmp/.attach_pid%d"):
+            if os.path.lexists(f % jvm.pid):
+                os.unlink(f % jvm.pid)
 
 
 def main():
@@ -141,6 +151,15 @@ def check_offcputime(oc):
     sleeping = sum(r["offcpu_total_ns"] for r in pool if any("futex" in f for f in r.get("kernel_stack", [])))
     check(sleeping >= 0.8 * total, "the pool's off-CPU time is under a futex wait (Thread.sleep): %.1f of %.1f s"
           % (sleeping / 1e9, total / 1e9))
+    # --jvm-perfmap: Java methods named (JIT code is in no ELF file), asked without a restart
+    # (HotSpot's perf map names a method "RETURN_TYPE CLASS.METHOD(ARGS)"): the handlers'
+    # sleeps under JvmPool's lambda, the idle workers' under the queue's park
+    java = re.compile(r"^\S+ [\w$.]+\.[\w$<>]+\(")
+    named = sum(r["offcpu_total_ns"] for r in pool if any(java.match(f) for f in r.get("user_stack", [])))
+    handlers = sum(r["offcpu_total_ns"] for r in pool if any("JvmPool" in f for f in r.get("user_stack", [])))
+    check("--jvm-perfmap" not in oc.stderr and named >= 0.8 * total and handlers > 0,
+          "--jvm-perfmap: the pool's off-CPU time under a named Java method %.1f of %.1f s, under JvmPool's %.1f s (%s)"
+          % (named / 1e9, total / 1e9, handlers / 1e9, oc.stderr.strip()[-200:]))
 
 
 if __name__ == "__main__":

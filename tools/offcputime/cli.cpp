@@ -51,6 +51,7 @@ ToolSpec make_spec() {
       opt::user_stacks_only("show user space stacks only"),
       opt::kernel_stacks_only("show kernel space stacks only"),
       opt::unwind(),
+      opt::jvm_perfmap(),
       OptionSpec{"d,delimited", "", "insert \"--\" between kernel and user stacks", "Output"},
       opt::folded("folded output for flamegraph.pl and speedscope"),
       opt::per_thread("folded: name threads \"comm-PID/TID\" so they never merge"),
@@ -85,7 +86,8 @@ ToolSpec make_spec() {
       "  offcputime -i 5 -c 3   # three reports, 5 seconds each\n"
       "  offcputime -fP -p 185 5 > out.folded  # per-thread flame graph input\n"
       "  offcputime -j 5        # NDJSON: every stack with offcpu_total_ns\n"
-      "  offcputime -p 185 5 --svg off.svg  # an interactive flame graph\n";
+      "  offcputime -p 185 5 --svg off.svg  # an interactive flame graph\n"
+      "  offcputime -p 4242 --jvm-perfmap 10  # a JVM: Java methods named\n";
   s.positional = Positional::Duration;
   return s;
 }
@@ -109,6 +111,8 @@ Result<Config> parse_args(int argc, char** argv) {
   const auto& raw = r->raw;
   c.user_threads_only = raw.count("user-threads-only");
   c.kernel_threads_only = raw.count("kernel-threads-only");
+  c.jvm_perfmap = raw.count("jvm-perfmap") > 0;
+  if (c.jvm_perfmap && c.pids.empty()) return Error{"--jvm-perfmap needs -p PID (the JVMs to ask)"};
   auto uw = unwind_dwarf_option(raw, !c.pids.empty() || !c.tids.empty());
   if (!uw) return Error{uw.error()};
   c.unwind_dwarf = *uw && !c.kernel_stacks_only;

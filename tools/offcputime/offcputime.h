@@ -46,6 +46,7 @@ struct Config : bpfdiag::StackToolConfig {
   std::optional<uint64_t> state;     // --state
   uint64_t stack_storage_size = 0;   // --stack-storage-size; 0: auto_stack_storage()
   uint64_t map_entries = 32768;      // --map-entries: start/counts/seen map entries
+  bool jvm_perfmap = false;  // --jvm-perfmap: ask target JVMs for their perf maps first
   bool unwind_dwarf = false;         // --unwind=dwarf (default with -p/-t): user stacks from .eh_frame
 };
 

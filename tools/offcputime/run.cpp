@@ -11,6 +11,7 @@
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
 #include "common/flamegraph.h"
+#include "common/jvm_attach.h"
 #include "common/stack_reader.h"
 #include "common/symbolize.h"
 #include "common/target.h"
@@ -125,6 +126,7 @@ Status attach_probes(BpfSession& session, Live& live, uint64_t& probes) {
 
 Status run(const Config& user_config) {
   Config c = user_config;
+  if (c.jvm_perfmap && !c.ebpf) request_jvm_perfmaps("offcputime", c.pids);  // before the symbolizer reads the maps
   if (!c.stack_storage_size) c.stack_storage_size = auto_stack_storage(count_traced_threads(c));
   auto plan = bpf_plan(c);
   if (!plan) return Error{plan.error()};

@@ -34,6 +34,7 @@ ToolSpec make_spec() {
       opt::user_stacks_only("show user space stacks only (no kernel)"),
       opt::kernel_stacks_only("show kernel space stacks only (no user)"),
       opt::unwind(),
+      opt::jvm_perfmap(),
       OptionSpec{"delimited", "", "insert \"--\" between kernel and user stacks", "Output"},
       opt::folded("folded output for flame graphs (as offcputime -f)"),
       opt::per_thread("folded: name threads \"comm-PID/TID\" so they never merge"),
@@ -59,6 +60,7 @@ ToolSpec make_spec() {
       "  profile -K             # kernel space stacks only (no user)\n"
       "  profile -I 5           # include the idle task\n"
       "  profile -f -p 185 5 > cpu.folded  # folded, for flamegraph\n"
+      "  profile -p 4242 --jvm-perfmap -f 10  # a JVM: Java methods named\n"
       "  profile -p 185 5 --svg cpu.svg    # an interactive flame graph\n"
       "  profile -j -d 5        # NDJSON: every stack with its sample_count\n";
   s.positional = Positional::Duration;
@@ -91,6 +93,8 @@ Result<Config> parse_args(int argc, char** argv) {
     c.map_entries = *v;
   }
   if (auto st = check_targets(c.pids, c.tids)) return *st;
+  c.jvm_perfmap = raw.count("jvm-perfmap") > 0;
+  if (c.jvm_perfmap && c.pids.empty()) return Error{"--jvm-perfmap needs -p PID (the JVMs to ask)"};
   auto uw = unwind_dwarf_option(raw, !c.pids.empty() || !c.tids.empty());
   if (!uw) return Error{uw.error()};
   c.unwind_dwarf = *uw && !c.kernel_stacks_only;

@@ -32,6 +32,7 @@ struct Config : bpfdiag::StackToolConfig {
   uint64_t freq_hz = 49;                // -F
   uint64_t stack_storage_size = 16384;  // --stack-storage-size
   uint64_t map_entries = 65536;         // --map-entries: (thread, stack) pairs counted
+  bool jvm_perfmap = false;  // --jvm-perfmap: ask target JVMs for their perf maps first
   bool unwind_dwarf = false;            // --unwind=dwarf (default with -p/-t): user stacks from .eh_frame
 };
 

@@ -15,6 +15,7 @@
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
 #include "common/flamegraph.h"
+#include "common/jvm_attach.h"
 #include "common/proc.h"
 #include "common/stack_reader.h"
 #include "common/stacks.h"
@@ -93,6 +94,7 @@ void forget_reported(BpfSession& session, Symbolizer& sym) {
 }  // namespace
 
 Status run(const Config& c) {
+  if (c.jvm_perfmap && !c.ebpf) request_jvm_perfmaps("profile", c.pids);  // before the symbolizer reads the maps
   BpfPlan plan = bpf_plan(c);
   UnwindMaps uw;  // the unwinder is tail-called by the sample handler
   auto loaded = load_unwinding_tool(ToolPlan{"profile", plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr,

@@ -1,0 +1,31 @@
+// HotSpot's attach mechanism, for one request: a JVM's perf map. Java frames are JIT
+// code, which no ELF file names; HotSpot (JDK 17+) writes /tmp/perf-PID.map (address,
+// size, method) on request, as `jcmd PID Compiler.perfmap` asks, without a restart or
+// perf-map flags. The stack tools' --jvm-perfmap makes that request before tracing.
+//
+// The JVM is another user's process: everything under its /tmp is resolved inside its
+// root without following links; the attach socket must be a socket owned by the JVM's
+// user; the trigger file is created (never opened if it exists) and removed; SIGQUIT,
+// which would end a process that is not a JVM, is sent only to one that maps
+// libjvm.so; every wait is bounded.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bpfdiag {
+
+// True when process `pid` maps a libjvm.so (a HotSpot JVM).
+bool is_hotspot_jvm(uint32_t pid);
+
+// Asks JVM `pid` to write its perf map (Compiler.perfmap). Waits at most `timeout_ms`
+// for the attach listener to start and the answer to come. The map is
+// /tmp/perf-NSPID.map in the JVM's mount namespace (NSPID: its PID there).
+Status request_jvm_perfmap(uint32_t pid, int timeout_ms = 5000);
+
+// --jvm-perfmap for `tool`: asks every JVM among `pids` (each at most 5 s); a failure,
+// or a PID that is no JVM, is a warning line on stderr, not an error.
+void request_jvm_perfmaps(const char* tool, const std::vector<uint32_t>& pids);
+
+}  // namespace bpfdiag
