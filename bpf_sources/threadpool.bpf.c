@@ -120,17 +120,27 @@ static inline void switched_in(u32 tid, struct tp_thread *n, void *task, u64 at)
       u32 wake = n->state == TP_ST_BLOCKED ? TP_W_UNSEEN : n->w_wake;
       s64 fix = (s64)(g + prior - rq) - (s64)prior; /* blocked time not counted yet */
       n->blk_ns += fix;
-      add_wait(tid, n, fix, rq, wake, n->state == TP_ST_BLOCKED);
       n->w_blk = wake == TP_W_UNSEEN ? 0 : prior + fix;
+      if (fix < 0) { /* taken back from the wait the wake-up added it to, if it did */
+        struct tp_wait_val *v = wait_of(tid, n, 0);
+        u64 w = wake; /* one register for the check and the index (the verifier) */
+        if (v && w < TP_NWAKE)
+          __sync_fetch_and_add(&v->blk_ns[w], fix);
+        fix = 0;
+      }
+      add_wait(tid, n, fix, rq, wake, n->state == TP_ST_BLOCKED);
       n->w_rq = rq;
     }
     if (rq)
       count_dispatch(tid, n, rq);
+    /* charged beyond the span and the gap after it: owed by the next gap */
+    n->carry = gap < 0 ? gap : 0;
+  } else {
+    n->carry = 0;
   }
   n->w_pending = 0;
   n->state = TP_ST_RUNNING;
   n->ts = at;
-  n->carry = 0;
 }
 
 RAW_TRACEPOINT_PROBE(sched_switch) {
@@ -188,7 +198,7 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
         if (t->k_ok) {
           if (on > 2 * span)
             on = 2 * span;
-          t->carry = (s64)span - (s64)on;
+          t->carry += (s64)span - (s64)on;
           span = on;
         }
 #endif

@@ -381,7 +381,7 @@ FoldedSet& RunFlameGraph::stacks() {
   if (report_boundaries() != boundaries_) {  // the reports before it are not the window's
     stacks_ = FoldedSet{};
     boundaries_ = report_boundaries();
-    start_ns_ = monotonic_ns();
+    start_ns_ = last_boundary_ns();
   }
   return stacks_;
 }

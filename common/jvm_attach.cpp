@@ -37,6 +37,7 @@ struct JvmIds {
   uid_t uid = 0;
   gid_t gid = 0;
   uint32_t nspid = 0;  // its PID in its own PID namespace (names its files)
+  bool catches_sigquit = false;  // SigCgt: a handler is installed (else SIGQUIT kills it)
 };
 
 std::optional<JvmIds> jvm_ids(uint32_t pid) {
@@ -48,6 +49,8 @@ std::optional<JvmIds> jvm_ids(uint32_t pid) {
     unsigned r, e;
     if (std::sscanf(l.c_str(), "Uid: %u %u", &r, &e) == 2) ids.uid = e, uid = true;
     if (std::sscanf(l.c_str(), "Gid: %u %u", &r, &e) == 2) ids.gid = e, gid = true;
+    if (l.compare(0, 7, "SigCgt:") == 0)
+      ids.catches_sigquit = (std::strtoull(l.c_str() + 7, nullptr, 16) >> (SIGQUIT - 1)) & 1;
     if (l.compare(0, 6, "NSpid:") == 0) {
       auto last = l.find_last_of(" \t");
       if (last != std::string::npos) ids.nspid = static_cast<uint32_t>(std::strtoul(l.c_str() + last + 1, nullptr, 10));
@@ -86,7 +89,7 @@ Status ask(int sfd, const std::string& command, uint64_t deadline_ms, std::strin
     close(s);
     return Error{what + ": " + std::strerror(e)};
   };
-  if (connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS && errno != EAGAIN)
+  if (connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)  // immediate for a UNIX socket
     return fail("connect to the JVM's attach socket");
   std::string req = std::string("1") + '\0' + "jcmd" + '\0' + command + '\0' + '\0' + '\0';
   size_t sent = 0;
@@ -153,6 +156,11 @@ Status request_jvm_perfmap(uint32_t pid, int timeout_ms) {
   std::string why;
   int sfd = attach_socket(tmp, sock, ids->uid, why);
   bool created = false;
+  if (sfd == -1 && !ids->catches_sigquit) {  // -Xrs, a JNI host, a JVM still starting
+    close(tmp);
+    return done(Error{"PID " + std::to_string(pid) +
+                      " does not handle SIGQUIT (started with -Xrs, or still starting): not signalled"});
+  }
   if (sfd == -1) {  // no listener yet: ask for one
     int t = openat(tmp, trigger.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (t >= 0) {
@@ -181,16 +189,21 @@ Status request_jvm_perfmap(uint32_t pid, int timeout_ms) {
   Status st = ask(sfd, "Compiler.perfmap", deadline, answer);
   close(sfd);
   if (st) return done(st);
-  // the result code, then jcmd's output ("" for Compiler.perfmap)
+  // the result code, then jcmd's output ("" for Compiler.perfmap); the JVM's user wrote
+  // it: cut, and nothing but printable ASCII reaches the terminal
+  auto printable = [](std::string t, size_t max) {
+    if (t.size() > max) t = t.substr(0, max) + "...";
+    for (char& ch : t)
+      if (ch < 0x20 || ch > 0x7e) ch = ' ';
+    return t;
+  };
   auto nl = answer.find('\n');
-  const std::string code = answer.substr(0, nl);
+  const std::string code = printable(answer.substr(0, nl), 16);
   std::string rest = nl == std::string::npos ? "" : answer.substr(nl + 1);
   while (!rest.empty() && (rest.back() == '\n' || rest.back() == ' ')) rest.pop_back();
   if (code != "0" || rest.find("Unknown diagnostic command") != std::string::npos ||
       rest.find("Exception") != std::string::npos) {
-    if (rest.size() > 200) rest = rest.substr(0, 200) + "...";
-    for (char& ch : rest)
-      if (ch == '\n') ch = ' ';
+    rest = printable(rest, 200);
     return done(Error{"the JVM refused Compiler.perfmap (code " + code + (rest.empty() ? "" : ": " + rest) +
                       "; it needs JDK 17 or later)"});
   }

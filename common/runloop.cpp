@@ -29,6 +29,7 @@ std::atomic<uint64_t> g_stop_wall_ns{0};    // CLOCK_MONOTONIC then (BPFDIAG_TIM
 std::atomic<bool> g_running{false};       // the run loop has started
 std::atomic<bool> g_boundary{false};      // SIGUSR1: a report boundary was asked for
 std::atomic<uint64_t> g_boundaries{0};     // boundaries reported so far
+std::atomic<uint64_t> g_boundary_ns{0};    // monotonic_ns() of the last one
 std::atomic<char**> g_temp_paths{nullptr};  // null-terminated, removed before _exit
 
 sigset_t stop_set() {
@@ -184,6 +185,7 @@ std::string banner_until(const Schedule& s) {
 }
 
 uint64_t report_boundaries() { return g_boundaries.load(); }
+uint64_t last_boundary_ns() { return g_boundary_ns.load(); }
 
 int run_loop(const Schedule& s, const RunHooks& hooks) {
   // A stop signal from now on asks for the final report instead of ending the process.
@@ -216,6 +218,7 @@ int run_loop(const Schedule& s, const RunHooks& hooks) {
     now = monotonic_ns();
     if (now >= end) break;
     if (g_boundary.exchange(false) && hooks.report) {
+      g_boundary_ns.store(now);
       hooks.report(false);  // SIGUSR1: what came before goes into this report
       release_freed_memory();
       g_boundaries.fetch_add(1);

@@ -79,6 +79,8 @@ int run_loop(const Schedule& s, const RunHooks& hooks);
 // SIGUSR1 report boundaries run_loop has reported so far (runbook sends one when its
 // window starts: what came before is the tools' startup, not the window).
 uint64_t report_boundaries();
+// monotonic_ns() when the last of them was reported (0: none yet).
+uint64_t last_boundary_ns();
 
 // " for 5 s." with a duration, "... Hit Ctrl-C to end." otherwise: the end of every
 // tool's "Tracing ..." banner.

@@ -81,6 +81,18 @@ static const std::pair<std::shared_ptr<ElfSymbols>, uint64_t>& own_vdso() {
   return vdso;
 }
 
+// Whether process `pid`'s vDSO at `start` is this process's image: its ELF header (class,
+// machine, entry, section counts) read from the target's memory, for comparison only.
+static bool same_vdso(uint32_t pid, uint64_t start) {
+  unsigned char theirs[64];
+  int fd = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool same = pread(fd, theirs, sizeof theirs, static_cast<off_t>(start)) == static_cast<ssize_t>(sizeof theirs) &&
+              std::memcmp(theirs, reinterpret_cast<const void*>(getauxval(AT_SYSINFO_EHDR)), sizeof theirs) == 0;
+  close(fd);
+  return same;
+}
+
 // Start time of pid (field 22 of /proc/PID/stat, clock ticks since boot): tells a
 // process from a later one that reuses its PID. 0 when there is no such process.
 static uint64_t proc_start_time(uint32_t pid) {
@@ -270,9 +282,9 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
     if (r.path.empty()) continue;
     p.maps.push_back({r.start, r.end, intern(r.path)});
     if (r.path[0] == '/' && r.inode != 0) raws.push_back(r);
-    // the target's vDSO, named from this process's own when it is the same size (a
-    // 32-bit process maps another image)
-    if (r.path == "[vdso]" && own_vdso().first && m->end - m->start == own_vdso().second)
+    // the target's vDSO, named from this process's own when it is the same image (a
+    // 32-bit process maps another)
+    if (r.path == "[vdso]" && own_vdso().first && m->end - m->start == own_vdso().second && same_vdso(pid, r.start))
       if (auto bias = own_vdso().first->bias_for_mapping(r.start, 0)) {
         Module v;
         v.path = intern(r.path);

@@ -182,9 +182,9 @@ def end_process(proc, sig=signal.SIGINT, timeout=30):
 
 
 def stop(proc, timeout=20, sig=signal.SIGINT):
-    """Sends `sig` (SIGINT), then collects (stdout, stderr, returncode), including what
-    wait_attached() read."""
-    if proc.poll() is None:
+    """Sends `sig` (SIGINT; None: none, the caller sent it), then collects (stdout,
+    stderr, returncode), including what wait_attached() read."""
+    if sig is not None and proc.poll() is None:
         proc.send_signal(sig)
     out, err = proc.communicate(timeout=timeout)
     pre = getattr(proc, "_pre", None)

@@ -209,12 +209,15 @@ began = time.monotonic()
 err_parts = []
 drain = threading.Thread(target=lambda: err_parts.append(oc.stderr.read()), daemon=True)
 drain.start()
+watchdog = threading.Timer(60, oc.kill)  # a hung tool fails the check below, not the suite
+watchdog.start()
 out_lines, arrived = [], []
 for line in iter(oc.stdout.readline, ""):
     out_lines.append(line)
     if '"offcputime.summary"' in line:
         arrived.append(time.monotonic())
 oc.wait(timeout=30)
+watchdog.cancel()
 drain.join(10)
 out, err = "".join(out_lines), "".join(err_parts)
 recs = ndjson(out)

@@ -168,7 +168,7 @@ check(text.startswith("<?xml") and "</svg>" in text and "func_a" in text and "fu
 # --- 2b. vDSO frames are named (issue 21: 24% of a Go program's samples were
 # "[unknown] ([vdso]+0xb46)"), with perf in the same run as the peer ----------------------
 VD = workload("vdso_spin")
-wl = subprocess.Popen([VD, "3", "1500"], stdout=subprocess.PIPE, text=True)
+wl = subprocess.Popen([VD, "3", "3000"], stdout=subprocess.PIPE, text=True)  # spins once both attached
 pr = start([PR, "-j", "-F", str(F), "-p", str(wl.pid)])
 wait_attached(pr)
 perf_data = os.path.join(tmp, "perf-vdso.data")
@@ -198,10 +198,10 @@ print("info vdso_spin: profile %d of %d samples in a named vDSO function, %d in 
       "perf %d named, %d not" % (named, total, unnamed, p_named, p_unnamed))
 # Most of the time is in the vDSO's static helpers (here vread_pvclock's neighbourhood),
 # which its .dynsym does not name, for perf either: the check is against perf's share.
-check(rc == 0 and total > 0 and named > 0 and named / float(named + unnamed or 1) >=
-      p_named / float(p_named + p_unnamed or 1) - 0.1,
-      "vDSO frames named: %d of %d samples in __vdso_* (perf names %d of %d vDSO samples)"
-      % (named, total, p_named, p_named + p_unnamed))
+share, p_share = named / float(named + unnamed or 1), p_named / float(p_named + p_unnamed or 1)
+check(rc == 0 and perf.returncode == 0 and named > 0 and p_named > 0 and abs(share - p_share) <= 0.05,
+      "vDSO frames named: %d of %d vDSO samples in __vdso_* (%.3f), perf %d of %d (%.3f; within 0.05)"
+      % (named, named + unnamed, share, p_named, p_named + p_unnamed, p_share))
 
 # --- 3. bad input ------------------------------------------------------------------------
 usage_error([PR, "-F", "0"])

@@ -60,20 +60,25 @@ class AllRunDelay(threading.Thread):
 
     def __init__(self):
         super().__init__(daemon=True)
+        a = time.monotonic()
         self.first = all_run_delay_ns()
+        self.t0 = (a + time.monotonic()) / 2  # a scan takes a while: its middle
         self.last = dict(self.first)
-        self.stop = False
+        self.done = threading.Event()
 
     def run(self):
-        while not self.stop:
-            time.sleep(0.2)
+        while not self.done.wait(0.2):
             self.last.update(all_run_delay_ns())
 
     def finish(self):
-        self.stop = True
+        """(deltas, window s): the last scan right away, the window between the scans'
+        middles (a scan of every task takes 0.1 s and more beside 8 busy loops)."""
+        self.done.set()
         self.join()
+        a = time.monotonic()
         self.last.update(all_run_delay_ns())
-        return [v - self.first.get(f, 0) for f, v in self.last.items()]
+        t1 = (a + time.monotonic()) / 2
+        return [v - self.first.get(f, 0) for f, v in self.last.items()], t1 - self.t0
 
 
 class ProcsRunning(threading.Thread):
@@ -121,6 +126,7 @@ class PinnedLoops:
         return total
 
     def finish(self):
+        self.p.terminate()
         self.p.communicate(timeout=30)
 
 
@@ -129,20 +135,27 @@ def measure(per_cpu_loops, extra=(), duty=(), unpinned=0):
     `unpinned` more the scheduler places; duty=(SPIN_US, SLEEP_US) makes them short
     sleepers (busyloops).
     Returns (records, truth) with truth = {"cpu": {c: mean queue}, "kernel": mean}."""
-    loops = [PinnedLoops(c, n, SECONDS + 4, duty) for c, n in enumerate(per_cpu_loops) if n > 0]
+    # the loops outlive runqlen's start (a compile, seconds under load) and window; the
+    # truth covers runqlen's window alone, from its start record to its exit (a window
+    # that included the compile averaged in another load: beside a build, every task's
+    # run_delay read 4.56 where runqlen and procs_running read 4.28 and 4.33)
+    loops = [PinnedLoops(c, n, SECONDS + 60, duty) for c, n in enumerate(per_cpu_loops) if n > 0]
     if unpinned:
-        loops.append(PinnedLoops(None, unpinned, SECONDS + 4, duty))
+        loops.append(PinnedLoops(None, unpinned, SECONDS + 60, duty))
     time.sleep(0.5)
+    p = start([RUNQLEN, "-j", *extra, "-i", str(SECONDS), "-c", "1"])
+    wait_attached(p, timeout=60)
     sampler = ProcsRunning()
     sampler.start()
-    d0 = [l.run_delay_ns() for l in loops]
     every = AllRunDelay()
     every.start()
     t0 = time.monotonic()
-    r = run([RUNQLEN, "-j", *extra, "-i", str(SECONDS), "-c", "1"], timeout=SECONDS + 30)
-    t1 = time.monotonic()
+    d0 = [l.run_delay_ns() for l in loops]
+    out, err, rc = stop(p, timeout=SECONDS + 30, sig=None)  # it ends after its one interval
+    r = subprocess.CompletedProcess(p.args, rc, out, err)
     d1 = [l.run_delay_ns() for l in loops]
-    deltas = every.finish()
+    t1 = time.monotonic()
+    deltas, every_s = every.finish()
     sampler.stop = True
     for l in loops:
         l.finish()
@@ -150,12 +163,13 @@ def measure(per_cpu_loops, extra=(), duty=(), unpinned=0):
     # one task cannot wait longer than the window: a larger delta is not a delta (a task
     # the first snapshot missed, or a reused TID; a fresh CI run read "every task's
     # run_delay 33.12" per CPU next to runqlen's 1.15 and procs_running's 1.18)
-    bad = [d for d in deltas if not 0 <= d <= window_ns * 1.05]
+    every_ns = every_s * 1e9
+    bad = [d for d in deltas if not 0 <= d <= every_ns * 1.05]
     if bad:
         print("info %d task(s) with a run_delay delta outside [0, window] left out (%s s)"
               % (len(bad), [round(d / 1e9, 1) for d in bad[:5]]))
     truth = {"cpu": {c: 0.0 for c in range(cpus)}, "kernel": sampler.mean_queue(),
-             "all": sum(d for d in deltas if 0 <= d <= window_ns * 1.05) / window_ns / cpus}
+             "all": sum(d for d in deltas if 0 <= d <= every_ns * 1.05) / every_ns / cpus}
     for l, a, b in zip(loops, d0, d1):
         if l.cpu is not None:
             truth["cpu"][l.cpu] = (b - a) / window_ns

@@ -27,7 +27,9 @@ std::map<uint32_t, ThreadTimes> Snapshots::take(const std::map<uint32_t, Member>
     x.rq_ns = t.rq_ns;
     x.blk_ns = t.blk_ns;
     x.rq_count = t.rq_count;
-    uint64_t part = now > t.ts ? now - t.ts : 0;
+    int64_t since = now > t.ts ? static_cast<int64_t>(now - t.ts) : 0;
+    if (t.state != TP_ST_RUNNING) since += t.carry;  // the last span's time the kernel counts as this gap's
+    uint64_t part = since > 0 ? static_cast<uint64_t>(since) : 0;
     WaitKey k{t.w_nr, t.w_op, t.w_obj};
     if (t.state == TP_ST_RUNNING) x.on_ns += part;
     if (t.state == TP_ST_RUNNABLE) {

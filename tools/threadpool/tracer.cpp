@@ -100,6 +100,7 @@ void Tracer::sample() {
 }
 
 void Tracer::tick() {
+  follow_boundary();
   uint64_t now = monotonic_ns();
   if (now - last_rescan_ >= 500000000ULL) {
     pool_.rescan();
@@ -162,15 +163,19 @@ void Tracer::refresh_inference(const std::map<uint32_t, ThreadTimes>* snap) {
   last_rescan_ = monotonic_ns();
 }
 
+// After a report boundary (SIGUSR1: runbook's window starts) the summary covers the time
+// since, as every tool's final report does. The run loop counts the boundary once its
+// report is out: the next tick sees it, before any thread is retired.
+void Tracer::follow_boundary() {
+  if (report_boundaries() == boundaries_) return;
+  boundaries_ = report_boundaries();
+  base_ = prev_;
+  start_ = last_;
+  for (auto& [g, acc] : acc_) acc = GroupAcc{};
+}
+
 Status Tracer::report(bool final) {
-  if (report_boundaries() != boundaries_) {
-    // The last report was a boundary (SIGUSR1: runbook's window starts): the summary
-    // covers the time since, as every tool's final report does.
-    boundaries_ = report_boundaries();
-    base_ = prev_;
-    start_ = last_;
-    for (auto& [g, acc] : acc_) acc = GroupAcc{};
-  }
+  follow_boundary();
   s_.poll_perf_buffer("reqs", 0);
   const uint64_t now = monotonic_ns();
   auto cur = snapshots_.take(members_.all(), now);

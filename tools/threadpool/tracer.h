@@ -214,6 +214,7 @@ class Tracer {
 
  private:
   void sample();
+  void follow_boundary();
   void refresh_inference(const std::map<uint32_t, ThreadTimes>* snap = nullptr);
   void accumulate(const std::map<std::string, RequestStats>& req, uint64_t t0, uint64_t t1);
   std::vector<GroupReport> build(const std::map<uint32_t, ThreadTimes>& cur,
