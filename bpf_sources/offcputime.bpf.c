@@ -68,6 +68,7 @@ static inline __attribute__((always_inline)) void add_period(u32 tid, struct off
   key.kernel_stack_id = s->kernel_stack_id;
   key.user_hash = s->user_hash;
   key.declared = s->declared;
+  key.runnable = s->runnable;
   __builtin_memcpy(&key.comm, &s->comm, sizeof(key.comm));
   struct offcpu_val zero = {};
   struct offcpu_val *v = counts.lookup_or_try_init(&key, &zero);
@@ -227,6 +228,7 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     }
     if (ctx->args[0]) /* preempted: still runnable, whatever __state says */
       state = 0;
+    s.runnable = state == 0;
 #if defined(STATE_EQ)
     s.skip = state != STATE_EQ;
 #elif defined(STATE_MASK)

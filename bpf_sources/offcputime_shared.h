@@ -16,6 +16,8 @@ struct offcpu_key {
   char comm[OFFCPU_COMM_LEN];
   __u64 user_hash;       /* --unwind=dwarf: uw_stacks key of the user stack (0: none) */
   __u64 declared;        /* the declared wait in flight at the switch-out (declared.h raw; 0: none) */
+  __u32 runnable;        /* 1: switched out runnable (preempted or yielded): a wait for a CPU */
+  __u32 pad;
 };
 
 struct offcpu_val {
@@ -30,7 +32,8 @@ struct offcpu_start {
   __u32 tgid;
   __s32 user_stack_id;
   __s32 kernel_stack_id;
-  __u32 skip; /* 1: the thread matched the pid/tid filters but not --state */
+  __u16 skip;     /* 1: the thread matched the pid/tid filters but not --state */
+  __u16 runnable; /* 1: switched out in state TASK_RUNNING (preempted or yielded) */
   char comm[OFFCPU_COMM_LEN];
   __u64 user_hash;
   __u64 arrivals; /* the thread's arrivals on a CPU so far (bpf_sources/arrival.h) */

@@ -26,7 +26,7 @@ bool kind_from(std::string_view s, WaitKind& k) {
   static const std::pair<const char*, WaitKind> kNames[] = {
       {"lock", WaitKind::Lock},   {"condition", WaitKind::Condition}, {"idle", WaitKind::Idle},
       {"sleep", WaitKind::Sleep}, {"io", WaitKind::Io},               {"gil", WaitKind::Gil},
-      {"tracer", WaitKind::Tracer},
+      {"tracer", WaitKind::Tracer}, {"cpu", WaitKind::Cpu},
       {"unclassified", WaitKind::Unclassified}};
   for (const auto& [n, v] : kNames)
     if (s == n) return k = v, true;
@@ -191,6 +191,7 @@ const char* wait_kind_name(WaitKind k) {
     case WaitKind::Io: return "io";
     case WaitKind::Gil: return "gil";
     case WaitKind::Tracer: return "tracer";
+    case WaitKind::Cpu: return "cpu";
     case WaitKind::Unclassified: return "unclassified";
   }
   return "unclassified";

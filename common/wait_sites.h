@@ -49,7 +49,9 @@
 
 namespace bpfdiag {
 
-enum class WaitKind { Lock, Condition, Idle, Sleep, Io, Gil, Tracer, Unclassified };  // Unclassified last
+// Cpu: runnable, waiting for a CPU (preempted or yielded). No stack rule needs to say
+// it: offcputime reads it from the task's state at the switch-out.
+enum class WaitKind { Lock, Condition, Idle, Sleep, Io, Gil, Tracer, Cpu, Unclassified };  // Unclassified last
 const char* wait_kind_name(WaitKind k);  // "lock", ..., "unclassified"
 
 constexpr size_t kMaxRuleFileBytes = 1 << 20;

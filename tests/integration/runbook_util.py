@@ -52,9 +52,11 @@ def run_runbook(args, on_attached=None, timeout=240):
     return p.returncode, out.decode(errors="replace"), err + rest.decode(errors="replace"), attached
 
 
-def findings(outdir):
-    """report.md's findings as dicts {fine, text, number, tool}."""
-    got, inside = [], False
+def findings(outdir, context=True):
+    """report.md's findings as dicts {fine, text, number, tool, context}, ranked as the
+    report ranks them; those under "### Context" (not findings: waiting for work, sleeps)
+    come last with context True, or are left out with context=False."""
+    got, inside, ctx = [], False, False
     for line in open(os.path.join(outdir, "report.md")):
         line = line.rstrip("\n")
         if line == "## Findings":
@@ -62,10 +64,47 @@ def findings(outdir):
             continue
         if inside and line.startswith("## "):
             break
+        if inside and line.startswith("### Context"):
+            ctx = True
         m = FINDING.match(line)
-        if inside and m:
-            got.append({"fine": m.group(1) == "x", "text": m.group(2), "number": m.group(3), "tool": m.group(4)})
+        if inside and m and (context or not ctx):
+            got.append({"fine": m.group(1) == "x", "text": m.group(2), "number": m.group(3), "tool": m.group(4),
+                        "context": ctx})
     return got
+
+
+def check_ranking(name, outdir, recs):
+    """The findings as an operator reads them (issue 21): no idle, sleep or condition wait
+    among them (those are context); the problems ordered by the share of thread time
+    each explains, one-off events after the sustained ones; every tool's losses in its
+    NDJSON shown in the Data quality section and next to its findings."""
+    fs = findings(outdir)
+    real = [f for f in fs if not f["context"]]
+    idle = [f["text"] for f in real if re.search(r"\[(idle|sleep|condition)[:\]]", f["text"])]
+    check(not idle, "%s: no idle, sleep or condition wait among the findings (%s)" % (name, idle[:2]))
+    problems = [f for f in real if not f["fine"] and " failed" not in f["text"]]
+    shares = [(float(m.group(1)), "one-off" in f["text"]) for f in problems
+              for m in [re.search(r"([\d.]+)% of (thread|off-CPU) time", f["number"])] if m]
+    sustained = [s for s, one in shares if not one]
+    order_ok = sustained == sorted(sustained, reverse=True) and \
+        all(not one for s, one in shares[:len(sustained)])
+    check(order_ok, "%s: problems ranked by their share of thread time, one-offs last (%s)" % (name, shares))
+    md = open(os.path.join(outdir, "report.md")).read()
+    quality = md.split("## Data quality", 1)[1].split("\n## ", 1)[0] if "## Data quality" in md else ""
+    for tool, rs in recs.items():
+        dq = {}
+        for r in rs:
+            dq = r.get("data_quality", dq)
+        lost = [k for k in ("lost_events", "lost_stacks", "map_full", "unmatched_begin", "unmatched_end")
+                if dq.get(k)]
+        if not lost:
+            continue
+        line = [l for l in quality.splitlines() if l.startswith("- %s lost data" % tool)]
+        check(line and all("%s %d" % (k, dq[k]) in line[0] for k in lost),
+              "%s: %s's losses (%s) said in Data quality (%s)" % (name, tool, {k: dq[k] for k in lost}, line))
+        mine = [f for f in real if f["tool"] == tool and not f["fine"]]
+        check(all("[weakened: %s" % tool in f["text"] for f in mine),
+              "%s: %s's findings carry its losses (%d findings)" % (name, tool, len(mine)))
 
 
 def check_report_dir(outdir, name, tools, pid=None):

@@ -142,6 +142,42 @@ with Pid1Traffic() as traffic:
             check(few_dropped(dq), "PID 1 busy: at most 1%% of the unseen switch-ins not recovered (%s)" % dq)
             analyse(truth, [r for r in recs if r["type"] == "offcputime.stack"], summaries[0])
 
+# --- 1c. preempted threads wait for a CPU: wait_class "cpu" vs the kernel's run_delay -------
+# busyloops: 2 spinning threads per CPU, so about half their time is spent runnable. A
+# thread switched out runnable is classed "cpu" from its state, whatever its stack; the
+# kernel counts the same wait in schedstat's run_delay, read from the start record to
+# after offcputime exits: a window longer than the tool's by its final report and
+# detach (0.5 s under a build), so the truth is that rate over the tool's interval_ns.
+def task_run_delay(pid):
+    total = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            total += int(open("/proc/%d/task/%s/schedstat" % (pid, t)).read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+loops = subprocess.Popen([workload("busyloops"), str(2 * os.cpu_count()), "60"], stdout=subprocess.DEVNULL)
+time.sleep(0.3)
+oc = start([OC, "-j", "-p", str(loops.pid), "-d", "3"])
+first = read_start_record(oc)
+d0, t0 = task_run_delay(loops.pid), time.monotonic()
+out, err = oc.communicate(timeout=60)
+d1, t1 = task_run_delay(loops.pid), time.monotonic()
+loops.kill()
+loops.wait()
+summ = [r for r in ndjson(out) if r["type"] == "offcputime.summary"]
+by = summ[-1]["wait_class_total_ns"] if summ else {}
+cpu_ns, all_ns = by.get("cpu", 0), sum(by.values())
+truth = (d1 - d0) / (t1 - t0) * (summ[-1]["interval_ns"] / 1e9) if summ else 0
+print("info busyloops: cpu class %.0f ms of %.0f ms off-CPU; run_delay %.0f ms in %.2f s, %.0f ms at that rate "
+      "over the tool's window" % (cpu_ns / 1e6, all_ns / 1e6, (d1 - d0) / 1e6, t1 - t0, truth / 1e6))
+check(summ and cpu_ns >= 0.9 * all_ns, "busyloops: at least 90%% of the off-CPU time is class cpu (%s)" % by)
+check(summ and within(cpu_ns, truth, rel=0.10, abs_=3e8),
+      "busyloops: class cpu %.0f ms vs the kernel's run_delay %.0f ms over the tool's window (10%% or 0.3 s)"
+      % (cpu_ns / 1e6, truth / 1e6))
+
 # --- 2. folded, system-wide, per thread; workload exits before the tool stops ---------------
 def wait_banner(proc):
     line = proc.stderr.readline()

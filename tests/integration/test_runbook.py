@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import check, finish, require_built, require_root, run, usage_error, within, workload, BIN  # noqa: E402
-from runbook_util import RUNBOOK, check_report_dir, findings, number, run_runbook, safe_tmpdir  # noqa: E402
+from runbook_util import RUNBOOK, check_ranking, check_report_dir, findings, number, run_runbook, safe_tmpdir  # noqa: E402
 
 require_root()
 require_built(RUNBOOK, workload("mutex_contention"), workload("sleepers"), workload("busyloops"),
@@ -70,6 +70,7 @@ check(rc == 0 and attached, "lock-contention: runbook exits 0 after every tool a
 rj, recs = check_report_dir(out, "lock-contention", ["lockstat", "pmheld", "offcputime"], w.pid)
 fs = findings(out)
 show("lock-contention", fs)
+check_ranking("lock-contention", out, recs)
 top = fs[0] if fs else {"text": "", "number": "", "tool": ""}
 ms = number(top["number"], " ms waited")
 check(top["tool"] == "lockstat" and "cache_lock" in top["text"] and ms is not None and
@@ -108,6 +109,7 @@ check(rc == 0 and attached, "sleepy-process: runbook exits 0 (rc %d, %r)" % (rc,
 rj, recs = check_report_dir(out, "sleepy-process", ["naptime", "offcputime"], w.pid)
 fs = findings(out)
 show("sleepy-process", fs)
+check_ranking("sleepy-process", out, recs)
 nap = [f for f in fs if f["tool"] == "naptime"]
 truth_n = len(gt["sleeps"])
 truth_ms = sum(s["slept_ns"] for s in gt["sleeps"]) / 1e6
@@ -162,6 +164,7 @@ check(rc == 0 and attached, "cpu-saturation: runbook exits 0 (rc %d, %r)" % (rc,
 rj, recs = check_report_dir(out, "cpu-saturation", ["runqlen", "profile", "offcputime"], w.pid)
 fs = findings(out)
 show("cpu-saturation", fs)
+check_ranking("cpu-saturation", out, recs)
 cpus = os.cpu_count()
 truth = run_delay_delta(snap["d0"], d1) / ((t1 - snap["t0"]) * 1e9) / cpus if snap else -1
 rq = [f for f in fs if f["tool"] == "runqlen"]
@@ -209,6 +212,7 @@ rj, recs = check_report_dir(out, "slow-service", ["threadpool", "offcputime", "l
 check_window("slow-service", rj, recs, ("threadpool", "offcputime", "lockstat", "runqlen", "profile"))
 fs = findings(out)
 show("slow-service", fs)
+check_ranking("slow-service", out, recs)
 lk = [f for f in fs if f["tool"] == "lockstat"]
 check(lk and "stats_lock" in lk[0]["text"], "slow-service: lockstat's top lock is stats_lock (%s)" % (lk[0]["text"] if lk else None))
 groups = [r for r in recs.get("threadpool", []) if r["type"] == "threadpool.group" and r["final"] and r["group"] == "worker"]

@@ -347,3 +347,16 @@ TEST_CASE("offcputime: merged entries and thread totals") {
   CHECK(t[0].tid == 11);
   CHECK(t[0].total_ns == 10000000);
 }
+
+TEST_CASE("offcputime: a thread switched out runnable waited for a CPU, whatever its stack") {
+  std::vector<Entry> es = sample_report().entries;
+  es.push_back(es[0]);  // the same frames, switched out runnable (preempted there)
+  es.back().runnable = true;
+  merge_identical(es);
+  REQUIRE(es.size() == 5);  // a preemption stays apart from the blocking wait
+  classify_waits(es);
+  CHECK(es[0].wait.kind != bpfdiag::WaitKind::Cpu);
+  CHECK(es.back().wait.kind == bpfdiag::WaitKind::Cpu);
+  CHECK(es.back().wait.what.find("preempted") != std::string::npos);
+  CHECK(wait_class_totals(es).at("cpu") == es.back().total_ns);
+}

@@ -151,6 +151,7 @@ struct LockRow {
   size_t wakers = 0;         // distinct waking threads
   size_t producers = 0;      // ... of which never waited on this lock
   double max_share = 0;      // largest share of the window one waiter spent waiting
+  double mean_waiting = 0;   // threads waiting on it on average (all waits / the window)
   WaitClass cls = WaitClass::Contention;
   // The wait-site rule behind the class (common/wait_sites), over the sites' stacks by
   // wait time: its words ("" when none matched), whether it decided, where it is from.

@@ -37,13 +37,18 @@ void merge_identical(std::vector<Entry>& entries) {
         m.count += e.count;
         m.max_ns = std::max(m.max_ns, e.max_ns);
       },
-      [](const Entry& e) { return e.declared; });  // different declared waits stay apart
+      [](const Entry& e) { return e.declared << 1 | e.runnable; });  // waits of other kinds stay apart
 }
 
 void classify_waits(std::vector<Entry>& entries, const std::function<const DeclaredName*(uint64_t)>& declared) {
   const WaitRules& rules = WaitRules::suite();
   std::vector<std::string> frames;
   for (auto& e : entries) {
+    if (e.runnable) {  // the task's own state says it: it wanted a CPU
+      e.wait = WaitVerdict{WaitKind::Cpu, "runnable: preempted or yielded, waiting for a CPU", std::string::npos, true,
+                           false, nullptr};
+      continue;
+    }
     if (const DeclaredName* d = e.declared && declared ? declared(e.declared) : nullptr) {
       e.wait = WaitVerdict{d->kind, d->what, std::string::npos, true, false, nullptr};
       e.declared_origin = d->origin;

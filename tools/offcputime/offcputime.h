@@ -90,6 +90,9 @@ struct Entry {
   // id; 0: none) and, once classified, its rule's origin.
   uint64_t declared = 0;
   std::string declared_origin;
+  // Switched out runnable (preempted or yielded): waiting for a CPU, not blocked. Its
+  // class is "cpu" whatever its stack says.
+  bool runnable = false;
 };
 
 struct Report {

@@ -24,7 +24,7 @@
 extern "C" {
 #include "offcputime_shared.h"
 }
-static_assert(sizeof(offcpu_key) == 48, "offcpu_key layout shared with BPF");
+static_assert(sizeof(offcpu_key) == 56, "offcpu_key layout shared with BPF");
 static_assert(sizeof(offcpu_val) == 24, "offcpu_val layout shared with BPF");
 static_assert(sizeof(offcpu_start) == 64, "offcpu_start layout shared with BPF");
 
@@ -103,6 +103,7 @@ void read_entries(BpfSession& session, const Config& c, Live& live, Report& rep)
     e.max_ns = v.max_ns;
     e.stack = stacks.resolve(live.sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, &rep.dq);
     if (k.declared) e.declared = live.declared.id_of(k.tgid, k.declared, session);
+    e.runnable = k.runnable != 0;
     if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
       bool found = false;
       e.stack.user = symbolize_unwound(unwound, k.user_hash, live.sym, k.tgid, &found);

@@ -50,23 +50,52 @@ std::string user_frames(const json& r, size_t n) {
   return s;
 }
 
+std::vector<std::string> frames_of(const json& r, size_t n) {
+  std::vector<std::string> v;
+  if (r.contains("user_stack") && r["user_stack"].is_array())
+    for (auto& f : r["user_stack"])
+      if (v.size() < n && f.is_string()) v.push_back(f.get<std::string>());
+  return v;
+}
+
 struct Ctx {
   Report& rep;
   std::map<std::string, Section*> sec;
-  void find(const ToolRun& t, std::string text, std::string number, bool problem = true) {
-    rep.findings.push_back({t.name, std::move(text), std::move(number), problem});
+  Finding& find(const ToolRun& t, std::string text, std::string number, bool problem = true) {
+    Finding f;
+    f.tool = t.name;
+    f.text = std::move(text);
+    f.number = std::move(number);
+    f.problem = problem;
+    rep.findings.push_back(std::move(f));
+    return rep.findings.back();
   }
   void line(const std::string& s, std::string l) { sec[s]->lines.push_back(std::move(l)); }
 };
 
+// The thread time behind a pool's verdict: what its workers lost to the cause named.
+uint64_t pool_impact_ns(const json& g, const std::string& verdict) {
+  const json& b = g.contains("blocked_total_ns") && g["blocked_total_ns"].is_object() ? g["blocked_total_ns"] : json::object();
+  if (verdict == "blocked-on-locks") return u64(b, "lock");
+  if (verdict == "blocked-on-io") return u64(b, "io") + u64(b, "poll");
+  if (verdict == "blocked-on-gil") return u64(b, "gil");
+  if (verdict == "blocked-other") return u64(b, "other");
+  if (verdict == "sleeping") return u64(b, "sleep");
+  if (verdict == "cpu-starved") return u64(g, "cpu_wait_total_ns");
+  if (verdict == "pool-too-small") return u64(g, "queue_wait_avg_ns") * u64(g, "queue_wait_count");
+  return 0;
+}
+
 void threadpool(Ctx& c, const ToolRun& t) {
   for (auto* g : t.final_records("group")) {
     std::string v = str(*g, "verdict");
-    bool bad = v != "ok" && v != "idle" && v != "no-data";
-    c.find(t, "pool '" + str(*g, "group") + "' of " + who(*g) + ": " + v + " — " + str(*g, "verdict_reason"),
+    bool bad = v != "ok" && v != "idle" && v != "no-data" && v != "uncertain";
+    Finding& f = c.find(t, "pool '" + str(*g, "group") + "' of " + who(*g) + ": " + v + " — " + str(*g, "verdict_reason"),
            "utilization " + f1(100 * num(*g, "utilization"), "%.0f%%") + ", " + f1(num(*g, "busy_avg")) + " of " +
                std::to_string(u64(*g, "thread_count")) + " threads busy",
            bad);
+    f.impact_ns = pool_impact_ns(*g, v);
+    f.context = v == "idle";
     c.line("Thread pool", "group '" + str(*g, "group") + "': " + std::to_string(u64(*g, "thread_count")) +
                               " threads, on-CPU " + fmt_ms(u64(*g, "oncpu_total_ns")) + ", runnable " +
                               fmt_ms(u64(*g, "runnable_total_ns")) + ", idle " + fmt_ms(u64(*g, "idle_total_ns")) +
@@ -78,16 +107,33 @@ void threadpool(Ctx& c, const ToolRun& t) {
   }
 }
 
+// The call site lockstat ranks first for a lock ("" when it has none).
+std::string top_site(const json& l) {
+  if (!l.contains("sites") || !l["sites"].is_array() || l["sites"].empty()) return "";
+  return str(l["sites"][0], "site");
+}
+
 void lockstat(Ctx& c, const ToolRun& t) {
   size_t i = 0;
   for (auto* l : top(t, "lock", "wait_total_ns", 5)) {
     std::string name = str(*l, "symbol").empty() ? str(*l, "lock") : str(*l, "symbol");
-    std::string text = "lock " + name + " in " + who(*l) + ": " + str(*l, "reading");
+    std::string site = top_site(*l);
+    std::string text = "lock " + name + " in " + who(*l) + (site.empty() ? "" : " at " + site) + ": " + str(*l, "reading");
     std::string number = fmt_ms(u64(*l, "wait_total_ns")) + " waited, " + std::to_string(u64(*l, "wait_count")) +
                          " waits by " + std::to_string(u64(*l, "thread_count")) + " threads, max " +
                          fmt_ms(u64(*l, "wait_max_ns"));
     // lockstat's reading says whether it matters ("light: ..." does not)
-    if (i++ < 3 && str(*l, "class") == "contention") c.find(t, text, number, str(*l, "reading").rfind("light", 0) != 0);
+    if (i++ < 3 && str(*l, "class") == "contention") {
+      Finding& f = c.find(t, text, number, str(*l, "reading").rfind("light", 0) != 0);
+      f.impact_ns = u64(*l, "wait_total_ns");
+      f.max_event_ns = u64(*l, "wait_max_ns");
+      f.lock = name;
+      for (auto& s : (*l)["sites"])
+        if (s.is_object()) {
+          for (auto& fr : frames_of(s, 4)) f.frames.push_back(fr);
+          if (s.contains("site") && s["site"].is_string()) f.frames.push_back(s["site"].get<std::string>());
+        }
+    }
     c.line("Locks", "lockstat: " + text + " — " + number + " [" + str(*l, "class") + "]");
   }
   for (auto* s : t.final_records("summary"))
@@ -103,7 +149,11 @@ void pmheld(Ctx& c, const ToolRun& t) {
     std::string text = "mutex " + name + " in " + who(*l) + " held " + std::to_string(u64(*l, "hold_count")) + " times";
     std::string number = fmt_ms(u64(*l, "hold_total_ns")) + " held in all, p99 " + fmt_ms(u64(*l, "hold_p99_ns")) +
                          ", max " + fmt_ms(u64(*l, "hold_max_ns"));
-    if (i++ == 0) c.find(t, text, number);
+    if (i++ == 0) {
+      Finding& f = c.find(t, text, number);
+      f.lock = name;
+      f.max_event_ns = u64(*l, "hold_max_ns");
+    }
     c.line("Locks", "pmheld: " + text + " — " + number);
   }
 }
@@ -128,17 +178,24 @@ void offcputime(Ctx& c, const ToolRun& t) {
   }
   // the top stacks by time; a finding only from one that is not waiting for work, a
   // sleep or a condition (its wait class and the rule's words are in the line)
-  bool found = false;
+  bool found = false, found_context = false;
   for (auto* r : top(t, "stack", "offcpu_total_ns", 8)) {
     std::string what = str(*r, "wait_site_what");
     std::string kind = str(*r, "wait_class").empty() ? "unclassified" : str(*r, "wait_class");
-    std::string text = who(*r) + " blocked in " + (user_frames(*r, 3).empty() ? "[kernel]" : user_frames(*r, 3)) +
+    std::string text = who(*r) + (kind == "cpu" ? " waited for a CPU in " : " blocked in ") + (user_frames(*r, 3).empty() ? "[kernel]" : user_frames(*r, 3)) +
                        " [" + kind + (what.empty() ? "" : ": " + what) + "]";
     std::string number = fmt_ms(u64(*r, "offcpu_total_ns")) + " off-CPU in " + std::to_string(u64(*r, "offcpu_count")) +
                          " blocks";
-    if (!found && !context_wait(*r)) {
-      found = true;
-      c.find(t, "top off-CPU stack: " + text, number);
+    bool& seen = context_wait(*r) ? found_context : found;  // one finding of each
+    if (!seen) {
+      seen = true;
+      Finding& f = c.find(t, (context_wait(*r) ? "most off-CPU time: " : "top off-CPU stack: ") + text, number,
+                          !context_wait(*r));
+      f.context = context_wait(*r);
+      f.impact_ns = u64(*r, "offcpu_total_ns");
+      f.max_event_ns = u64(*r, "offcpu_max_ns");
+      f.frames = frames_of(*r, 6);
+      if (kind == "lock") f.lock = what.empty() ? "lock" : what;
     }
     c.line("Off-CPU", text + " — " + number + (context_wait(*r) ? " (context: not a finding)" : ""));
   }
@@ -147,10 +204,14 @@ void offcputime(Ctx& c, const ToolRun& t) {
 void runqlen(Ctx& c, const ToolRun& t) {
   for (auto* a : t.final_records("all")) {
     double occ = num(*a, "occupancy_pct");
-    c.find(t, "run queue non-empty " + f1(occ, "%.0f%%") + " of samples (all CPUs)",
+    Finding& f = c.find(t, "run queue non-empty " + f1(occ, "%.0f%%") + " of samples (all CPUs)",
            "avg length " + f1(num(*a, "runqlen_avg"), "%.2f") + ", p99 " + std::to_string(u64(*a, "runqlen_p99")) +
-               ", max " + std::to_string(u64(*a, "runqlen_max")),
+               ", max " + std::to_string(u64(*a, "runqlen_max")) + " (whole machine)",
            occ >= 50);
+    // tasks queued on average x the time: the machine's thread time waiting for a CPU;
+    // the target's own share of it is not known here, so with -p it is not ranked by it
+    if (!t.whole_machine)
+      f.impact_ns = static_cast<uint64_t>(num(*a, "runqlen_avg") * static_cast<double>(u64(*a, "interval_ns")));
   }
   for (auto* p : t.final_records("cpu"))
     c.line("CPU and run queue", "CPU " + std::to_string(u64(*p, "cpu")) + ": run queue non-empty " +
@@ -168,28 +229,39 @@ void profile(Ctx& c, const ToolRun& t) {
   const char* key = nullptr;
   for (auto* k : {"sample_count", "samples", "count"})
     if (!t.final_records("stack").empty() && t.final_records("stack")[0]->contains(k)) key = k;
-  uint64_t total = 0;
-  for (auto* s : t.final_records("summary"))
+  uint64_t total = 0, hz = 0;
+  for (auto* s : t.final_records("summary")) {
     for (auto* k : {"sample_count", "samples"})
       if (!total) total = u64(*s, k);
+    hz = u64(*s, "frequency_hz");
+  }
   if (!key) return;
   size_t i = 0;
   for (auto* r : top(t, "stack", key, 5)) {
     uint64_t n = u64(*r, key);
     std::string text = who(*r) + " on CPU in " + (user_frames(*r, 3).empty() ? "[kernel]" : user_frames(*r, 3));
     std::string number = std::to_string(n) + " samples" + (total ? " (" + f1(100.0 * n / total, "%.1f%%") + ")" : "");
-    if (i++ == 0) c.find(t, "hottest on-CPU stack: " + text, number);
+    if (i++ == 0) {
+      Finding& f = c.find(t, "hottest on-CPU stack: " + text, number);
+      f.impact_ns = hz ? n * 1'000'000'000ULL / hz : 0;
+    }
     c.line("CPU and run queue", "profile: " + text + " — " + number);
   }
 }
 
 void naptime(Ctx& c, const ToolRun& t) {
-  for (auto* s : t.final_records("summary"))
+  for (auto* s : t.final_records("summary")) {
     c.find(t, std::to_string(u64(*s, "sleep_count")) + " deliberate sleeps by " + std::to_string(u64(*s, "process_count")) +
                   " processes",
            fmt_ms(u64(*s, "sleep_total_ns")) + " asleep (requested " + fmt_ms(u64(*s, "requested_total_ns")) + "), " +
                std::to_string(u64(*s, "interrupted_count")) + " interrupted",
-           u64(*s, "sleep_count") > 0);
+           false);
+    // deliberate sleeps are context: naptime cannot tell a sleep that delays work
+    // from one that paces it
+    Finding& f = c.rep.findings.back();
+    f.context = u64(*s, "sleep_count") > 0;
+    f.impact_ns = u64(*s, "sleep_total_ns");
+  }
   for (auto* p : top(t, "process", "sleep_total_ns", 5))
     c.line("Sleeps", who(*p) + ": " + std::to_string(u64(*p, "sleep_count")) + " sleeps, " +
                          fmt_ms(u64(*p, "sleep_total_ns")) + " asleep (requested " + fmt_ms(u64(*p, "requested_total_ns")) +
@@ -209,6 +281,35 @@ void doctor(Ctx& c, const ToolRun& t) {
              st);
     c.line("Machine checks", "[" + st + "] " + str(*k, "name") + ": " + str(*k, "detail"));
   }
+}
+
+// One story: when threadpool says workers are blocked on locks, the Locks section shows
+// how much of that lockstat attributes to contended locks, and says so when it is less
+// than half (the rest: waits lockstat classed otherwise, or locks it does not see).
+void locks_story(Ctx& c, const Run& run) {
+  const ToolRun* pool = nullptr;
+  const ToolRun* locks = nullptr;
+  for (auto& t : run.tools) {
+    if (t.name == "threadpool" && !t.failed()) pool = &t;
+    if (t.name == "lockstat" && !t.failed()) locks = &t;
+  }
+  if (!pool) return;
+  uint64_t blocked = 0;
+  for (auto* g : pool->final_records("group"))
+    if (str(*g, "verdict") == "blocked-on-locks") blocked += pool_impact_ns(*g, "blocked-on-locks");
+  if (!blocked) return;
+  if (!locks) {
+    c.line("Locks", "threadpool: workers blocked on locks " + fmt_ms(blocked) +
+                        "; this runbook has no lockstat to name the locks (runbook lock-contention has)");
+    return;
+  }
+  uint64_t contended = 0, other = 0;
+  for (auto* s : locks->final_records("summary")) contended = u64(*s, "wait_total_ns"), other = u64(*s, "other_wait_total_ns");
+  if (2 * contended >= blocked) return;
+  c.line("Locks", "threadpool counts " + fmt_ms(blocked) + " of its workers' time blocked on locks; lockstat attributes " +
+                      fmt_ms(contended) + " to contended locks and " + fmt_ms(other) +
+                      " to waits it classes otherwise (above): the rest is in waits lockstat does not see "
+                      "(e.g. a runtime's own locks without a rule: see the Off-CPU section's lock stacks)");
 }
 
 const std::map<std::string, std::string> kSectionOf = {
@@ -250,9 +351,8 @@ Report build_report(const Run& run) {
       if (f.size() > 4 && f.compare(f.size() - 4, 4, ".svg") == 0 && !sec.empty())
         c.sec[sec]->figures.push_back({t.name + " flame graph", f});
   }
-  // problems first, keeping each tool's order
-  std::stable_partition(rep.findings.begin(), rep.findings.end(), [](const Finding& f) { return f.problem; });
-  std::stable_partition(rep.findings.begin(), rep.findings.end(), [](const Finding& f) { return f.failure; });
+  locks_story(c, run);
+  rank_findings(run, rep);
   add_method_and_quality(run, rep);
   // a section no tool of this runbook covers says so (the doctor's only when it ran)
   for (auto& s : rep.sections)

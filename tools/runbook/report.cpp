@@ -20,6 +20,8 @@ std::string status_text(const ToolRun& t);
 
 namespace {
 
+const char kContextTitle[] = "Context (waiting for work, timed sleeps, condition waits: not findings)";
+
 std::string md_cell(std::string s) {
   for (size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.replace(i, 1, "\\|");
   return s;
@@ -61,7 +63,7 @@ const char kCss[] =
     "body{font-family:system-ui,sans-serif;max-width:1260px;margin:2em auto;padding:0 1em;color:#222}"
     "h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.6em}"
     "ul.findings{list-style:none;padding-left:0}ul.findings li{margin:.3em 0;padding:.3em .5em;border-radius:4px}"
-    "li.problem{background:#fdecea}li.fine{background:#eaf6ec}.box{font-family:monospace;margin-right:.5em}"
+    "li.problem{background:#fdecea}li.fine{background:#eaf6ec}li.context{background:#f1f1f1}.box{font-family:monospace;margin-right:.5em}"
     ".num{font-weight:bold}.tool{color:#555;font-family:monospace}"
     "table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}"
     "pre{background:#f4f4f4;padding:.6em;overflow-x:auto}iframe{width:100%;height:520px;border:1px solid #ccc}";
@@ -72,8 +74,13 @@ std::string render_markdown(const Report& r) {
   std::ostringstream os;
   os << "# " << r.title << "\n\n## Findings\n\n";
   if (r.findings.empty()) os << "- [x] nothing to report: no tool produced a finding\n";
-  for (auto& f : r.findings)
+  if (!r.findings.empty() && !r.ranked_by.empty()) os << r.ranked_by << "\n\n";
+  bool context = false;
+  for (auto& f : r.findings) {
+    if (f.context && !context) os << "\n### " << kContextTitle << "\n\n";
+    context = context || f.context;
     os << "- [" << (f.problem ? " " : "x") << "] " << f.text << " — **" << f.number << "** (" << f.tool << ")\n";
+  }
   for (auto& s : r.sections) {
     os << "\n## " << s.title << "\n\n";
     for (auto& l : s.lines) os << "- " << l << "\n";
@@ -99,13 +106,21 @@ std::string render_html(const Report& r, int dir_fd) {
   std::ostringstream os;
   os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << html_escape(r.title)
      << "</title><style>" << kCss << "</style></head><body>\n<h1>" << html_escape(r.title) << "</h1>\n"
-     << "<h2 id=\"findings\">Findings</h2>\n<ul class=\"findings\">\n";
+     << "<h2 id=\"findings\">Findings</h2>\n";
+  if (!r.findings.empty() && !r.ranked_by.empty()) os << "<p>" << html_escape(r.ranked_by) << "</p>\n";
+  os << "<ul class=\"findings\">\n";
   if (r.findings.empty()) os << "<li class=\"fine\">nothing to report: no tool produced a finding</li>\n";
-  for (auto& f : r.findings)
-    os << "<li class=\"finding " << (f.problem ? "problem" : "fine") << "\" data-tool=\"" << html_escape(f.tool)
+  bool context = false;
+  for (auto& f : r.findings) {
+    if (f.context && !context)
+      os << "</ul>\n<h3 id=\"context\">" << html_escape(kContextTitle) << "</h3>\n<ul class=\"findings\">\n";
+    context = context || f.context;
+    os << "<li class=\"finding " << (f.context ? "context" : f.problem ? "problem" : "fine") << "\" data-tool=\""
+       << html_escape(f.tool)
        << "\"><span class=\"box\">[" << (f.problem ? " " : "x") << "]</span>" << html_escape(f.text)
        << " — <span class=\"num\">" << html_escape(f.number) << "</span> <span class=\"tool\">(" << html_escape(f.tool)
        << ")</span></li>\n";
+  }
   os << "</ul>\n";
   for (auto& s : r.sections) {
     os << "<h2>" << html_escape(s.title) << "</h2>\n";

@@ -90,8 +90,12 @@ void add_method_and_quality(const Run& run, Report& rep) {
     row.push_back(other.empty() ? "0" : other);
     quality->table.push_back(row);
     if (t.failed()) quality->lines.push_back(t.name + " " + status_text(t) + ": " + t.stderr_last_line());
+    std::string lost = losses_text(t);
+    if (!lost.empty())
+      quality->lines.push_back(t.name + " lost data (" + lost + "): its findings above are marked [weakened]");
   }
-  if (quality->lines.empty()) quality->lines.push_back("every tool ran to its final report");
+  if (quality->lines.empty())
+    quality->lines.push_back("every tool ran to its final report; no lost events, stacks or unmatched pairs");
 
   rerun->lines.push_back("the same runbook, options and window (run.json has all of it):");
   rerun->pre = command_line(run.command) + "\n\n# or each tool by hand (start together, stop with Ctrl-C):\n";

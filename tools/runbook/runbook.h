@@ -125,6 +125,20 @@ struct Finding {
   std::string number;  // the number behind it, as the tool measured it
   bool problem = true;  // false: measured and fine (a "[x]" line)
   bool failure = false;  // the tool itself failed
+  // Context, not a finding: waiting for work, timed sleeps, condition waits, event-loop
+  // idling. Listed apart, after the findings, never ranked among them.
+  bool context = false;
+  // What ranks it (rank.cpp): the thread time it explains (a wait's total, a pool's
+  // blocked time), its longest single event, and what it is about, to merge the same
+  // wait seen by two tools.
+  uint64_t impact_ns = 0;
+  uint64_t max_event_ns = 0;
+  std::string lock;                 // lockstat/pmheld: the lock's name
+  std::vector<std::string> frames;  // the innermost user frames of its stack or site
+  // Set by rank_findings():
+  bool one_off = false;   // one event is most of its time
+  bool follows = false;   // pmheld: ranked right after lockstat's finding for its lock
+  std::string weakened;   // its tool's losses ("lost_events 18"), "" when none
 };
 struct Figure {
   std::string title;
@@ -140,12 +154,25 @@ struct Section {
 };
 struct Report {
   std::string title;
-  std::vector<Finding> findings;
+  std::vector<Finding> findings;  // ranked (rank_findings); context ones last
+  std::string ranked_by;          // how findings are ranked, said above them
   std::vector<Section> sections;
 };
 
 // findings.cpp
 Report build_report(const Run& run);
+// rank.cpp: the findings ordered by impact (failures first, then problems by the thread
+// time they explain, one-off events after sustained ones, then the fine ones), the same
+// wait seen by two tools said once, each tool's losses next to its findings, and the
+// share of the target's thread time each explains where a tool measured that time.
+struct ThreadTime {
+  uint64_t ns = 0;      // 0: no tool measured it
+  std::string source;   // how it was measured, for the report
+  std::string unit;     // "thread time", or "off-CPU time" when on-CPU time is unknown
+};
+ThreadTime thread_time(const Run& run);
+std::string losses_text(const ToolRun& t);  // "lost_events 18, map_full 2", "" when none
+void rank_findings(const Run& run, Report& rep);
 std::string fmt_ms(uint64_t ns);
 // stacks.cpp: writes <tool>.folded and (unless the tool wrote it) <tool>.svg for every
 // tool whose records carry stacks.
