@@ -220,11 +220,13 @@ def main():
             "tool", "cold_s", "warm_s", "bt_s", "cold/bt", "warm/bt", "warm_cpu", "bt_cpu", "ratio",
             "warmMB", "bt_MB", "goal (warm: <=%.2fs, <=%.1fx, <=%dMB)" % (GOAL_S, GOAL_RATIO, GOAL_MB)))
         failed = False
+        results = []
         for tool, cmd, bt in todo:
             r = res[tool]
             if not r["cold"] or not r["warm"] or not r["peer"]:
                 print("%-10s %s" % (tool, "FAILED (cold %d/%d runs, warm %d/%d, bpftrace %d/%d)"
                                     % (len(r["cold"]), RUNS, len(r["warm"]), RUNS, len(r["peer"]), RUNS)))
+                results.append("RESULT tool=%s failed=1" % tool)
                 failed = True
                 continue
             c, w, b = (statistics.median(r[k]) for k in sides)
@@ -234,6 +236,10 @@ def main():
             failed |= not ok
             print("%-10s %6.3f %6.3f %6.3f %6.2fx %6.2fx %7.3f %7.3f %5.2fx %6.0f %6.0f  %s" % (
                 tool, c, w, b, c / b, w / b, wc, bc, wc / max(bc, 1e-9), wm, bm, "ok" if ok else "MISSED"))
+            results.append("RESULT tool=%s cold_s=%.4f warm_s=%.4f bt_s=%.4f warm_mb=%.1f bt_mb=%.1f" % (
+                tool, c, w, b, wm, bm))
+        for line in results:  # machine-readable, one line per tool (bench/compare reads them)
+            print(line)
         if os.environ.get("BPFDIAG_TIMING"):
             for tool, cmd, bt in todo:
                 print("\n%s phases (one extra run):" % tool)

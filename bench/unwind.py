@@ -213,7 +213,7 @@ def main():
     for m in modes:
         r = dict(runs[m][-1])
         for key in ("switches_per_s", "cpu_ns_per_switch", "load_cpu_ns_per_switch", "tracer_cpu_ns_per_switch",
-                    "ns_per_run"):
+                    "ns_per_run", "attach_s"):
             if key in r:
                 r[key] = median([x[key] for x in runs[m]])
         r["added_cpu_ns_per_switch"] = r["cpu_ns_per_switch"] - base
