@@ -38,6 +38,20 @@
 #define TASK_DEAD 0x00000080
 
 BPF_HASH(start, u32, struct offcpu_start, START_SIZE);
+#if defined(BPFDIAG_ID_MAP_TGID_OK) || defined(BPFDIAG_ID_MAP_TID_OK)
+/* With -p/-t lists each filter test is a hash lookup. The thread each CPU switched in
+ * last, and whether it passed the filters, spares its switch-out that lookup (a per-CPU
+ * array lookup is inlined by the verifier); a switch-in this program never saw leaves
+ * another tid there and the filters are asked again. */
+#define FILTER_SLOT 1
+struct cur_slot {
+  u32 tid;
+  u32 ok;
+  u32 tgid;     /* the process last switched in here, and whether -p takes it: */
+  u32 tgid_ok;  /* the next switch-in of the same process needs no lookup either */
+};
+BPF_PERCPU_ARRAY(cur_tracked, struct cur_slot, 1);
+#endif
 /* a ceiling (allocated as used): MariaDB under sysbench filled 32,768 keys in 25 s */
 BPF_F_TABLE("hash", struct offcpu_key, struct offcpu_val, counts, COUNTS_SIZE, BPF_F_NO_PREALLOC);
 BPF_HASH(seen, u32, u8, SEEN_SIZE);    /* live processes already announced (pruned at exit) */
@@ -150,19 +164,48 @@ int declared_done(struct pt_regs *ctx) {
 }
 DECLARED_PROGRAMS()
 
-/* Switch-in: next gets the CPU; its off-CPU period (if tracked) is counted. */
-static inline __attribute__((always_inline)) int switch_in(void *next, u64 now) {
-  u32 ntid = 0;
+/* Switch-in: next gets the CPU; its off-CPU period (if tracked) is counted. The
+ * filters first: a thread they leave out has no `start` entry to look up. */
+static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now, void *cur) {
+  u32 ntid = 0, ntgid = 0;
+#if OFF_TASK_TGID == OFF_TASK_PID + 4 /* task_struct's pid and tgid side by side: one read */
+  u64 ids = 0;
+  bpf_probe_read_kernel(&ids, sizeof(ids), next + OFF_TASK_PID);
+  ntid = (u32)ids;
+  ntgid = ids >> 32;
+#else
   bpf_probe_read_kernel(&ntid, sizeof(ntid), next + OFF_TASK_PID);
-  if (ntid == 0)
+  bpf_probe_read_kernel(&ntgid, sizeof(ntgid), next + OFF_TASK_TGID);
+#endif
+#ifdef FILTER_SLOT
+  struct cur_slot *slot = cur;
+  u32 ok = 0;
+  if (ntid != 0) {
+    u32 tg_ok;
+    if (slot && slot->tgid == ntgid)
+      tg_ok = slot->tgid_ok;
+    else
+      tg_ok = TGID_OK(ntgid);
+    ok = tg_ok && TID_OK(ntid);
+    if (slot) {
+      slot->tgid = ntgid;
+      slot->tgid_ok = tg_ok;
+    }
+  }
+  if (slot) {
+    slot->tid = ntid;
+    slot->ok = ok;
+  }
+#else
+  u32 ok = ntid != 0 && TGID_OK(ntgid) && TID_OK(ntid);
+#endif
+  if (!ok)
     return 0;
   struct offcpu_start *sp = start.lookup(&ntid);
   if (!sp) {
     /* Count only threads we would have tracked: off-CPU since before tracing
      * started, or whose switch-out was dropped. */
-    u32 ntgid = 0;
-    bpf_probe_read_kernel(&ntgid, sizeof(ntgid), next + OFF_TASK_TGID);
-    if (TGID_OK(ntgid) && TID_OK(ntid) && thread_kind_ok(next))
+    if (thread_kind_ok(next))
       dq_count(OFFCPU_CNT_UNMATCHED_IN);
     return 0;
   }
@@ -171,11 +214,12 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 now) 
   start.delete(&ntid);
   if (s.skip)
     return 0;
-  if (now < s.ts) {
+  *now = bpf_ktime_get_ns();
+  if (*now < s.ts) {
     dq_count(OFFCPU_CNT_PERIOD_DROPPED);
     return 0;
   }
-  add_period(ntid, &s, now - s.ts);
+  add_period(ntid, &s, *now - s.ts);
   return 0;
 }
 
@@ -208,14 +252,33 @@ static inline __attribute__((always_inline)) u64 close_unseen(void *prev, u32 ti
 RAW_TRACEPOINT_PROBE(sched_switch) {
   void *prev = (void *)ctx->args[1];
   void *next = (void *)ctx->args[2];
-  u64 now = bpf_ktime_get_ns();
-  /* next first: the switch-out part may end in a tail call (--unwind=dwarf) */
-  switch_in(next, now);
   u64 id = bpf_get_current_pid_tgid(); /* prev */
   u32 tid = (u32)id, tgid = id >> 32;
+  /* whether prev passes the filters: from the slot its switch-in left, read before
+   * next's switch-in takes the slot */
+  u32 prev_ok;
+#ifdef FILTER_SLOT
+  u32 zero = 0;
+  struct cur_slot *slot = cur_tracked.lookup(&zero);
+  if (slot && slot->tid == tid && tid != 0)
+    prev_ok = slot->ok;
+  else
+    prev_ok = tid != 0 && TGID_OK(tgid) && TID_OK(tid);
+#else
+  prev_ok = tid != 0 && TGID_OK(tgid) && TID_OK(tid);
+#endif
+  u64 now = 0; /* read once, when a tracked thread needs it */
+  /* next first: the switch-out part may end in a tail call (--unwind=dwarf) */
+#ifdef FILTER_SLOT
+  switch_in(next, &now, slot);
+#else
+  switch_in(next, &now, 0);
+#endif
 
   /* ---- switch-out: prev leaves the CPU ---- */
-  if (tid != 0 && TGID_OK(tgid) && TID_OK(tid) && thread_kind_ok(prev)) {
+  if (prev_ok && thread_kind_ok(prev)) {
+    if (!now)
+      now = bpf_ktime_get_ns();
     struct offcpu_start s = {};
     s.ts = now;
     s.tgid = tgid;

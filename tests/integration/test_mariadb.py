@@ -92,20 +92,20 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 
 from harness import *
 from kpairing import perf_window
+import services
+from services import COND_WAIT_WORDS, PTHREAD_LAYOUTS, map_to_ps, pthread_layout_of
 
 require_root()
 LOCKSTAT = tool("lockstat")
 OFFCPU = tool("offcputime")
 OFFCPU_S = int(os.environ.get("MARIADB_OFFCPU_S", "10"))
 require_built(LOCKSTAT)
-NEEDED = ["mariadbd", "mariadb-install-db", "mariadb", "sysbench"]
-missing = [b for b in NEEDED if not shutil.which(b) and not os.path.exists("/usr/sbin/" + b)]
+missing = services.missing(*services.MARIADB_PROGRAMS)
 if missing:
     if os.environ.get("CI") == "true":
         check(False, "scripts/install-deps provides %s" % missing)
@@ -117,176 +117,11 @@ PORT = 3307
 BP_MB = 128  # the buffer pool: one mmap of 2*BP_MB, the first BP_MB read-write
 WINDOW_S = float(os.environ.get("MARIADB_WINDOW_S", "10"))
 UPROBES_S = float(os.environ.get("MARIADB_UPROBES_S", "5"))
-TMP = tempfile.mkdtemp(prefix="lockstat-mariadb-")
-DATA = os.path.join(TMP, "data")
-SOCK = os.path.join(TMP, "mysqld.sock")
-MARIADBD = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
-server = None
-
-
-def sql(query, db=None):
-    args = ["mariadb", "--no-defaults", "-S", SOCK, "-u", "root", "-N", "-B", "-e", query]
-    if db:
-        args[1:1] = ["-D", db]
-    r = run(args, timeout=30)
-    if r.returncode != 0:
-        raise RuntimeError("mariadb: %s" % r.stderr.strip())
-    return [line.split("\t") for line in r.stdout.splitlines()]
-
-
-def start_server():
-    global server
-    r = run(["mariadb-install-db", "--no-defaults", "--datadir=" + DATA, "--user=root",
-             "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=120)
-    if r.returncode != 0:
-        raise RuntimeError("mariadb-install-db failed: %s" % r.stderr.strip()[-500:])
-    server = subprocess.Popen(
-        [MARIADBD, "--no-defaults", "--user=root", "--datadir=" + DATA, "--socket=" + SOCK,
-         "--port=%d" % PORT, "--bind-address=127.0.0.1", "--pid-file=" + os.path.join(TMP, "pid"),
-         "--log-error=" + os.path.join(TMP, "err.log"), "--skip-log-bin",
-         "--innodb-buffer-pool-size=%dM" % BP_MB, "--innodb-buffer-pool-size-max=%dM" % (2 * BP_MB),
-         "--max-connections=64",
-         "--performance-schema=ON", "--performance-schema-instrument=wait/synch/%=ON",
-         "--performance-schema-consumer-events-waits-current=ON"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError("mariadbd exited: %s" % open(os.path.join(TMP, "err.log")).read()[-800:])
-        try:
-            sql("SELECT 1")
-            return
-        except RuntimeError:
-            time.sleep(0.3)
-    raise RuntimeError("mariadbd did not come up in 60 s")
-
-
-def stop_server():
-    if server:
-        end_process(server, signal.SIGTERM, 60)
-
-
-def sysbench(cmd, secs=0):
-    args = ["sysbench", "oltp_read_write", "--db-driver=mysql", "--mysql-socket=" + SOCK,
-            "--mysql-user=root", "--mysql-db=sbtest", "--tables=4", "--table-size=2000",
-            "--threads=16", "--time=%d" % secs, "--report-interval=0", cmd]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def ps_hot():
-    """performance_schema's wait summary for the window: {event: (count, ns)}."""
-    rows = sql("SELECT EVENT_NAME, COUNT_STAR, SUM_TIMER_WAIT FROM performance_schema."
-               "events_waits_summary_global_by_event_name WHERE EVENT_NAME LIKE 'wait/synch/%' "
-               "AND COUNT_STAR > 0")
-    # SUM_TIMER_WAIT is in picoseconds
-    return {r[0]: (int(r[1]), int(r[2]) // 1000) for r in rows}
-
-
-def buffer_pool(pid):
-    """InnoDB's buffer pool [lo, hi) in mariadbd: MariaDB 10.11 reserves
-    innodb-buffer-pool-size-max of address space in one mapping and makes the first
-    innodb-buffer-pool-size of it read-write, so the pool ends where an anonymous
-    PROT_NONE mapping of at least (max - size) bytes begins right after a read-write
-    one of at least size bytes (the kernel merges neighbouring anonymous mappings with
-    the same protection, so either can be larger). Returns (pool or None, the anonymous
-    mappings of 64 MB or more, for the failure message)."""
-    size = BP_MB << 20
-    prev, big = None, []
-    for line in open("/proc/%d/maps" % pid):
-        f = line.split()
-        lo, hi = (int(x, 16) for x in f[0].split("-"))
-        anon = len(f) == 5
-        if anon and hi - lo >= 64 << 20:
-            big.append("%s %s" % (f[0], f[1]))
-        if (anon and f[1] == "---p" and hi - lo >= size and prev and prev[2] == "rw-p"
-                and prev[1] == lo and prev[1] - prev[0] >= size):
-            return (lo - size, lo), big
-        prev = (lo, hi, f[1]) if anon else None
-    return None, big
-
-
-# Where lockstat's futex word sits in each instrumented object, and where that object's
-# pointer to its performance_schema instance is (see the docstring): (layout, futex word
-# offsets, PSI pointer offset). The layout of a performance_schema name is layout_of(name).
-PSI_LAYOUTS = [
-    ("mutex", (0,), 40),
-    ("cond", (40, 44, 16, 20, 32, 36), 48),
-    ("rwlock", (0, 4, 8, 12), 56),
-    ("prlock", (0, 80, 84), 104),
-    ("innodb-rw", (8, 12), 0),
-]
-COND_WAIT_WORDS = (40, 44)  # __g_signals: where pthread_cond_wait sleeps
-
-
-def layout_of(name):
-    """wait/synch/<type>/<component>/<name> -> the object layout it is instrumented in."""
-    f = name.split("/")
-    typ, comp = (f[2], f[3]) if len(f) > 3 else ("", "")
-    if typ in ("rwlock", "sxlock") and comp == "innodb":
-        return "innodb-rw"
-    return typ
-
-
-def ps_instances():
-    """performance_schema's instruments: {identity: name} over mutex_instances,
-    rwlock_instances and cond_instances, and {identity: COUNT_STAR} since the truncate."""
-    names = {}
-    for table in ("mutex_instances", "rwlock_instances", "cond_instances"):
-        for name, ident in sql("SELECT NAME, OBJECT_INSTANCE_BEGIN FROM performance_schema.%s" % table):
-            names[int(ident)] = name
-    counts = {int(i): int(c) for i, c in sql(
-        "SELECT OBJECT_INSTANCE_BEGIN, COUNT_STAR FROM performance_schema.events_waits_summary_by_instance "
-        "WHERE EVENT_NAME LIKE 'wait/synch/%'")}
-    return names, counts
-
-
-# --uprobes rows are pthread_mutex_t addresses: a mysql_mutex_t, or the mutex at the
-# start of a rw_pr_lock_t (mysql_prlock_t, PSI pointer at +104), which MariaDB names
-# prlock/* or, for MDL_lock::rwlock, rwlock/sql/* (its P_S wait is the whole prlock
-# acquisition, lockstat's only the inner mutex's)
-PTHREAD_LAYOUTS = [("mutex", (0,), 40), ("prlock", (0,), 104)]
-
-
-def pthread_layout_of(name):
-    f = name.split("/")
-    return "prlock" if len(f) > 3 and (f[2] == "prlock" or (f[2] == "rwlock" and f[3] != "innodb")) else layout_of(name)
-
-
-def map_to_ps(pid, rows, names, layouts=PSI_LAYOUTS, layout_of=layout_of):
-    """Maps each lockstat row (by its futex word, or with PTHREAD_LAYOUTS its
-    pthread_mutex_t) to a performance_schema instance: {addr: (name, offset of the word
-    in the object, identity)} for rows that map through exactly one instance, and the
-    rows that map ambiguously."""
-    fd = os.open("/proc/%d/mem" % pid, os.O_RDONLY)
-
-    def qword(addr):
-        try:
-            b = os.pread(fd, 8, addr)
-        except (OSError, OverflowError):  # unmapped, or not a user address
-            return None
-        return int.from_bytes(b, "little") if len(b) == 8 else None
-
-    mapped, ambiguous = {}, {}
-    try:
-        for r in rows:
-            addr = int(r["addr"], 16)
-            found = set()
-            for layout, offsets, psi_at in layouts:
-                for off in offsets:
-                    psi = qword(addr - off + psi_at)
-                    if not psi or psi < 1 << 16 or psi >= 1 << 47:
-                        continue
-                    for i in range(8):  # the instance's identity (at +16 in 10.11)
-                        ident = qword(psi + 8 * i)
-                        if ident in names and layout_of(names[ident]) == layout:
-                            found.add((names[ident], off, ident))
-            if len(found) == 1:
-                mapped[r["addr"]] = found.pop()
-            elif found:
-                ambiguous[r["addr"]] = sorted(found)
-    finally:
-        os.close(fd)
-    return mapped, ambiguous
+# the server, performance_schema's tables and the address mapping (services.py)
+DB = services.MariaDB(port=PORT, bp_mb=BP_MB)
+TMP = DB.tmp
+sql, sysbench, ps_hot, ps_instances, buffer_pool = DB.sql, DB.sysbench, DB.ps_hot, DB.ps_instances, DB.buffer_pool
+start_server, stop_server = DB.start, DB.stop
 
 
 def short(name):

@@ -31,16 +31,15 @@ Every NDJSON record is validated against its schema.
 """
 import glob
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import check, finish, ndjson, need, require_built, require_root, schema_verdict, tool  # noqa: E402
+from services import PG_WAIT_SAMPLER, Postgres  # noqa: E402  (the cluster: initdb in a temp dir, unix socket, port 54329)
 
 OFFCPU = tool("offcputime")
 LOCKSTAT = tool("lockstat")
@@ -48,49 +47,6 @@ WINDOW_S = 8
 CLIENTS = 16
 
 
-def as_pg(args, **kw):
-    return subprocess.run(["runuser", "-u", "postgres", "--"] + args, capture_output=True, text=True, **kw)
-
-
-class Cluster:
-    def __init__(self, bindir):
-        self.bin = bindir
-        self.dir = tempfile.mkdtemp(prefix="bpfdiag-pg-")
-        os.chmod(self.dir, 0o755)
-        shutil.chown(self.dir, "postgres")
-        self.data, self.sock = os.path.join(self.dir, "data"), self.dir
-        r = as_pg([os.path.join(bindir, "initdb"), "-D", self.data, "-A", "trust"], timeout=120)
-        check(r.returncode == 0, "initdb (%s)" % r.stderr.strip()[-200:])
-        opts = "-p 54329 -k %s -c listen_addresses= -c max_connections=40 -c fsync=on" % self.sock
-        r = as_pg([os.path.join(bindir, "pg_ctl"), "-D", self.data, "-o", opts, "-l",
-                   os.path.join(self.dir, "log"), "-w", "start"], timeout=120)
-        check(r.returncode == 0, "postgres started (%s)" % r.stderr.strip()[-200:])
-        as_pg([os.path.join(bindir, "createdb"), "-h", self.sock, "-p", "54329", "bench"], timeout=60)
-        r = as_pg([os.path.join(bindir, "pgbench"), "-h", self.sock, "-p", "54329", "-i", "-s", "1", "bench"],
-                  timeout=120)
-        check(r.returncode == 0, "pgbench -i (%s)" % r.stderr.strip()[-200:])
-
-    def psql(self, sql, timeout=60):
-        return as_pg([os.path.join(self.bin, "psql"), "-h", self.sock, "-p", "54329", "-At", "-c", sql, "bench"],
-                     timeout=timeout).stdout
-
-    def stop(self):
-        as_pg([os.path.join(self.bin, "pg_ctl"), "-D", self.data, "-m", "immediate", "stop"], timeout=60)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-SAMPLER = """
-CREATE TEMP TABLE samp(w text);
-DO $$ BEGIN
-  FOR i IN 1..%d LOOP
-    PERFORM pg_stat_clear_snapshot();
-    INSERT INTO samp SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity
-      WHERE application_name = 'pgbench' AND backend_type = 'client backend';
-    PERFORM pg_sleep(0.05);
-  END LOOP;
-END $$;
-SELECT w || ' ' || count(*) FROM samp GROUP BY w;
-"""
 
 
 def run_window(pg, select_only):
@@ -106,7 +62,7 @@ def run_window(pg, select_only):
     truth = {}
 
     def sample():
-        for line in pg.psql(SAMPLER % (WINDOW_S * 1000 // 60), timeout=60).splitlines():
+        for line in pg.psql(PG_WAIT_SAMPLER % (WINDOW_S * 1000 // 60), timeout=60).splitlines():
             k, _, n = line.rpartition(" ")  # "Lock 123"; psql also echoes "CREATE TABLE", "DO"
             if k and n.isdigit():
                 truth[k] = int(n)
@@ -234,7 +190,7 @@ def main():
     bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
     if not check(bins, "PostgreSQL installed (package postgresql)"):
         finish()
-    pg = Cluster(os.path.dirname(bins[-1]))
+    pg = Postgres(os.path.dirname(bins[-1]), check)
     try:
         check_tpcb(*run_window(pg, False))
         check_select(*run_window(pg, True))

@@ -19,11 +19,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import *  # noqa: E402,F401
+import services  # noqa: E402
 
 require_root()
 OC = tool("offcputime")
@@ -79,23 +79,15 @@ def kill(proc):
         proc.wait(timeout=10)
 
 
-tmp = tempfile.mkdtemp(prefix="bpfdiag-redis-")
+srv = services.Redis(port=PORT)  # its own directory, no persistence, hz 100
+tmp = srv.tmp
 arm, disarm = os.path.join(tmp, "arm"), os.path.join(tmp, "disarm")
 for p in (arm, disarm):
     shutil.copy("/bin/true", p)
-conf = os.path.join(tmp, "redis.conf")
-with open(conf, "w") as f:
-    f.write("port %d\nbind 127.0.0.1\nprotected-mode yes\ndaemonize no\nsave \"\"\nappendonly no\n"
-            "dir %s\nlogfile %s\nhz 100\n" % (PORT, tmp, os.path.join(tmp, "redis.log")))
 redis = bt = oc = None
 try:
-    redis = subprocess.Popen(["redis-server", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        if run(["redis-cli", "-p", str(PORT), "ping"], timeout=5).stdout.strip() == "PONG":
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError("redis-server did not answer on port %d" % PORT)
+    srv.start()
+    redis = srv.server
     threads = len(os.listdir("/proc/%d/task" % redis.pid))
 
     # bpftrace needs tracefs; mount it in a private mount namespace (nothing left behind)
@@ -163,16 +155,10 @@ try:
     dq = rec["data_quality"]
     check(dq["lost_stacks"] == 0 and dq["map_full"] == 0 and dq["lost_events"] == 0,
           "no stacks lost, no map full, no lost events (%s)" % dq)
-except AssertionError as e:
+except (AssertionError, RuntimeError) as e:
     check(False, str(e))
 finally:
     kill(oc)
     kill(bt)
-    if redis and redis.poll() is None:
-        redis.terminate()
-        try:
-            redis.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            kill(redis)
-    shutil.rmtree(tmp, ignore_errors=True)
+    srv.stop()
 finish()

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (SRC, check, compare_pool, finish, measure_against_truth, ndjson, need,  # noqa: E402
                      require_built, require_root, tool)
+import services  # noqa: E402
 
 TOOL = tool("threadpool")
 OFFCPU = tool("offcputime")
@@ -35,14 +35,7 @@ PORTS = range(8081, 8090)
 
 
 def free_port():
-    for p in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-                return p
-            except OSError:
-                continue
-    raise RuntimeError("no free port in 8081-8089")
+    return services.free_port(PORTS.start, PORTS.stop)
 
 
 def start_jvm(d, port):
@@ -85,11 +78,7 @@ def measured_run(abbin, d):
         load.communicate()
         return rc, err, summaries, truth, tp2, ready, oc
     finally:
-        jvm.kill()
-        jvm.wait()
-        for f in ("/tmp/perf-%d.map", "/tmp/.java_pid%d", "/tmp/.attach_pid%d"):
-            if os.path.lexists(f % jvm.pid):
-                os.unlink(f % jvm.pid)
+        services.kill_jvm(jvm)  # and what its attach mechanism left in /tmp
 
 
 def main():
@@ -99,7 +88,7 @@ def main():
     abbin = need("ab", "apache2-utils")
     d = tempfile.mkdtemp(prefix="tp-jvm-")
     try:
-        subprocess.run(["javac", "-d", d, JAVA_SRC], check=True, capture_output=True, timeout=120)
+        services.javac(JAVA_SRC, d)
         rc, err, summaries, truth, text, ready, oc = measured_run(abbin, d)
     finally:
         shutil.rmtree(d, ignore_errors=True)

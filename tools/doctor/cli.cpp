@@ -21,14 +21,17 @@ const ToolSpec& tool_spec() {
       "Checks what the suite needs before a run can be trusted: privileges, kernel\n"
       "BTF, tracefs, lockdown (fentry, tp_btf), kprobes, uprobes, perf events,\n"
       "perf_event_paranoid, memlock, kernel headers, libbcc; which tools and modes\n"
-      "work here; and, with -p, whether a target's executable and libc have symbols\n"
-      "and frame pointers. A live check (under 1 s) loads a small BPF program, makes\n"
-      "known syscalls, sleeps and libc calls, and checks that each was counted and no\n"
-      "event was lost. One line per check: ok, warn (a feature some mode needs is\n"
-      "missing), fail (the suite cannot be trusted here) or skip (not checked), with\n"
-      "the fix. Exit status 1 when a required check fails, else 0.",
+      "work here; and, with -p, what runs in a target (native code, Go, CPython, a\n"
+      "HotSpot JVM, Node.js, JIT code), whether its files have symbols, unwind\n"
+      "tables and frame pointers, and the suite's commands to run for it (e.g.\n"
+      "offcputime -p PID --jvm-perfmap). A live check (under 1 s) loads a small BPF\n"
+      "program, makes known syscalls, sleeps and libc calls, and checks that each was\n"
+      "counted and no event was lost. One line per check: ok, warn (a feature some\n"
+      "mode needs is missing), fail (the suite cannot be trusted here) or skip (not\n"
+      "checked), with the fix. Exit status 1 when a required check fails, else 0.",
       {
-          opt::pid("also check these processes: symbols, frame pointers"),
+          opt::pid("also check these processes: runtime, symbols, unwinding,\n"
+                   "and the commands to run for each"),
           OptionSpec{"no-live", "", "skip the live check (no BPF program is loaded)", "Checks"},
           OptionSpec{"l,list", "",
                      "list the suite's tools and modes, and what each needs\n"
@@ -41,7 +44,7 @@ const ToolSpec& tool_spec() {
           opt::help(),
       },
       "  doctor             # check this machine, with the live check\n"
-      "  doctor -p 181      # also check PID 181's symbols and frame pointers\n"
+      "  doctor -p 181      # also PID 181: runtime, symbols, unwinding, what to run\n"
       "  doctor --no-live   # static checks only\n"
       "  doctor -j          # NDJSON (the runbook `doctor` runs this)\n"
       "  doctor --list      # every tool and mode, and what it needs\n",

@@ -1,5 +1,6 @@
-// doctor output: one line per check (status, check, what was found, the fix), a
-// summary line; or NDJSON records through the suite's envelope.
+// doctor output: one line per check (status, check, what was found, the fix; then the
+// commands to run for a target, one "      run: CMD" line each), a summary line; or
+// NDJSON records through the suite's envelope.
 #include <cstdio>
 
 #include "common/runloop.h"
@@ -27,6 +28,7 @@ nlohmann::json check_json(const Check& k) {
   nlohmann::json j = {{"category", k.category}, {"name", k.name},     {"status", status_name(k.status)},
                       {"required", k.required}, {"detail", k.detail}, {"fix", k.fix}};
   if (k.pid) j["pid"] = k.pid;
+  if (!k.commands.empty()) j["commands"] = k.commands;
   return j;
 }
 
@@ -60,6 +62,7 @@ void render(std::ostream& os, const Config& c, const std::vector<Check>& checks,
     os << line << k.detail;
     if (!k.fix.empty()) os << "; fix: " << k.fix;
     os << "\n";
+    for (const auto& cmd : k.commands) os << "      run: " << cmd << "\n";
   }
   std::snprintf(line, sizeof line, "%llu ok, %llu warn, %llu fail, %llu skip in %.2f s: ",
                 static_cast<unsigned long long>(counts.at("ok")), static_cast<unsigned long long>(counts.at("warn")),
@@ -79,7 +82,8 @@ void render(std::ostream& os, const Config& c, const std::vector<Check>& checks,
 void render_tool_list(std::ostream& os, const Config& c, const std::vector<const ToolEntry*>& tools) {
   if (c.json) {
     const Window event{realtime_ns(), 0, true};
-    for (const ToolEntry* t : tools) write_record(os, make_record(kTool, "tool", event, tool_json(*t), empty_quality()));
+    for (const ToolEntry* t : tools)
+      write_record(os, make_record(kTool, "tool", event, tool_json(*t), empty_quality()));
     return;
   }
   for (const ToolEntry* t : tools)

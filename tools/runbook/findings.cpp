@@ -95,7 +95,19 @@ void threadpool(Ctx& c, const ToolRun& t) {
                std::to_string(u64(*g, "thread_count")) + " threads busy",
            bad);
     f.impact_ns = pool_impact_ns(*g, v);
-    f.context = v == "idle";
+    // Context, not a finding: an idle pool; workers in timed sleeps nobody ended early
+    // (a timer thread: jemalloc's background thread, HotSpot's VM Periodic Task); one
+    // thread whose wait for work threadpool could not find, so that every wait of it
+    // counts as busy (a main thread in read() on its stdin)
+    const bool work_unknown = u64(*g, "thread_count") == 1 && g->contains("work_waits") &&
+                              (*g)["work_waits"].is_object() && !(*g)["work_waits"].value("found", true);
+    if (v == "idle" || v == "sleeping" || (bad && work_unknown)) {
+      f.context = true;
+      f.problem = false;
+      if (v != "idle")
+        f.text += v == "sleeping" ? " (timed sleeps: context)"
+                                  : " (one thread, no wait for work seen: its waits cannot be told from idle)";
+    }
     c.line("Thread pool", "group '" + str(*g, "group") + "': " + std::to_string(u64(*g, "thread_count")) +
                               " threads, on-CPU " + fmt_ms(u64(*g, "oncpu_total_ns")) + ", runnable " +
                               fmt_ms(u64(*g, "runnable_total_ns")) + ", idle " + fmt_ms(u64(*g, "idle_total_ns")) +
@@ -303,13 +315,25 @@ void locks_story(Ctx& c, const Run& run) {
                         "; this runbook has no lockstat to name the locks (runbook lock-contention has)");
     return;
   }
-  uint64_t contended = 0, other = 0;
-  for (auto* s : locks->final_records("summary")) contended = u64(*s, "wait_total_ns"), other = u64(*s, "other_wait_total_ns");
+  uint64_t contended = 0;
+  const json* other = nullptr;  // lockstat's largest row that is not contention
+  for (auto* l : locks->final_records("lock")) {
+    if (str(*l, "class") == "contention") contended += u64(*l, "wait_total_ns");
+    else if (!other || u64(*l, "wait_total_ns") > u64(*other, "wait_total_ns")) other = l;
+  }
   if (2 * contended >= blocked) return;
-  c.line("Locks", "threadpool counts " + fmt_ms(blocked) + " of its workers' time blocked on locks; lockstat attributes " +
-                      fmt_ms(contended) + " to contended locks and " + fmt_ms(other) +
-                      " to waits it classes otherwise (above): the rest is in waits lockstat does not see "
-                      "(e.g. a runtime's own locks without a rule: see the Off-CPU section's lock stacks)");
+  std::string text = "threadpool counts " + fmt_ms(blocked) + " of its workers' time blocked on locks; lockstat classes " +
+                     fmt_ms(contended) + " as lock contention";
+  if (other && 2 * u64(*other, "wait_total_ns") >= blocked) {
+    std::string name = str(*other, "symbol").empty() ? str(*other, "lock") : str(*other, "symbol");
+    text += ". Its largest other row, " + name + " (class " + str(*other, "class") + ", " +
+            std::to_string(u64(*other, "thread_count")) + " threads, " + fmt_ms(u64(*other, "wait_total_ns")) +
+            "), is large enough to hold those waits: the two tools disagree on what it is";
+  } else {
+    text += ": the rest is in waits lockstat does not see (e.g. a runtime's own locks without a rule: see the "
+            "Off-CPU section's lock stacks)";
+  }
+  c.line("Locks", text);
 }
 
 const std::map<std::string, std::string> kSectionOf = {

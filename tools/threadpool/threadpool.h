@@ -143,6 +143,10 @@ struct WorkWaits {
   std::map<std::pair<uint32_t, WaitKey>, int> usual;
   std::map<WaitKey, int> usual_any;
   bool found = false;             // some idle wait was seen
+  // No thread of the group waited for work in any other way: its timed sleeps are how
+  // its work comes (a timer thread: jemalloc's background thread, HotSpot's VM Periodic
+  // Task), idle, not busy. Set once the inference is done (infer_work_waits).
+  bool sleep_is_idle = false;
   std::string description;        // for the report
   // members left out of the pool: the main thread when it supervises, and threads
   // that share the pool's name but never wait for work nor on the workers' locks

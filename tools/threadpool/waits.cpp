@@ -36,7 +36,7 @@ int default_wake(const WaitKey& k) {
 
 int WorkWaits::category(uint32_t tid, const WaitKey& k, int wake) const {
   if (k.nr == TP_NR_FUTEX && runtime_locks.count(k.obj)) return kGil;
-  if (is_sleep_syscall(k.nr)) return kSleep;
+  if (is_sleep_syscall(k.nr)) return sleep_is_idle ? kIdle : kSleep;
   if (is_accept(k.nr)) return kIdle;
   if (is_event_wait(k.nr)) return queue_users.count(tid) ? kPoll : kIdle;
   if (wake < 0 || wake >= kNumWakes || wake == kUnseen) {
@@ -50,7 +50,7 @@ int WorkWaits::category(uint32_t tid, const WaitKey& k, int wake) const {
   }
   if (wake == kByMain) wake = main_in_pool ? kByPeer : kByProcess;
   if (k.nr == TP_NR_FUTEX) {
-    if (wake == kTimedOut) return kSleep;  // a timed wait nobody ended early
+    if (wake == kTimedOut) return sleep_is_idle ? kIdle : kSleep;  // a timed wait nobody ended early
     // where work arrives from outside the pool, peers hand wake-ups on too (a queue's
     // getter that took an item wakes the next one): all waits there are for work
     if (k.op == kFutexWaitBitset && work_words.count(k.obj)) return kIdle;
@@ -316,7 +316,8 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
   w.excluded.insert(others.begin(), others.end());
   std::string desc = describe_work_sites(seen, (nthreads ? nthreads : group.size()) - w.excluded.size());
   w.found = !desc.empty();
-  if (!w.found) desc = "none seen (no thread waited for work)";
+  w.sleep_is_idle = !w.found;
+  if (!w.found) desc = "none seen (no thread waited for work; timed sleeps counted as waiting for work)";
   w.description = desc + describe_left_out(seen, w, pid, others);
   return w;
 }
