@@ -33,6 +33,24 @@ int map_next_key(int fd, void* key, void* next);
 bool map_take(int fd, void* key, void* value);
 }  // namespace detail
 
+// Each key of a hash map, without its value. `keep_going` is asked every 256 keys; the
+// walk stops when it says no (a stop signal: under a fork storm the walk of a large
+// map took a second) and the result is then false.
+template <typename K, typename Table, typename Fn, typename Go>
+bool for_each_key(Table& table, Fn&& fn, Go&& keep_going) {
+  int fd = table.get_fd();
+  K cur{}, next{};
+  bool first = true;
+  size_t n = 0;
+  while (detail::map_next_key(fd, first ? nullptr : &cur, &next) == 0) {
+    fn(next);
+    cur = next;
+    first = false;
+    if ((++n & 255) == 0 && !keep_going()) return false;
+  }
+  return true;
+}
+
 template <typename K, typename V, typename Table>
 std::vector<std::pair<K, V>> drain_hash(Table& table) {
   int fd = table.get_fd();

@@ -186,6 +186,7 @@ size_t Symbolizer::forget_exited_every(uint64_t interval_ns,
   }
   if (gone.empty() || stop_signal()) return 0;
   std::set<uint32_t> needed = still_needed ? still_needed() : std::set<uint32_t>{};
+  if (stop_signal()) return 0;  // the answer may have been cut short: forget nothing
   return forget_exited([&](uint32_t pid) { return !gone.count(pid) || needed.count(pid); });
 }
 

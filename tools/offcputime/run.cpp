@@ -12,6 +12,7 @@
 #include "common/bpf_session.h"
 #include "common/flamegraph.h"
 #include "common/jvm_attach.h"
+#include "common/runloop.h"
 #include "common/stack_reader.h"
 #include "common/symbolize.h"
 #include "common/target.h"
@@ -61,6 +62,11 @@ void on_new_proc(void* cookie, void* data, int size) {
   uint32_t tgid;
   std::memcpy(&tgid, data, sizeof tgid);
   auto& sym = static_cast<Live*>(cookie)->sym;
+  // A stop signal wants the final report now: announcements still queued are not
+  // loaded here (ci28, stress-ng and a fork storm: one poll's queue took 1.0 s between
+  // the signal and the loop seeing it); the report loads what its stacks need, within
+  // its budget
+  if (stop_signal()) return;
   if (sym.remembered(tgid)) {
     sym.refresh(tgid);  // announced again after exec: new mappings
     static_cast<Live*>(cookie)->uw_stale.insert(tgid);
@@ -79,9 +85,10 @@ void poll_live(BpfSession& session, Live& live, int timeout_ms) {
     if (live.uw) (void)live.uw->refresh(session, t);
   live.uw_stale.clear();
   live.sym.forget_exited_every(10000000000ULL, [&] {
-    std::set<uint32_t> tgids;
-    for (auto& kv : session.get_hash_table<offcpu_key, offcpu_val>("counts").get_table_offline())
-      tgids.insert(kv.first.tgid);
+    std::set<uint32_t> tgids;  // cut short by a stop signal: then nothing is forgotten
+    auto counts = session.get_hash_table<offcpu_key, offcpu_val>("counts");
+    for_each_key<offcpu_key>(
+        counts, [&](const offcpu_key& k) { tgids.insert(k.tgid); }, [] { return stop_signal() == 0; });
     return tgids;
   });
 }
