@@ -33,12 +33,7 @@ namespace {
 
 constexpr size_t kMaxAnswer = 64 * 1024;  // the answer read at most (Compiler.perfmap's is empty)
 
-struct JvmIds {
-  uid_t uid = 0;
-  gid_t gid = 0;
-  uint32_t nspid = 0;  // its PID in its own PID namespace (names its files)
-  bool catches_sigquit = false;  // SigCgt: a handler is installed (else SIGQUIT kills it)
-};
+}  // namespace
 
 std::optional<JvmIds> jvm_ids(uint32_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -60,6 +55,8 @@ std::optional<JvmIds> jvm_ids(uint32_t pid) {
   if (!ids.nspid) ids.nspid = pid;  // kernels without NSpid: no PID namespaces
   return ids;
 }
+
+namespace {
 
 uint64_t now_ms() { return monotonic_ns() / 1000000ULL; }
 

@@ -9,12 +9,26 @@
 // which would end a process that is not a JVM, is sent only to one that maps
 // libjvm.so; every wait is bounded.
 #pragma once
+#include <sys/types.h>
+
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/result.h"
 
 namespace bpfdiag {
+
+// What the attach mechanism needs of process `pid`, from /proc/PID/status (doctor -p
+// reports the same): effective uid and gid, its PID in its own namespace, whether it
+// handles SIGQUIT. nullopt when the process is gone or the file is malformed.
+struct JvmIds {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  uint32_t nspid = 0;  // its PID in its own PID namespace (names its files)
+  bool catches_sigquit = false;  // SigCgt: a handler is installed (else SIGQUIT kills it)
+};
+std::optional<JvmIds> jvm_ids(uint32_t pid);
 
 // True when process `pid` maps a libjvm.so (a HotSpot JVM).
 bool is_hotspot_jvm(uint32_t pid);

@@ -21,6 +21,7 @@
 
 #include "common/debuginfo_hint.h"
 #include "common/elf_file.h"
+#include "common/jvm_attach.h"
 #include "common/proc.h"
 #include "common/pthread_probes.h"
 #include "common/runloop.h"
@@ -282,16 +283,10 @@ JvmFacts jvm_facts(uint32_t pid, const std::string& libjvm) {
   j.libjvm = libjvm;
   j.nspid = pid;
   uid_t uid = 0;
-  std::ifstream st("/proc/" + std::to_string(pid) + "/status");
-  for (std::string l; std::getline(st, l);) {
-    unsigned r = 0, e = 0;
-    if (std::sscanf(l.c_str(), "Uid: %u %u", &r, &e) == 2) uid = e;
-    if (l.compare(0, 7, "SigCgt:") == 0)
-      j.catches_sigquit = (std::strtoull(l.c_str() + 7, nullptr, 16) >> (SIGQUIT - 1)) & 1;
-    if (l.compare(0, 6, "NSpid:") == 0) {
-      auto last = l.find_last_of(" \t");
-      if (last != std::string::npos) j.nspid = static_cast<uint32_t>(std::strtoul(l.c_str() + last + 1, nullptr, 10));
-    }
+  if (auto ids = jvm_ids(pid)) {
+    uid = ids->uid;
+    j.nspid = ids->nspid;
+    j.catches_sigquit = ids->catches_sigquit;
   }
   std::ifstream cl("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
   std::string cmdline(64 * 1024, '\0');
