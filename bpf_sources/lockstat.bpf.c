@@ -22,6 +22,8 @@
  *                    keyed by their hash (lockstat_key.user_hash), no scan needed
  *   STATS_ENTRIES, HIST_ENTRIES, STACK_ENTRIES, START_ENTRIES, KSTART_ENTRIES  map sizes
  *   WAKERS           futex mode: sched_waking notes who woke each futex waiter
+ *   (futex mode) a Java thread of a JVM the front-end found in jvm_layouts waits for
+ *                    the Java object jstack would name (jvm.h): LS_KIND_JAVA keys
  *
  * The front-end drains stats/hist each interval (atomic lookup-and-delete per key),
  * and several threads can update one value: waits of kernel idle tasks and IRQ
@@ -127,6 +129,9 @@ static inline void record(struct lockstat_key *k, u64 delta, u32 blocked, u32 ti
 #if defined(USER_FUTEX) || defined(USER_PTHREAD)
 BPF_HASH(futex_start, u32, struct futex_start, START_ENTRIES);
 #endif
+#ifdef USER_FUTEX
+#include "jvm.h"
+#endif
 #ifdef USER_PTHREAD
 BPF_HASH(plock_start, u32, struct plock_start, START_ENTRIES);
 #ifdef UW_DWARF
@@ -219,6 +224,13 @@ static inline int futex_begin(void *ctx, u64 uaddr, u32 flags, long nr) {
   struct futex_start s = {};
   s.uaddr = uaddr;
   s.flags = flags;
+  struct jvm_wait jw = {};
+  jvm_wait_of(pid, tid, &jw); /* a Java thread: the object it waits for (jstack's) */
+  if (jw.kind != JVM_WAIT_NONE) {
+    s.jvm_kind = jw.kind;
+    s.jvm_obj = jw.obj;
+    s.jvm_klass = jw.klass;
+  }
   if (start_wait(ctx, tid, &s, nr))
     return PASS;
 #ifdef UW_DWARF
@@ -279,6 +291,12 @@ static inline int futex_end(long ret) {
   k.user_hash = s->user_hash;
   k.kind = LS_KIND_FUTEX;
   k.flags = s->flags;
+  if (s->jvm_kind != JVM_WAIT_NONE) { /* the Java object is the lock, not the thread's own word */
+    k.kind = LS_KIND_JAVA;
+    k.addr = s->jvm_obj;
+    k.caller = s->jvm_klass;
+    k.jvm_kind = s->jvm_kind;
+  }
   u32 waker = s->waker;
   futex_start.delete(&tid);
   u32 timedout = ret == -110; /* -ETIMEDOUT */

@@ -7,6 +7,9 @@
 #define LS_KIND_KERNEL 2  /* kernel lock (lock:contention_begin/end) */
 #define LS_KIND_PTHREAD 3 /* pthread_mutex_*lock call (uprobes) */
 #define LS_KIND_DECLARED 4 /* a wait the software declares with USDT probes (futex mode) */
+#define LS_KIND_JAVA 5     /* a futex wait of a Java thread for a Java object (futex mode;
+                            * jvm.h): addr is the object (an ObjectMonitor * or the park
+                            * blocker), caller its class (a Klass *), jvm_kind what for */
 
 /* lockstat_key.flags for LS_KIND_FUTEX: what kind of futex wait it was */
 #define LS_FUTEX_LOCKWORD 0x1 /* FUTEX_WAIT with val 2: glibc's lll_lock convention (mutex) */
@@ -72,7 +75,7 @@ struct lockstat_key {
   __s32 stack_id; /* user (futex/pthread) or kernel stack; < 0: none (see counters) */
   __u32 kind;     /* LS_KIND_* */
   __u32 flags;    /* LS_FUTEX_* or LS_LCB_* | LS_KID_* */
-  __u32 pad;
+  __u32 jvm_kind; /* LS_KIND_JAVA: JVM_WAIT_* (jvm_shared.h) */
   __u64 user_hash; /* --unwind=dwarf: the waiter's user stack in uw_stacks (unwind.h);
                     * stack_id is then -1. 0: none taken */
 };
@@ -126,9 +129,11 @@ struct futex_start {
   __s32 stack_id;
   __u32 flags;
   __u32 waker; /* set by sched_waking: 0 none yet, else tid or 0x80000000|cpu */
-  __u32 pad;
+  __u32 jvm_kind; /* a Java thread waiting for a Java object: JVM_WAIT_* (jvm.h) */
   __u64 user_hash; /* UW_DWARF: set by uw_lockstat_futex_tail */
   __u64 sp;        /* a declared wait: the user stack pointer at its begin */
+  __u64 jvm_obj;   /* jvm_kind: the object (ObjectMonitor * or park blocker) */
+  __u64 jvm_klass; /* jvm_kind: its class (Klass *) */
 };
 
 /* One kernel wait in flight. `flags` are OR-ed over the begins of the wait, `last`

@@ -102,6 +102,7 @@ static inline __attribute__((always_inline)) void add_period(u32 tid, struct off
  * software's own name for what it waits on. A begin no deeper in the stack than the wait
  * in flight means that wait was left without its end (a longjmp out of it). */
 #include "declared.h"
+#include "jvm.h"
 struct decl_state {
   u64 raw, sp;             /* innermost */
   u64 outer_raw, outer_sp; /* the wait it is nested in (0: none) */
@@ -318,6 +319,8 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
       bpf_get_current_comm(&s.comm, sizeof(s.comm));
       struct decl_state *d = decl_now.lookup(&tid);
       s.declared = d ? d->raw : 0;
+      if (!s.declared && !s.runnable) /* a Java thread: what the JVM says it waits for */
+        s.declared = jvm_declared_raw(tgid, tid);
       if (!seen.lookup(&tgid)) {
         u8 one = 1;
         int err = seen.insert(&tgid, &one);

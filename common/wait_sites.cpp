@@ -251,6 +251,12 @@ WaitRules WaitRules::parse(std::string_view text, const std::string& origin, std
       continue;
     }
     if (out.rules_.size() >= kMaxRules) { fail("more than " + std::to_string(kMaxRules) + " rules"); break; }
+    if (pat.rfind("java:", 0) == 0) {
+      if (r.role != WaitRule::Role::Decides || r.own_word) { fail("a java: rule must decide (no via, wrapper or /own)"); continue; }
+      r.pattern = std::string(pat.substr(5));
+      out.objects_.push_back(std::move(r));
+      continue;
+    }
     out.rules_.push_back(std::move(r));
   }
   return out;
@@ -263,6 +269,8 @@ void WaitRules::append(const WaitRules& more) {
   }
   for (const auto& d : more.declared_)
     if (rules_.size() + declared_.size() < kMaxRules) declared_.push_back(d);
+  for (const auto& o : more.objects_)
+    if (objects_.size() < kMaxRules) objects_.push_back(o);
   std::lock_guard<std::mutex> g(memo_->mu);
   memo_->hits.clear();  // indexes into rules_ are kept: appended rules change matches
 }
@@ -333,6 +341,21 @@ WaitVerdict WaitRules::classify(const std::vector<std::string>& frames) const {
   // the word is the thread's own when the deciding frame or a via inside it says so
   v.own_word = r->own_word || (decider && inner_via && inner_via->own_word);
   v.rule = r;
+  return v;
+}
+
+WaitVerdict WaitRules::classify_object(const std::vector<std::string>& classes) const {
+  WaitVerdict v;
+  for (size_t i = 0; i < classes.size(); ++i)
+    for (const auto& r : objects_)
+      if (glob_match(r.pattern, classes[i])) {
+        v.kind = r.kind;
+        v.what = r.what;
+        v.frame = i;
+        v.decided = true;
+        v.rule = &r;
+        return v;
+      }
   return v;
 }
 

@@ -22,6 +22,11 @@
 // relation,extend,...}" reads "PostgreSQL Lock:tuple"). CLASS must decide (no via,
 // wrapper or /own). Tools that trace these probes (lockstat) take them before the
 // stack's rules: it is the software saying what it waits for.
+// A PATTERN of the form `java:CLASS` is not a frame but the class of the Java object a
+// JVM thread waits for, as jstack names it ("parking to wait for <0x...> (a
+// java.util.concurrent.locks.ReentrantLock$NonfairSync)"; common/jvm_state): the
+// class, then its superclasses, nearest first, against the java: rules in order. CLASS
+// must decide. A parked thread whose blocker no rule names is unclassified, named.
 // PATTERN is a glob (`*` = any characters) on the function name (a frame's "+0x..."
 // offset is ignored; a C++ name matches with or without its parameter list). The
 // innermost deciding frame wins. Nothing matched: unclassified, never a guess.
@@ -106,10 +111,14 @@ class WaitRules {
   void append(const WaitRules& more);
 
   WaitVerdict classify(const std::vector<std::string>& frames) const;
+  // The verdict of a `java:` rule on a Java object's class and its superclasses
+  // (nearest first); v.frame is the index of the class that matched.
+  WaitVerdict classify_object(const std::vector<std::string>& classes) const;
   bool is_wrapper(const std::string& frame) const;
   size_t size() const { return rules_.size(); }
   const std::vector<WaitRule>& rules() const { return rules_; }
   const std::vector<DeclaredWait>& declared() const { return declared_; }
+  const std::vector<WaitRule>& object_rules() const { return objects_; }
 
  private:
   const WaitRule* match(const std::string& frame, WaitRule::Role role_filter, bool any_role) const;
@@ -122,6 +131,7 @@ class WaitRules {
   std::pair<uint32_t, uint32_t> lookup(const std::string& frame) const;
   std::vector<WaitRule> rules_;
   std::vector<DeclaredWait> declared_;
+  std::vector<WaitRule> objects_;  // java: rules
   std::unique_ptr<Memo> memo_ = std::make_unique<Memo>();  // move-only: a copy would share it
 };
 

@@ -39,7 +39,7 @@ and the findings printed.
    wait: lockstat's row (its wait per second within 20%) or threadpool's worker pool
    blocked-on-locks (its lock share of busy time within 0.15 of the truth's); the Locks
    section shows the lock (monitor: lockstat's "Java monitor enter" row, contention,
-   within 20%) or says why it cannot, and what it says agrees with lockstat's records
+   within 20%; reentrant: the ReentrantLock row the JVM's park blocker names) or says why it cannot, and what it says agrees with lockstat's records
    (when lockstat's rows of the workers' threads hold their waits, it does not say the
    waits are ones lockstat does not see); no pool of JVM service threads sleeping in
    timed waits (on CPU under 1% of the window by their own CPU clocks,
@@ -535,7 +535,7 @@ def jvm_mode(d, mode):
     cont_rate = sum(r["wait_total_ns"] for r in cont) / 1e9 / win
     shown = [r for r in cont if "lockstat: lock %s in " % r["lock"] in sec]
     if mode == "monitor":
-        mon = [r for r in shown if r["lock"].startswith("Java monitor enter")]
+        mon = [r for r in shown if r.get("wait_site_what", "").startswith("Java monitor enter")]
         got = mon[0]["wait_total_ns"] / 1e9 / win if mon else 0
         check(mon and 0.8 <= got / rate <= 1.2, "%s: the Locks section shows lockstat's Java monitor enter row, "
               "contention, %.2f workers waiting on average vs the JVM's %.2f (20%%)" % (label, got, rate))

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/jvm_state.h"
 #include "common/wait_sites.h"
 #include "tests/unit/test_env.h"
 
@@ -111,6 +112,63 @@ TEST_CASE("classify: the innermost deciding frame; else the outermost via; else 
   CHECK(v.kind == WaitKind::Unclassified);
   CHECK(v.what.empty());
   CHECK(v.rule == nullptr);
+}
+
+TEST_CASE("java: rules name a parked JVM thread's blocker by its class, then its superclasses") {
+  std::vector<std::string> errs;
+  auto r = WaitRules::parse(
+      "lock       java:java.util.concurrent.locks.ReentrantLock$*   ReentrantLock\n"
+      "condition  java:*$ConditionObject                            Condition.await\n"
+      "via        java:com.example.Gate                             gate\n"   // must decide
+      "lock/own   java:com.example.Other                            other\n",  // no /own
+      "t.rules", &errs);
+  REQUIRE(errs.size() == 2);
+  CHECK(errs[0].find("t.rules:3: a java: rule must decide") == 0);
+  CHECK(errs[1].find("t.rules:4:") == 0);
+  CHECK(r.rules().empty());  // never matched against frames
+  REQUIRE(r.object_rules().size() == 2);
+  auto v = r.classify_object({"java.util.concurrent.locks.ReentrantLock$NonfairSync",
+                              "java.util.concurrent.locks.ReentrantLock$Sync",
+                              "java.util.concurrent.locks.AbstractQueuedSynchronizer"});
+  CHECK(v.decided);
+  CHECK(v.kind == WaitKind::Lock);
+  CHECK(v.what == "ReentrantLock");
+  CHECK(v.frame == 0);
+  // a user's subclass: decided by the superclass that matches
+  v = r.classify_object({"com.example.MyCondition", "java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionObject"});
+  CHECK(v.kind == WaitKind::Condition);
+  CHECK(v.frame == 1);
+  // nothing matches: not decided
+  v = r.classify_object({"java.util.concurrent.Semaphore$NonfairSync", "java.util.concurrent.Semaphore$Sync"});
+  CHECK_FALSE(v.decided);
+  CHECK(v.kind == WaitKind::Unclassified);
+  // the built-in table: the JDK's locks, conditions and hand-offs
+  const WaitRules& b = WaitRules::suite();
+  CHECK(b.classify_object({"java.util.concurrent.locks.ReentrantReadWriteLock$NonfairSync"}).kind == WaitKind::Lock);
+  CHECK(b.classify_object({"java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionObject"}).kind ==
+        WaitKind::Condition);
+  CHECK(b.classify_object({"java.util.concurrent.ForkJoinPool"}).kind == WaitKind::Idle);
+  CHECK_FALSE(b.classify_object({"java.util.concurrent.Semaphore$NonfairSync"}).decided);
+}
+
+TEST_CASE("java_wait_name: jstack's words; the JVM's state decides monitors, the rules parks") {
+  DeclaredName d = java_wait_name(JVM_WAIT_MONITOR, {"com.example.Account"});
+  CHECK(d.kind == WaitKind::Lock);
+  CHECK(d.what == "Java monitor enter (waiting to lock a com.example.Account)");
+  d = java_wait_name(JVM_WAIT_OBJECT, {});
+  CHECK(d.kind == WaitKind::Condition);
+  CHECK(d.what == "Java Object.wait() (waiting on an object of unknown class)");
+  d = java_wait_name(JVM_WAIT_PARK, {"java.util.concurrent.locks.ReentrantLock$FairSync"});
+  CHECK(d.kind == WaitKind::Lock);
+  CHECK(d.what == "java.util.concurrent ReentrantLock (parking to wait for a java.util.concurrent.locks.ReentrantLock$FairSync)");
+  CHECK(d.origin.find("wait_sites.rules:") != std::string::npos);
+  d = java_wait_name(JVM_WAIT_PARK, {"com.example.Gate"});  // an unknown design: unclassified, named
+  CHECK(d.kind == WaitKind::Unclassified);
+  CHECK(d.what == "Java LockSupport.park (parking to wait for a com.example.Gate)");
+  // a process that is no JVM is refused with a reason (never read)
+  auto j = JvmState::open(static_cast<uint32_t>(getpid()));
+  REQUIRE_FALSE(j);
+  CHECK(j.error() == "not a HotSpot JVM (no libjvm.so mapped)");
 }
 
 TEST_CASE("built-in rules on real runtimes' wait stacks") {

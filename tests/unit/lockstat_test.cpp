@@ -567,6 +567,58 @@ TEST_CASE("lockstat: waits on per-thread words: named by the wait-site rules, me
   CHECK(m0.wait_rule.find("wait_sites.rules:") == 0);
 }
 
+TEST_CASE("lockstat: a JVM thread's wait is keyed by the Java object the JVM names") {
+  // 4 workers parked for one ReentrantLock (each on its own futex word: the key is the
+  // blocker object), 2 on a Semaphore, 2 in Object.wait() on a monitor
+  Snapshot s;
+  auto java = [&](uint32_t tid, uint64_t obj, uint64_t klass, uint32_t jk, uint64_t total) {
+    auto w = wait(LS_KIND_JAVA, 100, tid, obj, 10, total, total / 5, LS_FUTEX_BITSET);
+    w.key.caller = klass;
+    w.key.jvm_kind = jk;
+    s.waits.push_back(w);
+    s.comms[tid] = "worker-" + std::to_string(tid);
+  };
+  for (uint32_t t = 1; t <= 4; ++t) java(t, 0xa000, 0x8000, JVM_WAIT_PARK, 300000000);
+  java(5, 0xb000, 0x8100, JVM_WAIT_PARK, 200000000);
+  java(6, 0xb000, 0x8100, JVM_WAIT_PARK, 200000000);
+  java(7, 0x7f00c000, 0x8200, JVM_WAIT_OBJECT, 100000000);
+  java(8, 0x7f00c000, 0x8200, JVM_WAIT_OBJECT, 100000000);
+  s.window_ns = 1000000000;
+  Names n = fake_names();
+  n.java_class = [](uint32_t pid, uint64_t klass) -> std::vector<std::string> {
+    REQUIRE(pid == 100);
+    if (klass == 0x8000)
+      return {"java.util.concurrent.locks.ReentrantLock$NonfairSync", "java.util.concurrent.locks.ReentrantLock$Sync",
+              "java.util.concurrent.locks.AbstractQueuedSynchronizer"};
+    if (klass == 0x8100) return {"java.util.concurrent.Semaphore$NonfairSync", "java.util.concurrent.Semaphore$Sync"};
+    return {"com.example.Mailbox"};
+  };
+  auto rows = build_locks(s, n, *parse({}));
+  REQUIRE(rows.size() == 3);
+  const LockRow* lock = nullptr;
+  const LockRow* sem = nullptr;
+  const LockRow* mon = nullptr;
+  for (const auto& r : rows) (r.addr == 0xa000 ? lock : r.addr == 0xb000 ? sem : mon) = &r;
+  REQUIRE((lock && sem && mon));
+  CHECK(lock->kind == "java-park");
+  CHECK(lock->symbol == "java.util.concurrent.locks.ReentrantLock$NonfairSync");
+  CHECK(lock->waiters.size() == 4);
+  CHECK(lock->total_ns == 1200000000);
+  CHECK(lock->cls == WaitClass::Contention);  // by the built-in java: rule, whatever the futex flags
+  CHECK(lock->wait_what ==
+        "java.util.concurrent ReentrantLock (parking to wait for a java.util.concurrent.locks.ReentrantLock$NonfairSync)");
+  // no rule for a Semaphore: unclassified, named, even with several waiters on one object
+  CHECK(sem->cls == WaitClass::Unclassified);
+  CHECK(sem->wait_what == "Java LockSupport.park (parking to wait for a java.util.concurrent.Semaphore$NonfairSync)");
+  CHECK(mon->kind == "java-wait");
+  CHECK(mon->cls == WaitClass::Condition);
+  CHECK(mon->wait_what == "Java Object.wait() (waiting on a com.example.Mailbox)");
+  // only the lock is ranked
+  Report rep = build_report(s, n, *parse({}));
+  REQUIRE(rep.locks.size() == 1);
+  CHECK(rep.locks[0].addr == 0xa000);
+}
+
 TEST_CASE("lockstat: a tracer's own attach/detach is never the workload's contention") {
   // issue 20: lockstat's #1 row was 3.1 s on the kernel's event_mutex in
   // perf_trace_destroy: tracers detaching (the suite's other tools in a runbook)

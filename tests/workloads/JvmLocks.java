@@ -4,7 +4,12 @@
 // time for a monitor, WAITING time for a parked ReentrantLock acquire).
 // Not built by CMake: a test compiles it with javac into a temp dir.
 //
-// USAGE: java JvmLocks [--mode monitor|reentrant] [--workers N] [--hold-us US] [--free-us US]
+// --mode queue is the idle counterpart: no shared lock; the workers take tasks from a
+// LinkedBlockingQueue that one producer fills slowly (a task every 2 ms), so they wait
+// for work (WAITING on the queue's Condition). --mode semaphore takes a one-permit
+// java.util.concurrent.Semaphore as the lock: a design the tools have no rule for.
+//
+// USAGE: java JvmLocks [--mode monitor|reentrant|semaphore|queue] [--workers N] [--hold-us US] [--free-us US]
 // Prints {"pid":..,"workers":[tid..]} when ready (native tids from /proc/self/task
 // names are not needed: the tracer filters by pid). Commands on stdin:
 //   start   snapshot every worker's blocked/waited time
@@ -17,12 +22,16 @@ import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReentrantLock;
 
 public class JvmLocks {
   static final Object MONITOR = new Object();
   static final ReentrantLock RLOCK = new ReentrantLock();
+  static final Semaphore PERMIT = new Semaphore(1);
+  static final LinkedBlockingQueue<Long> QUEUE = new LinkedBlockingQueue<>();
   static final AtomicLong tasks = new AtomicLong();
   static volatile long sink;
 
@@ -48,25 +57,48 @@ public class JvmLocks {
     }
     ThreadMXBean mx = ManagementFactory.getThreadMXBean();
     mx.setThreadContentionMonitoringEnabled(true);
-    final boolean monitor = mode.equals("monitor");
+    final String m = mode;
+    if (!m.equals("monitor") && !m.equals("reentrant") && !m.equals("semaphore") && !m.equals("queue"))
+      throw new IllegalArgumentException(m);
     final long hold = holdUs * 1000, free = freeUs * 1000;
     List<Thread> pool = new ArrayList<>();
     for (int w = 0; w < workers; ++w) {
       Thread t = new Thread(() -> {
-        while (true) {
-          if (monitor) {
-            synchronized (MONITOR) { spin(hold); }
-          } else {
-            RLOCK.lock();
-            try { spin(hold); } finally { RLOCK.unlock(); }
+        try {
+          while (true) {
+            if (m.equals("monitor")) {
+              synchronized (MONITOR) { spin(hold); }
+            } else if (m.equals("reentrant")) {
+              RLOCK.lock();
+              try { spin(hold); } finally { RLOCK.unlock(); }
+            } else if (m.equals("semaphore")) {
+              PERMIT.acquire();
+              try { spin(hold); } finally { PERMIT.release(); }
+            } else {
+              QUEUE.take();
+              spin(hold);
+            }
+            tasks.incrementAndGet();
+            spin(free);
           }
-          tasks.incrementAndGet();
-          spin(free);
+        } catch (InterruptedException e) {
+          return;
         }
       }, "worker-" + w);
       t.setDaemon(true);
       t.start();
       pool.add(t);
+    }
+    if (m.equals("queue")) {
+      Thread producer = new Thread(() -> {
+        try {
+          for (long i = 0;; ++i) { QUEUE.put(i); Thread.sleep(2); }
+        } catch (InterruptedException e) {
+          return;
+        }
+      }, "producer");
+      producer.setDaemon(true);
+      producer.start();
     }
     System.out.println("{\"pid\":" + ProcessHandle.current().pid() + ",\"mode\":\"" + mode + "\"}");
     System.out.flush();

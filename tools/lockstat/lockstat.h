@@ -21,6 +21,7 @@
 
 extern "C" {
 #include <linux/types.h>
+#include "jvm_shared.h"
 #include "lockstat_shared.h"
 }
 
@@ -115,6 +116,9 @@ struct Names {
   std::function<std::string(uint32_t pid, uint64_t addr)> lock_symbol;
   // Symbolized frames for a key, innermost first (user or kernel as the kind says).
   std::function<std::vector<std::string>(const lockstat_key&)> frames;
+  // The class of a Java object (LS_KIND_JAVA: a Klass * in process pid), then its
+  // superclasses, nearest first (common/jvm_state); empty when unknown.
+  std::function<std::vector<std::string>(uint32_t pid, uint64_t klass)> java_class;
   // Call site for a key: the lock call's caller (pthread), the first frame outside
   // libc (futex) or outside the kernel's lock functions (kernel).
   std::function<std::string(const lockstat_key&, const std::vector<std::string>&)> site;
@@ -158,6 +162,8 @@ struct LockRow {
   std::string wait_what, wait_rule;
   bpfdiag::WaitKind wait_kind = bpfdiag::WaitKind::Unclassified;
   bool wait_decided = false, own_word = false;
+  uint32_t jvm_kind = 0;     // java-* rows: JVM_WAIT_* (what the JVM says the thread waits for)
+  uint64_t java_klass = 0;   // java-* rows: the object's class (a Klass * in pid)
   // user: the futex words (process, address) merged into this row (own words, by site)
   std::vector<std::pair<uint32_t, uint64_t>> words;
   bpfdiag::Histogram hist;
@@ -181,6 +187,8 @@ struct ThreadRow {
 
 // Kernel contention_begin flags -> "spinlock", "rwsem:W", "mutex", ...
 std::string kernel_lock_kind(uint32_t flags);
+// A Java thread's wait (LS_KIND_JAVA) by JVM_WAIT_*: java-monitor, java-wait, java-park.
+std::string java_kind(uint32_t jvm_kind);
 // User kind from the futex flags / pthread mode.
 std::string user_lock_kind(uint32_t kind, uint32_t flags);
 // True for kernel frames that belong to the lock implementation (skipped when

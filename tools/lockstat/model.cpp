@@ -6,6 +6,7 @@
 
 #include "tools/lockstat/internal.h"
 #include "common/unwind_maps.h"
+#include "common/jvm_state.h"
 #include "common/wait_sites.h"
 
 namespace lockstat {
@@ -94,6 +95,14 @@ const char* wait_class_name(WaitClass c) {
   return "?";
 }
 
+std::string java_kind(uint32_t jvm_kind) {
+  switch (jvm_kind) {
+    case JVM_WAIT_MONITOR: return "java-monitor";
+    case JVM_WAIT_OBJECT: return "java-wait";
+    default: return "java-park";
+  }
+}
+
 std::string user_lock_kind(uint32_t kind, uint32_t flags) {
   if (kind == LS_KIND_PTHREAD) return "pthread";
   if (kind == LS_KIND_DECLARED) return "declared";
@@ -154,6 +163,8 @@ WaitClass classify(const LockRow& r) {
   // a tracer attaching or detaching (the suite's tools, perf, bpftrace): not the workload's
   if (r.wait_decided && r.wait_kind == WaitKind::Tracer) return WaitClass::Tracer;
   if (r.layer == "kernel") return WaitClass::Contention;
+  // a Java thread's wait as the JVM states it: its object's class decides, or nothing
+  if (r.jvm_kind) return r.wait_decided ? class_of_rule(r.wait_kind) : WaitClass::Unclassified;
   // --uprobes measures every call: a lock none of whose calls blocked is not contended
   // (its time is the calls' own, and what is left of the probes' after the correction)
   if (r.kind == "pthread") return r.contended ? WaitClass::Contention : WaitClass::Uncontended;
@@ -295,15 +306,16 @@ struct GroupKey {
   uint32_t pid;
   uint64_t addr;
   bool spin;
+  bool java = false;  // addr is a Java object (LS_KIND_JAVA), not a futex word
   bool operator<(const GroupKey& o) const {
-    return std::tie(kernel, pid, addr, spin) < std::tie(o.kernel, o.pid, o.addr, o.spin);
+    return std::tie(kernel, pid, addr, spin, java) < std::tie(o.kernel, o.pid, o.addr, o.spin, o.java);
   }
 };
 
 // A declared wait is the software's own name for it, the same in every process (pid 0).
 GroupKey group_of(uint32_t kind, uint32_t pid, uint64_t addr, bool spin) {
   bool k = kind == LS_KIND_KERNEL;
-  return {k, k || kind == LS_KIND_DECLARED ? 0 : pid, addr, k && spin};
+  return {k, k || kind == LS_KIND_DECLARED ? 0 : pid, addr, k && spin, kind == LS_KIND_JAVA};
 }
 GroupKey group_of(const lockstat_key& k) {
   return group_of(k.kind, k.pid, k.addr, ls_kernel_spins(k.flags));
@@ -369,6 +381,11 @@ Groups group_waits(const Snapshot& s, const Names& n) {
     gs.flags[g] |= w.key.flags;
     if (g.kernel) r.kind = "";
     else r.kind = user_lock_kind(w.key.kind, gs.flags[g]);
+    if (g.java) {
+      r.kind = java_kind(w.key.jvm_kind);
+      r.jvm_kind = w.key.jvm_kind;
+      r.java_klass = w.key.caller;
+    }
     gs.pids[g].insert(w.key.pid);
     r.contended += w.val.blocked;
     r.calls += w.val.count;
@@ -401,7 +418,24 @@ void count_wakes(LockRow& r, const std::map<uint32_t, uint64_t>& wakes,
   }
 }
 
+// A Java thread's wait in jstack's words: what for, and the object's class ("parking
+// to wait for a java.util.concurrent.locks.ReentrantLock$NonfairSync"); the class
+// decides through the java: rules (a park), or the JVM's state does (a monitor).
+void name_java(LockRow& r, const Names& n) {
+  std::vector<std::string> chain = n.java_class ? n.java_class(r.pid, r.java_klass) : std::vector<std::string>{};
+  bpfdiag::DeclaredName d = bpfdiag::java_wait_name(r.jvm_kind, chain);
+  r.symbol = chain.empty() ? "" : chain.front();
+  r.wait_kind = d.kind;
+  r.wait_what = d.what;
+  r.wait_rule = d.origin;
+  r.wait_decided = d.kind != WaitKind::Unclassified;
+}
+
 void name_lock(LockRow& r, const GroupKey& g, uint32_t f, const std::set<uint32_t>& pids, const Names& n) {
+  if (g.java) {
+    name_java(r, n);
+    return;
+  }
   if (r.kind == "declared") {  // in the software's words, from the rule that declared it
     if (pids.size() == 1) r.pid = *pids.begin();
     const bpfdiag::DeclaredName* d = n.declared ? n.declared(r.addr) : nullptr;
@@ -460,7 +494,7 @@ void name_rq_lock(LockRow& r) {
 // The wait-site verdict of a user row (common/wait_sites): the rule that covers the
 // most of its sites' wait time.
 void judge_sites(LockRow& r) {
-  if (r.kind == "pthread" || r.kind == "declared") return;  // measured calls; the software's own words
+  if (r.kind == "pthread" || r.kind == "declared" || r.jvm_kind) return;  // measured calls; the software's own words
   const bpfdiag::WaitRules& rules = bpfdiag::WaitRules::suite();
   std::map<const bpfdiag::WaitRule*, std::pair<uint64_t, bpfdiag::WaitVerdict>> by;
   for (const auto& st : r.sites) {
@@ -575,7 +609,10 @@ void merge_own_words(std::vector<LockRow>& rows, uint64_t window_ns) {
 std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config& c) {
   Groups gs = group_waits(s, n);
   std::map<GroupKey, std::map<uint32_t, uint64_t>> wakes;
-  for (const auto& [wk, cnt] : s.wakers) wakes[group_of(LS_KIND_FUTEX, wk.pid, wk.addr, false)][wk.waker] += cnt;
+  for (const auto& [wk, cnt] : s.wakers) {  // a Java object's waits are not keyed by a word a waker could share
+    wakes[group_of(LS_KIND_FUTEX, wk.pid, wk.addr, false)][wk.waker] += cnt;
+    wakes[group_of(LS_KIND_JAVA, wk.pid, wk.addr, false)][wk.waker] += cnt;
+  }
   std::vector<LockRow> out;
   for (auto& [g, r] : gs.rows) {
     const uint32_t f = gs.flags[g];

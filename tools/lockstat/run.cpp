@@ -25,6 +25,7 @@
 #include "common/tool.h"
 #include "common/unwind_maps.h"
 #include "common/declared_waits.h"
+#include "common/jvm_state.h"
 #include "tools/lockstat/internal.h"
 #include "tools/lockstat/resolver.h"
 
@@ -287,9 +288,10 @@ Result<Attached> attach_all(BpfSession& session, Config& c, const PthreadTargets
 // report's snapshot drained from the maps, and what a report no longer needs dropped.
 class Reporter {
  public:
-  Reporter(BpfSession& session, Config& c, UnwindMaps& uw, Resolver& res, DeclaredWaits& decl, const BpfPlan& plan,
-           uint64_t calibrated_cost, uint64_t attached)
-      : session_(session), c_(c), uw_(uw), res_(res), decl_(decl), calibrated_cost_(calibrated_cost), last_(attached),
+  Reporter(BpfSession& session, Config& c, UnwindMaps& uw, Resolver& res, DeclaredWaits& decl, JvmWaits& jvm,
+           const BpfPlan& plan, uint64_t calibrated_cost, uint64_t attached)
+      : session_(session), c_(c), uw_(uw), res_(res), decl_(decl), jvm_(jvm), calibrated_cost_(calibrated_cost),
+        last_(attached),
         stats_(session.get_hash_table<lockstat_key, lockstat_val>("stats")),
         hist_(session.get_hash_table<lockstat_hkey, uint64_t>("hist")),
         comms_(session.get_hash_table<uint32_t, lockstat_comm>("comms")),
@@ -305,6 +307,7 @@ class Reporter {
   void set_names(Names n) {
     names_ = std::move(n);
     names_.declared = [this](uint64_t addr) { return decl_.name(addr); };
+    names_.java_class = [this](uint32_t pid, uint64_t klass) { return jvm_.class_chain(pid, klass); };
   }
   Status failed() const { return failed_; }
 
@@ -315,6 +318,7 @@ class Reporter {
       remember_new();
       last_scan_ = now;
     }
+    if (jvm_on_) jvm_.refresh(session_);  // Java threads and (system-wide) JVMs started since
   }
 
   void report(bool final) {
@@ -442,6 +446,8 @@ class Reporter {
   UnwindMaps& uw_;
   Resolver& res_;
   DeclaredWaits& decl_;
+  JvmWaits& jvm_;
+  const bool jvm_on_ = !c_.uprobes && !c_.kernel_only;  // futex mode reads Java threads' waits
   const uint64_t calibrated_cost_;
   uint64_t last_, last_scan_ = 0;
   ebpf::BPFHashTable<lockstat_key, lockstat_val> stats_;
@@ -478,6 +484,13 @@ Status run(const Config& c0) {
   }
   DeclaredWaits decl;  // the software's own wait probes, found before anything is loaded
   if (!c.ebpf && !c.kernel_only && !c.uprobes) decl.find(c.pids, c.tids);
+  JvmWaits jvm;  // HotSpot JVMs among the targets: what their threads wait for, as jstack says
+  if (!c.ebpf && !c.kernel_only && !c.uprobes) {
+    std::vector<uint32_t> procs = c.pids;  // empty: every process
+    for (uint32_t tid : c.tids)
+      if (uint32_t p = proc_tgid(tid)) procs.push_back(p);
+    jvm.find(procs, c.verbose);
+  }
   auto plan = bpf_plan(c);
   if (!plan) return Error{plan.error()};
   plan.value().tracepoints = tps;
@@ -494,6 +507,7 @@ Status run(const Config& c0) {
     if (auto st = fill_addr_filter(session, c.lock_addrs)) return st;
   if (!session.get_array_table<uint32_t>("self_pid").update_value(0, static_cast<uint32_t>(getpid())).ok())
     return Error{"cannot write lockstat's own PID to the BPF map self_pid"};  // never trace ourselves
+  if (auto st = jvm.install(session)) return st;  // before the first wait is seen
   auto attached_all = attach_all(session, c, *libs, calib, plan->has("WAKERS"));
   if (!attached_all) return Error{attached_all.error()};
   Attached attached = *attached_all;
@@ -516,9 +530,10 @@ Status run(const Config& c0) {
   nlohmann::json fields = start_fields(c, attached.probes);
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
   if (!decl.empty()) fields["declared_waits"] = decl.start_fields();
+  if (!jvm.empty()) fields["jvms"] = jvm.start_fields();
   announce_attached(std::cout, "lockstat", c.json, "Tracing " + attached.what + banner_until(c.schedule), fields,
                     empty_dq());
-  Reporter rep(session, c, uw, res, decl, *plan, attached.calibrated_cost, window_start);
+  Reporter rep(session, c, uw, res, decl, jvm, *plan, attached.calibrated_cost, window_start);
   rep.set_names(res.names());
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) { rep.poll(timeout_ms); };

@@ -12,6 +12,7 @@
 #include "common/bpf_session.h"
 #include "common/flamegraph.h"
 #include "common/jvm_attach.h"
+#include "common/jvm_state.h"
 #include "common/runloop.h"
 #include "common/stack_reader.h"
 #include "common/symbolize.h"
@@ -52,6 +53,7 @@ const std::vector<std::pair<std::string, std::string>> kProbes = {
 struct Live {
   Symbolizer sym;
   DeclaredWaits declared;  // the software's own wait probes (common/declared_waits)
+  JvmWaits jvm;            // HotSpot JVMs: what their threads wait for (common/jvm_state)
   uint64_t lost_events = 0;
   UnwindMaps* uw = nullptr;  // --unwind=dwarf
   std::set<uint32_t> uw_stale;  // processes whose mappings changed (exec): refresh
@@ -84,6 +86,7 @@ void poll_live(BpfSession& session, Live& live, int timeout_ms) {
   for (auto t : live.uw_stale)  // after exec: the new image's tables and mappings
     if (live.uw) (void)live.uw->refresh(session, t);
   live.uw_stale.clear();
+  live.jvm.refresh(session);  // Java threads and (system-wide) JVMs started since
   live.sym.forget_exited_every(10000000000ULL, [&] {
     std::set<uint32_t> tgids;  // cut short by a stop signal: then nothing is forgotten
     auto counts = session.get_hash_table<offcpu_key, offcpu_val>("counts");
@@ -109,7 +112,8 @@ void read_entries(BpfSession& session, const Config& c, Live& live, Report& rep)
     e.count = v.count;
     e.max_ns = v.max_ns;
     e.stack = stacks.resolve(live.sym, k.tgid, k.user_stack_id, k.kernel_stack_id, parts, &rep.dq);
-    if (k.declared) e.declared = live.declared.id_of(k.tgid, k.declared, session);
+    if (JvmWaits::is_java_raw(k.declared)) e.declared = live.jvm.declared_id(k.tgid, k.declared);
+    else if (k.declared) e.declared = live.declared.id_of(k.tgid, k.declared, session);
     e.runnable = k.runnable != 0;
     if (c.unwind_dwarf && parts.user && k.user_hash) {  // 0: no user context (kernel thread)
       bool found = false;
@@ -139,7 +143,13 @@ Status run(const Config& user_config) {
   auto plan = bpf_plan(c);
   if (!plan) return Error{plan.error()};
   Live live;  // found before loading: a short-lived target is scanned as early as possible
-  if (!c.ebpf && !c.kernel_threads_only) live.declared.find(c.pids, c.tids);
+  if (!c.ebpf && !c.kernel_threads_only) {
+    live.declared.find(c.pids, c.tids);
+    std::vector<uint32_t> procs = c.pids;  // empty: every process
+    for (uint32_t tid : c.tids)
+      if (uint32_t p = proc_tgid(tid)) procs.push_back(p);
+    live.jvm.find(procs, false);
+  }
   UnwindMaps uw;
   auto loaded = load_unwinding_tool(ToolPlan{"offcputime", *plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr,
                                     {c.pids, c.tids, "uw_offcpu_tail", BPF_PROG_TYPE_RAW_TRACEPOINT, ""});
@@ -154,12 +164,14 @@ Status run(const Config& user_config) {
   // probes attach (not between attach and start record: a peer arms on that record).
   // With -p/-t on demand, as before: a short-lived target must not wait for it.
   if (c.pids.empty() && c.tids.empty()) (void)live.sym.kernel_symbols_available();
+  if (auto st = live.jvm.install(session)) return st;  // before the first switch is seen
   uint64_t probes = 0;
   if (auto st = attach_probes(session, live, probes)) return st;
   attach_phase_done();
   DataQuality dq0 = DataQuality::with_keys(dq_keys());
   nlohmann::json fields = start_fields(c, probes);
   if (!live.declared.empty()) fields["declared_waits"] = live.declared.start_fields();
+  if (!live.jvm.empty()) fields["jvms"] = live.jvm.start_fields();
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
   announce_attached(std::cout, "offcputime", c.json, banner(c), fields, dq0);
   uint64_t window_start = monotonic_ns();
@@ -197,7 +209,10 @@ Status run(const Config& user_config) {
     read_entries(session, c, live, rep);
     if (final) timing_mark("final: read + symbolize");
     merge_identical(rep.entries);
-    classify_waits(rep.entries, [&](uint64_t id) { return live.declared.name(id); });
+    classify_waits(rep.entries, [&](uint64_t id) {
+      const DeclaredName* d = live.jvm.declared_name(id);
+      return d ? d : live.declared.name(id);
+    });
     add_symbolizer_dq(rep.dq, before, live.sym.stats());
     render(std::cout, std::cerr, c, rep);
     if (final) timing_mark("final: render");
