@@ -10,6 +10,7 @@
 #include <cstring>
 #include <climits>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -162,6 +163,127 @@ std::string proc_find_mapping(uint32_t pid, const std::string& prefix) {
 int online_cpus() {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
+}
+
+namespace {
+
+constexpr size_t kMaxSocketLines = 1 << 20;  // lines read per /proc/PID/net file
+
+std::vector<std::string_view> fields_of(std::string_view line) {
+  std::vector<std::string_view> f;
+  size_t i = 0;
+  while (i < line.size() && f.size() < 16) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    size_t j = i;
+    while (j < line.size() && line[j] != ' ') ++j;
+    if (j > i) f.push_back(line.substr(i, j - i));
+    i = j;
+  }
+  return f;
+}
+
+template <typename Fn>
+void for_each_line(std::string_view text, Fn&& fn) {
+  size_t n = 0;
+  while (!text.empty() && n++ < kMaxSocketLines) {
+    size_t nl = text.find('\n');
+    fn(text.substr(0, nl));
+    if (nl == std::string_view::npos) break;
+    text.remove_prefix(nl + 1);
+  }
+}
+
+uint64_t number(std::string_view s, int base) {
+  uint64_t v = 0;
+  for (char c : s) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 99;
+    if (d >= base || v > (UINT64_MAX >> 5)) return 0;
+    v = v * base + d;
+  }
+  return v;
+}
+
+std::string read_capped(const std::string& path, size_t max) {
+  std::ifstream f(path);
+  std::string out;
+  char buf[65536];
+  while (f && out.size() < max) {
+    f.read(buf, static_cast<std::streamsize>(std::min(sizeof buf, max - out.size())));
+    out.append(buf, static_cast<size_t>(f.gcount()));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<SocketLine> parse_tcp_sockets(std::string_view text) {
+  // "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode"
+  std::vector<SocketLine> out;
+  for_each_line(text, [&](std::string_view line) {
+    auto f = fields_of(line);
+    if (f.size() < 10 || f[0] == "sl") return;
+    size_t colon = f[1].rfind(':');
+    if (colon == std::string_view::npos) return;
+    SocketLine s;
+    s.local = std::to_string(number(f[1].substr(colon + 1), 16));
+    uint64_t st = number(f[3], 16);
+    s.listening = st == 0x0a;  // TCP_LISTEN
+    s.connected = st == 0x01;  // TCP_ESTABLISHED
+    s.inode = number(f[9], 10);
+    if (s.inode) out.push_back(std::move(s));
+  });
+  return out;
+}
+
+std::vector<SocketLine> parse_unix_sockets(std::string_view text) {
+  // "Num RefCount Protocol Flags Type St Inode Path"
+  std::vector<SocketLine> out;
+  for_each_line(text, [&](std::string_view line) {
+    auto f = fields_of(line);
+    if (f.size() < 7 || f[0] == "Num") return;
+    if (number(f[4], 16) != 1) return;  // SOCK_STREAM
+    SocketLine s;
+    uint64_t flags = number(f[3], 16), st = number(f[5], 16);
+    s.listening = (flags & 0x10000) != 0;  // __SO_ACCEPTCON
+    s.connected = st == 3;                 // SS_CONNECTED
+    s.inode = number(f[6], 10);
+    if (f.size() > 7) s.local = std::string(f[7]);
+    if (s.inode) out.push_back(std::move(s));
+  });
+  return out;
+}
+
+std::vector<uint32_t> accepted_socket_fds(uint32_t pid, size_t max) {
+  const std::string base = "/proc/" + std::to_string(pid);
+  std::map<uint64_t, uint32_t> fd_of;  // socket inode -> fd
+  if (DIR* d = opendir((base + "/fd").c_str())) {
+    while (auto* e = readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd_of.size() >= max) continue;
+      char link[64];
+      ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);  // the magic link's text, not followed
+      if (n <= 0) continue;
+      std::string_view l(link, static_cast<size_t>(n));
+      if (l.rfind("socket:[", 0) != 0 || l.back() != ']') continue;
+      if (uint64_t ino = number(l.substr(8, l.size() - 9), 10)) fd_of[ino] = static_cast<uint32_t>(number(e->d_name, 10));
+    }
+    closedir(d);
+  }
+  std::set<uint32_t> out;
+  auto pick = [&](const std::vector<SocketLine>& lines) {
+    std::set<std::string> listens;  // ports or paths this process listens on
+    for (const auto& s : lines)
+      if (s.listening && fd_of.count(s.inode) && !s.local.empty()) listens.insert(s.local);
+    for (const auto& s : lines)
+      if (s.connected && !s.listening && listens.count(s.local))
+        if (auto it = fd_of.find(s.inode); it != fd_of.end() && out.size() < max) out.insert(it->second);
+  };
+  constexpr size_t kMaxNetFile = 64 << 20;
+  auto tcp = parse_tcp_sockets(read_capped(base + "/net/tcp", kMaxNetFile));
+  auto tcp6 = parse_tcp_sockets(read_capped(base + "/net/tcp6", kMaxNetFile));
+  tcp.insert(tcp.end(), tcp6.begin(), tcp6.end());
+  pick(tcp);
+  pick(parse_unix_sockets(read_capped(base + "/net/unix", kMaxNetFile)));
+  return {out.begin(), out.end()};
 }
 
 }  // namespace bpfdiag

@@ -50,4 +50,19 @@ std::vector<uint32_t> proc_descendants(uint32_t pid, size_t max);
 std::string proc_find_mapping(uint32_t pid, const std::string& prefix);
 int online_cpus();
 
+// The file descriptors of `pid` that are connections one of its listening sockets
+// accepted, as its /proc/PID/net/{tcp,tcp6,unix} show them: TCP established on a port
+// the process listens on; UNIX stream connected and bearing a path the process listens
+// on (an accepted UNIX socket carries its listener's path, a client's has none). At
+// most `max` (sorted); empty when the process is gone.
+std::vector<uint32_t> accepted_socket_fds(uint32_t pid, size_t max = 65536);
+// The parsers, on one file's text (tests): socket inode -> (listening, port or path).
+struct SocketLine {
+  uint64_t inode = 0;
+  bool listening = false, connected = false;
+  std::string local;  // TCP: the local port (decimal); UNIX: the path ("" for none)
+};
+std::vector<SocketLine> parse_tcp_sockets(std::string_view text);
+std::vector<SocketLine> parse_unix_sockets(std::string_view text);
+
 }  // namespace bpfdiag

@@ -1,6 +1,7 @@
 // /proc parsers on hostile text (a process names its own comm, and its mappings'
 // paths): /proc/PID/stat, /proc/PID/maps lines, /proc/kallsyms (common/proc,
-// common/symbolize read_kallsyms).
+// common/symbolize read_kallsyms), /proc/PID/net/{tcp,unix} (a socket's path is its
+// owner's choice).
 #include <cstddef>
 #include <cstdint>
 #include <sstream>
@@ -15,6 +16,8 @@ using namespace bpfdiag;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   (void)parse_proc_stat(text);
+  (void)parse_tcp_sockets(text);
+  for (const auto& s : parse_unix_sockets(text)) (void)s.local.size();
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line))

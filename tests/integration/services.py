@@ -70,8 +70,8 @@ class MariaDB:
     instrument. The buffer pool is one mapping of 2*bp_mb, the first bp_mb read-write
     (buffer_pool())."""
 
-    def __init__(self, port=3307, bp_mb=128, tmp=None, prefix="lockstat-mariadb-"):
-        self.port, self.bp_mb = port, bp_mb
+    def __init__(self, port=3307, bp_mb=128, tmp=None, prefix="lockstat-mariadb-", extra=()):
+        self.port, self.bp_mb, self.extra = port, bp_mb, list(extra)
         self.tmp = tmp or tempfile.mkdtemp(prefix=prefix)
         self.data = os.path.join(self.tmp, "data")
         self.sock = os.path.join(self.tmp, "mysqld.sock")
@@ -103,7 +103,7 @@ class MariaDB:
              "--innodb-buffer-pool-size=%dM" % self.bp_mb, "--innodb-buffer-pool-size-max=%dM" % (2 * self.bp_mb),
              "--max-connections=64",
              "--performance-schema=ON", "--performance-schema-instrument=wait/synch/%=ON",
-             "--performance-schema-consumer-events-waits-current=ON"],
+             "--performance-schema-consumer-events-waits-current=ON"] + self.extra,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         deadline = time.time() + 60
         while time.time() < deadline:

@@ -1,6 +1,11 @@
 // threadpool: request timing on accepted sockets (perf events + the conns map), and
 // the data-quality counters.
+#include <bcc/libbpf.h>
+#include <linux/bpf.h>
+
 #include <algorithm>
+
+#include "common/proc.h"
 
 #include "tools/threadpool/tracer.h"
 
@@ -19,7 +24,13 @@ std::map<std::string, RequestStats> Requests::collect(
   std::vector<std::pair<uint64_t, uint64_t>> spans;
   std::set<std::pair<uint32_t, uint64_t>> seen;
   std::map<std::string, uint64_t> reads;
+  std::vector<tp_req_event> later;  // answered after t1: the next report's
   for (auto& e : events_) {
+    if (e.resp_ts <= t0) continue;  // before the window (tracing began before its start)
+    if (e.resp_ts > t1) {
+      later.push_back(e);
+      continue;
+    }
     std::string g = group_of(e.reader);
     auto& r = out[g];
     r.requests++;
@@ -33,7 +44,7 @@ std::map<std::string, RequestStats> Requests::collect(
       any_accept_ = true;
     }
   }
-  events_.clear();
+  events_ = std::move(later);
   for (auto& [k, v] : conns_.get_table_offline()) {
     if (!v.accept_ts) continue;
     any_accept_ = true;
@@ -54,6 +65,20 @@ std::map<std::string, RequestStats> Requests::collect(
   r.have_depth = true;
   r.depth = queue_depth(spans, t0, t1);
   return out;
+}
+
+size_t Requests::seed(const std::vector<uint32_t>& pids) {
+  size_t n = 0;
+  for (uint32_t pid : pids)
+    for (uint32_t fd : accepted_socket_fds(pid, TP_MAX_CONNS)) {
+      tp_conn_key k{};
+      k.tgid = pid;
+      k.fd = fd;
+      tp_conn v{};
+      v.phase = TP_CONN_RESPONDED;  // waiting for its next request
+      if (bpf_update_elem(conns_.get_fd(), &k, &v, BPF_NOEXIST) == 0) ++n;
+    }
+  return n;
 }
 
 uint64_t Requests::in_flight() {

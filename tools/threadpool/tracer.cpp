@@ -52,6 +52,7 @@ Status Tracer::init() {
     return Error{"no thread of " + who + " (" + comm_ + ") matches --threads '" + *c_.pattern +
                  "'; their thread names: " + list};
   }
+  seeded_ = requests_.seed(pool_.pids());  // connections accepted before tracing
   start_ = last_ = monotonic_ns();
   refresh_inference();
   return std::nullopt;
@@ -72,7 +73,7 @@ nlohmann::json Tracer::start_fields() const {
   if (c_.schedule.duration_ns) options["duration_ns"] = *c_.schedule.duration_ns;
   return {{"pid", c_.pids},         {"pool_pids", pool_.pids()}, {"leader_pid", pool_.leader()},
           {"comm", comm_},         {"probes", 6},                {"options", options},
-          {"threads", threads}};
+          {"threads", threads},    {"connections_seeded", seeded_}};
 }
 
 // How many of each group's workers are busy right now (neither waiting for work nor

@@ -172,6 +172,11 @@ class Requests {
                                               const std::function<std::string(uint32_t)>& group_of);
   // Requests accepted or being served but not answered yet.
   uint64_t in_flight();
+  // Connections the pool's processes accepted before tracing began (keep-alive
+  // clients, a database's pooled connections): tracked from their next read, each
+  // read -> response turn one request (no queue wait: its accept was not seen).
+  // Entries the probes made meanwhile are kept. Returns how many were added.
+  size_t seed(const std::vector<uint32_t>& pids);
 
  private:
   ebpf::BPFHashTable<tp_conn_key, tp_conn> conns_;
@@ -236,6 +241,7 @@ class Tracer {
   Members members_;
   Snapshots snapshots_;
   Requests requests_;
+  size_t seeded_ = 0;  // connections accepted before tracing, tracked from their next request
   std::string comm_;
   std::map<std::string, WorkWaits> work_;
   std::map<std::string, GroupAcc> acc_;
