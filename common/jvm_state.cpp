@@ -365,28 +365,11 @@ const std::vector<std::string>& JvmState::class_chain(uint64_t klass) {
 
 // --- JvmWaits -----------------------------------------------------------------------
 
-namespace {
-
-std::vector<uint32_t> all_processes() {
-  std::vector<uint32_t> out;
-  DIR* d = opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    unsigned long v = std::strtoul(e->d_name, &end, 10);
-    if (end && *end == 0 && v > 0 && v < (1u << 22) && out.size() < 65536) out.push_back(static_cast<uint32_t>(v));
-  }
-  closedir(d);
-  return out;
-}
-
-}  // namespace
-
 void JvmWaits::find(const std::vector<uint32_t>& pids0, bool verbose) {
   verbose_ = verbose;
   if (pids0.empty()) everywhere_ = true;
   last_rescan_ns_ = monotonic_ns();
-  for (uint32_t pid : pids0.empty() ? all_processes() : pids0) {
+  for (uint32_t pid : pids0.empty() ? proc_all_pids(65536) : pids0) {
     if (refused_or_found_.count(pid) || refused_or_found_.size() >= kMaxJvmThreads) continue;
     auto j = JvmState::open(pid);
     if (!j && j.error().rfind("not a HotSpot JVM", 0) == 0) continue;  // may become one (system-wide rescans)

@@ -106,6 +106,19 @@ std::vector<uint32_t> proc_threads(uint32_t pid) {
   return out;
 }
 
+std::vector<uint32_t> proc_all_pids(size_t max) {
+  std::vector<uint32_t> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    unsigned long v = std::strtoul(e->d_name, &end, 10);
+    if (end && !*end && v && v <= UINT32_MAX && out.size() < max) out.push_back(static_cast<uint32_t>(v));
+  }
+  closedir(d);
+  return out;
+}
+
 std::vector<uint32_t> proc_children(uint32_t pid) {
   std::set<uint32_t> out;
   const std::string task = "/proc/" + std::to_string(pid) + "/task/";

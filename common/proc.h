@@ -40,6 +40,8 @@ std::string proc_comm(uint32_t pid);   // "" if gone
 uint32_t proc_ppid(uint32_t pid);      // 0 if unknown
 uint32_t proc_tgid(uint32_t tid);      // 0 if unknown
 std::vector<uint32_t> proc_threads(uint32_t pid);
+// Every process now (the numeric entries of /proc), at most `max`.
+std::vector<uint32_t> proc_all_pids(size_t max = 1 << 22);
 // The child processes of `pid` (every thread's /proc/PID/task/TID/children), sorted,
 // without duplicates; empty if gone or unreadable.
 std::vector<uint32_t> proc_children(uint32_t pid);

@@ -156,27 +156,10 @@ std::optional<uint64_t> file_offset_of(const ElfFile& elf, uint64_t vaddr) {
   return std::nullopt;
 }
 
-namespace {
-
-std::vector<uint32_t> all_pids() {
-  std::vector<uint32_t> out;
-  DIR* d = opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    unsigned long v = std::strtoul(e->d_name, &end, 10);
-    if (end && !*end && v && v <= UINT32_MAX) out.push_back(static_cast<uint32_t>(v));
-  }
-  closedir(d);
-  return out;
-}
-
-}  // namespace
-
 UsdtScan find_usdt_files(const std::vector<uint32_t>& pids, const std::set<std::string>& providers) {
   UsdtScan scan;
   std::map<std::pair<uint64_t, uint64_t>, size_t> seen;  // (dev, inode) -> index+1 in files (0: no probes)
-  std::vector<uint32_t> todo = pids.empty() ? all_pids() : pids;
+  std::vector<uint32_t> todo = pids.empty() ? proc_all_pids() : pids;
   for (uint32_t pid : todo) {
     if (scan.pids_scanned >= kMaxUsdtPids) {
       scan.capped = true;
