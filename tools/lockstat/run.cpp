@@ -25,6 +25,8 @@
 #include "common/tool.h"
 #include "common/unwind_maps.h"
 #include "common/declared_waits.h"
+#include "common/elf_file.h"
+#include "common/untrusted_file.h"
 #include "common/jvm_state.h"
 #include "tools/lockstat/internal.h"
 #include "tools/lockstat/resolver.h"
@@ -124,6 +126,22 @@ std::string exe_path(uint32_t pid) {
 void hint_debuginfo(uint32_t pid, const std::string& path) {
   std::string h = debuginfo_hint("/proc/" + std::to_string(pid) + "/exe", path);
   if (!h.empty()) std::fprintf(stderr, "lockstat: %s\n", h.c_str());
+}
+
+// Once per binary: a Go program's goroutines wait in the Go runtime (gopark), without a
+// futex each; lockstat sees only its OS threads' waits (docs/design/go-waits.md).
+void hint_go(uint32_t pid, const std::string& path) {
+  UntrustedPolicy pol;
+  pol.follow_links = true;  // /proc/PID/exe: the kernel's link to the very file it runs
+  auto r = open_untrusted("/proc/" + std::to_string(pid) + "/exe", pol);
+  auto elf = r.file ? ElfFile::open(r.file) : nullptr;
+  if (!elf || (!elf->section_addr(".go.buildinfo") && !elf->section_addr(".gopclntab"))) return;
+  std::string base = path.substr(path.rfind('/') + 1);
+  std::fprintf(stderr,
+               "lockstat: %s is a Go program: its goroutines' waits (sync.Mutex, channels, sync.Cond) park in "
+               "the Go runtime, not on a futex each, and are not traced; its rows are the runtime's own OS "
+               "threads (idle Ms, runtime locks)\n",
+               base.c_str());
 }
 
 // Bounded memory on long runs (issue 19): after a report, whatever only served the
@@ -341,7 +359,10 @@ class Reporter {
     if (flame_.enabled()) add_folded_waits(build_report(s, names_, c_), flame_.stacks());
     if (Status st = final ? flame_.write() : std::nullopt; st && !failed_) failed_ = st;
     if (final)
-      for (const auto& [exe, pid] : exes_) hint_debuginfo(pid, exe);
+      for (const auto& [exe, pid] : exes_) {
+        hint_debuginfo(pid, exe);
+        hint_go(pid, exe);
+      }
     if (!c_.json && !c_.csv && !final) std::cout << "\n";
     last_ = now;
     if (!final) forget_reported();
