@@ -41,6 +41,7 @@ int list() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (version_requested(argc, argv)) return print_version("runbook");
   auto c = parse(argc, argv);
   if (!c) {
     std::fprintf(stderr, "runbook: %s (see runbook --help)\n", one_line(c.error()).c_str());
