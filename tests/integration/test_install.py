@@ -109,6 +109,19 @@ try:
 finally:
     end_process(p)
 
+# a program in a directory others can write is not run (the same copy is, once it is not)
+ww = os.path.join(TMP, "ww")
+os.mkdir(ww)
+for n in ("bpfdiag", "runqlen"):
+    shutil.copy2(os.path.join(BIN, n), ww)
+os.chmod(ww, 0o777)
+r = run([os.path.join(ww, "bpfdiag"), "runqlen", "--version"])
+check(r.returncode == 1 and r.stdout == "" and len(r.stderr.splitlines()) == 1 and "world-writable" in r.stderr,
+      "bpfdiag refuses a tool in a world-writable directory: exit 1, one line (%d, %r)" % (r.returncode, r.stderr[:120]))
+os.chmod(ww, 0o755)
+r = run([os.path.join(ww, "bpfdiag"), "runqlen", "--version"])
+check(r.returncode == 0 and r.stdout.startswith("runqlen (bpfdiag) "), "... and runs it once only root can write there")
+
 # --- 2. cmake --install into a staging prefix ----------------------------------------------
 stage = os.path.join(TMP, "stage")
 r = run(["cmake", "--install", BUILD, "--prefix", "/usr"], timeout=300, env=dict(os.environ, DESTDIR=stage))
