@@ -185,6 +185,25 @@ std::vector<uint32_t> drop_gone_pids(std::vector<uint32_t>& pids) {
   return gone;
 }
 
+#ifndef BPFDIAG_VERSION
+#error "BPFDIAG_VERSION is set for this file by CMakeLists.txt"
+#endif
+
+const char* suite_version() { return BPFDIAG_VERSION; }
+
+bool version_requested(int argc, char** argv) {
+  for (int i = 1; i < argc && argv[i]; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) return false;
+    if (std::strcmp(argv[i], "--version") == 0) return true;
+  }
+  return false;
+}
+
+int print_version(const char* tool) {
+  std::printf("%s (bpfdiag) %s\n", tool, suite_version());
+  return flush_output(tool) ? 0 : 1;
+}
+
 bool flush_output(const char* tool) {
   errno = 0;
   std::cout.flush();

@@ -61,6 +61,15 @@ std::string gone_pids_message(const std::vector<uint32_t>& gone);
 // are cut in the middle).
 std::string one_line(const std::string& msg, size_t max_len = 300);
 
+// The suite's version (CMake's BPFDIAG_VERSION), "0.3.0".
+const char* suite_version();
+// Whether argv asks for --version: the exact word before any "--", wherever it stands
+// (like --help, it wins over everything else on the line).
+bool version_requested(int argc, char** argv);
+// Prints "TOOL (bpfdiag) VERSION" on stdout; the exit code (0, or 1 when stdout
+// cannot be written).
+int print_version(const char* tool);
+
 // Flushes stdout (FILE* and std::cout); on a write error prints
 // "TOOL: cannot write output: <reason>" and returns false.
 bool flush_output(const char* tool);
@@ -72,11 +81,12 @@ template <typename C>
 struct has_pids<C, std::void_t<decltype(std::declval<C&>().pids.begin())>> : std::true_type {};
 }  // namespace detail
 
-// Shared main(): stop handlers, parse, --help, tracefs, run, and output errors.
+// Shared main(): --version, stop handlers, parse, --help, tracefs, run, and output errors.
 // Config must have `bool help`; a `pids` member (-p list) loses the PIDs that are gone
 // (named once on stderr) while at least one remains.
 template <typename Config, typename ParseFn, typename RunFn>
 int tool_main(const char* tool, const char* help, int argc, char** argv, ParseFn parse, RunFn run) {
+  if (version_requested(argc, argv)) return print_version(tool);
   install_stop_handlers();
   Result<Config> cfg = parse(argc, argv);
   if (!cfg) {

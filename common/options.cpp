@@ -42,6 +42,7 @@ OptionSpec svg(std::string help) { return make("svg", "FILE", std::move(help), "
 OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "Output"); }
 OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
+OptionSpec version() { return make("version", "", "print the version and exit", "Output"); }
 OptionSpec unwind(std::string help) { return make("unwind", "MODE", std::move(help), "Stacks"); }
 OptionSpec jvm_perfmap() {
   return make("jvm-perfmap", "",
@@ -80,8 +81,8 @@ std::pair<std::string, std::string> split_flags(const std::string& flags) {
 
 std::string key_of(const OptionSpec& o) { return option_names(o).key(); }
 
-const OptionSpec* find(const ToolSpec& spec, const std::string& key) {
-  for (auto& o : spec.options)
+const OptionSpec* find(const std::vector<OptionSpec>& options, const std::string& key) {
+  for (auto& o : options)
     if (key_of(o) == key) return &o;
   return nullptr;
 }
@@ -104,9 +105,18 @@ std::string positional_usage(Positional p) {
 
 }  // namespace
 
+std::vector<OptionSpec> all_options(const ToolSpec& spec) {
+  std::vector<OptionSpec> out;
+  for (auto& o : spec.options) {
+    out.push_back(o);
+    if (key_of(o) == "help" && !find(spec.options, "version")) out.push_back(opt::version());
+  }
+  return out;
+}
+
 std::string usage_line(const ToolSpec& spec) {
   std::string u = spec.name;
-  for (auto& o : spec.options) {
+  for (auto& o : all_options(spec)) {
     if (o.hidden) continue;
     auto [s, l] = split_flags(o.flags);
     std::string f = s.empty() ? "--" + l : "-" + s;
@@ -126,14 +136,15 @@ std::string render_help(const ToolSpec& spec) {
     os << '\n';
   }
   os << "OPTIONS:\n";
+  const std::vector<OptionSpec> options = all_options(spec);
   std::vector<std::string> groups;
-  for (auto& o : spec.options)
+  for (auto& o : options)
     if (!o.hidden && std::find(groups.begin(), groups.end(), o.group) == groups.end())
       groups.push_back(o.group);
   constexpr size_t kCol = 24;
   for (auto& g : groups) {
     os << " " << g << ":\n";
-    for (auto& o : spec.options) {
+    for (auto& o : options) {
       if (o.hidden || o.group != g) continue;
       auto [s, l] = split_flags(o.flags);
       std::string left = "  " + (s.empty() ? std::string("    ") : "-" + s + (l.empty() ? "  " : ", "));
@@ -192,7 +203,7 @@ namespace {
 Status resolve_older_names(const ToolSpec& spec, ParsedCli& p) {
   for (const auto& o : spec.options) {
     if (o.alias_of.empty() || !p.raw.count(key_of(o))) continue;
-    const OptionSpec* current = find(spec, o.alias_of);
+    const OptionSpec* current = find(spec.options, o.alias_of);
     if (!current) return Error{"internal error: " + o.flags + " is an older name of unknown " + o.alias_of};
     if (p.raw.count(o.alias_of))
       return Error{"give " + option_names(*current).display() + " once (" + option_names(o).display() +
@@ -205,7 +216,8 @@ Status resolve_older_names(const ToolSpec& spec, ParsedCli& p) {
 
 Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
   cxxopts::Options opts(spec.name);
-  for (auto& o : spec.options) {
+  const std::vector<OptionSpec> options = all_options(spec);
+  for (auto& o : options) {
     if (o.arg.empty())
       opts.add_options()(o.flags, "");
     else
@@ -217,8 +229,8 @@ Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
   ParsedCli out{*r, {}, {}};
   if (auto st = resolve_older_names(spec, out)) return *st;
   CommonOptions& c = out.common;
-  auto has = [&](const char* key) { return find(spec, key) && r->count(key); };
-  auto str = [&](const char* key) -> const std::string* { return find(spec, key) ? out.value(key) : nullptr; };
+  auto has = [&](const char* key) { return find(options, key) && r->count(key); };
+  auto str = [&](const char* key) -> const std::string* { return find(options, key) ? out.value(key) : nullptr; };
   c.help = has("help");
   c.json = has("json");
   c.csv = has("csv");
@@ -229,7 +241,8 @@ Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
   c.per_thread = has("per-thread");
   c.user_stacks_only = has("user-stacks-only");
   c.kernel_stacks_only = has("kernel-stacks-only");
-  if (c.help) return out;  // --help wins over everything else on the line
+  // --help (and --version, which tool_main answers first) win over everything else
+  if (c.help || has("version")) return out;
   if (c.user_stacks_only && c.kernel_stacks_only)
     return Error{"-U/--user-stacks-only and -K/--kernel-stacks-only exclude each other"};
   if (c.json && c.csv) return Error{"-j/--json and --csv exclude each other"};

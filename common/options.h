@@ -9,7 +9,8 @@
 //   -p/--pid PID[,PID]  -t/--tid TID[,TID]  -U/--user-stacks-only  -K/--kernel-stacks-only
 //   -f/--folded  -P/--per-thread  -T/--timestamp  -j/--json  --csv  -S/--sort KEY
 //   --fields LIST  -n/--entries N  -s/--stacks N  -m/--min TIME  -M/--max TIME  --svg FILE
-//   --ebpf  -v/--verbose  -h/--help
+//   --ebpf  -v/--verbose  -h/--help  --version (added after -h/--help by all_options:
+//   every command with --help has it)
 // Schedule (one grammar): -i/--interval TIME, -c/--count N, -d/--duration TIME, and,
 // where BCC has it, the positional form ([interval [count]] or [duration]).
 //
@@ -82,6 +83,9 @@ OptionSpec svg(std::string help = "write a flame graph of the final report to FI
 OptionSpec ebpf();
 OptionSpec verbose(std::string help = "say where probes were placed and what was skipped");
 OptionSpec help();
+// --version: "TOOL (bpfdiag) X.Y.Z" and exit 0 (printed by tool_main, see cli.h
+// version_requested); never declared by a tool: all_options adds it after -h/--help.
+OptionSpec version();
 // A hidden older name ("f", "map-size") of `current`, with its argument and group.
 OptionSpec older_name(std::string flags, const OptionSpec& current);
 // --unwind=fp|dwarf (parsed by common/unwind_maps unwind_dwarf_option)
@@ -134,6 +138,10 @@ struct ParsedCli {
 // given under both its names. Usage errors only:
 // whether PIDs exist is checked by tool_main.
 Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv);
+
+// The options a tool has, as listed in --help, the USAGE line and the registry and as
+// parsed: the spec's own, with opt::version() right after -h/--help.
+std::vector<OptionSpec> all_options(const ToolSpec& spec);
 
 // An option's names: "p,pid" -> {"p", "pid"}, "ebpf" -> {"", "ebpf"}, "f" -> {"f", ""}.
 struct OptionNames {

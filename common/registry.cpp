@@ -17,7 +17,7 @@ std::string tool_names(const std::vector<const ToolEntry*>& tools) {
 nlohmann::json tool_json(const ToolEntry& t) {
   const ToolSpec& spec = t.spec();
   nlohmann::json options = nlohmann::json::array();
-  for (const OptionSpec& o : spec.options) {
+  for (const OptionSpec& o : all_options(spec)) {
     if (o.hidden) continue;  // an older name: accepted, not documented
     OptionNames n = option_names(o);
     options.push_back({{"short", n.short_name}, {"long", n.long_name}, {"arg", o.arg}, {"group", o.group}});

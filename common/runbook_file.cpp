@@ -217,8 +217,10 @@ std::vector<RunbookDir> runbook_dirs() {
     for (std::string d; std::getline(ss, d, ':');)
       if (!d.empty() && is_dir(d)) paths.push_back(d);
   }
+  // next to bin/ (the build tree) or two levels up (installed in <prefix>/libexec/bpfdiag)
   std::string exe = self_exe_dir();
-  if (!exe.empty() && is_dir(exe + "/../share/bpfdiag/runbooks")) paths.push_back(exe + "/../share/bpfdiag/runbooks");
+  for (const char* up : {"/..", "/../.."})
+    if (!exe.empty() && is_dir(exe + up + "/share/bpfdiag/runbooks")) paths.push_back(exe + up + "/share/bpfdiag/runbooks");
   std::vector<RunbookDir> dirs;
   for (auto& p : paths) {
     RunbookDir d{p, ""};

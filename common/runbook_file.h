@@ -10,8 +10,8 @@
 //   duration: 10s           (default window when -d is not given)
 //
 // Files are NAME.runbook in the runbook directories: $BPFDIAG_RUNBOOKS (':'-separated),
-// then <dir of the executable>/../share/bpfdiag/runbooks (the build tree's bin/ and an
-// installed sbin/ both have one).
+// then <dir of the executable>/../share/bpfdiag/runbooks (the build tree's bin/) and
+// <dir of the executable>/../../share/bpfdiag/runbooks (installed: <prefix>/libexec/bpfdiag).
 //
 // A runbook is code run as root: its file and every directory from / down to it must
 // be owned by root or the invoking user and writable by no one else (open_trusted);

@@ -88,7 +88,7 @@ for t in tools:
         check(registry[t]["usage"] == synopsis, "%s: man SYNOPSIS matches the registry's usage" % t)
         check_options_section(t, text, registry[t]["options"])
     else:
-        check(t in ("flamegraph", "runbook"), "%s: in the tool registry (doctor --list -j)" % t)
+        check(t in ("flamegraph", "runbook", "bpfdiag"), "%s: in the tool registry (doctor --list -j)" % t)
         check_options_section(t, text, help_options(r.stdout))
     check("EXAMPLES:" in r.stdout and re.search(r"^  %s.*# " % t, r.stdout, re.M) is not None,
           "%s --help has EXAMPLES with comments" % t)

@@ -1,14 +1,22 @@
 #!/usr/bin/env python3
-"""Install and package (issue 12 item 5).
+"""Install layout and the bpfdiag command (issues 12 and 24).
 
-- `cmake --install` into a staging prefix puts every tool and utility named in
-  CMakeLists.txt (set(TOOLS ...) and set(UTILS ...)) in sbin, one man page per program
-  in share/man/man8, and the JSON Schemas in share/bpfdiag/schema; `man 8 <program>`
-  finds and renders each page from there (MANPATH).
-- `cpack -G DEB` builds a package whose contents are exactly those files; it installs
-  into a clean root (`dpkg --root`, an empty dpkg database), the installed programs run
-  (`--help`), `man 8` finds their pages, and `dpkg --root -r` removes every file again.
+- `cmake --install` into a staging prefix puts every program named in CMakeLists.txt
+  (set(TOOLS ...) and set(UTILS ...)) in libexec/bpfdiag; sbin holds only relative
+  symbolic links to bpfdiag and the BCC-style tool names (never profile, doctor,
+  runbook or flamegraph); one gzip -9n man page per program in share/man/man8 that
+  `man 8 <program>` renders; the JSON Schemas, the runbooks, the copyright file and
+  changelog.Debian.gz.
+- Every program answers --version with "NAME (bpfdiag) VERSION" (CMake's
+  BPFDIAG_VERSION), staged and in the build tree.
+- bpfdiag, in the build tree and staged (through its sbin link): `help` lists every
+  program with the summary its own --help starts with; an unknown command or option is
+  one line on stderr and exit 2; `bpfdiag TOOL ARGS` is the tool itself (its exit
+  status and messages, its process: /proc/PID/exe of `bpfdiag runqlen` is runqlen);
+  the staged bpfdiag runs the staged runqlen for real and the staged runbook finds the
+  staged runbooks. The .deb itself is tests/integration/test_deb.py.
 """
+import gzip
 import os
 import re
 import shutil
@@ -16,22 +24,25 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BIN, SRC, check, finish, require_root, run  # noqa: E402
+from harness import (BIN, SRC, check, end_process, finish, require_root, run, start, stop,  # noqa: E402
+                     wait_attached, wait_for)
 from runbook_util import safe_tmpdir  # noqa: E402
 
 require_root()
 BUILD = os.path.dirname(os.path.abspath(BIN))
-# not under /tmp: the installed runbook trusts runbooks only in directories that only
-# root can write, every one from / down (runbook_util.safe_tmpdir)
+# not under /tmp: the staged bpfdiag and runbook trust programs and runbooks only in
+# directories that only root can write, every one from / down (runbook_util.safe_tmpdir)
 TMP = safe_tmpdir("bpfdiag-install-test-")
+CMAKE = open(os.path.join(SRC, "CMakeLists.txt")).read()
+VERSION = re.search(r"set\(BPFDIAG_VERSION (\S+)\)", CMAKE).group(1)
+SBIN = {"bpfdiag", "offcputime", "lockstat", "pmheld", "naptime", "runqlen", "threadpool"}
 
 
 def programs():
     """Every tool and utility CMakeLists.txt builds (the lists a new tool joins)."""
-    text = open(os.path.join(SRC, "CMakeLists.txt")).read()
     names = []
     for var in ("TOOLS", "UTILS"):
-        m = re.search(r"set\(%s ([^)]*)\)" % var, text)
+        m = re.search(r"set\(%s ([^)]*)\)" % var, CMAKE)
         names += m.group(1).split() if m else []
     return [n for n in names if os.path.exists(os.path.join(SRC, "tools", n, "main.cpp"))]
 
@@ -42,10 +53,6 @@ def man_renders(manpath, name):
     return r.returncode == 0 and name in r.stdout and "SYNOPSIS" in r.stdout, r.stderr.strip()[:200]
 
 
-def program_files(root, progs):
-    return {"usr/sbin/" + p for p in progs} | {"usr/share/man/man8/%s.8" % p for p in progs}
-
-
 def files_under(root):
     out = set()
     for d, _, fs in os.walk(root):
@@ -54,71 +61,117 @@ def files_under(root):
     return out
 
 
-PROGS = programs()
-check(len(PROGS) >= 7, "programs from CMakeLists.txt: %s" % " ".join(PROGS))
+def check_bpfdiag(exe, where):
+    """bpfdiag's listing, errors and pass-through, run as `exe`."""
+    h = run([exe, "help"])
+    block = h.stdout.split("\nCOMMANDS:\n", 1)[-1].split("\n\n")[0]
+    block = re.sub(r"\n {5,}", " ", block)  # a long summary continues on the next line
+    listed = dict(re.findall(r"^  (\S+)  +(.*)$", block, re.M))
+    for p in PROGS:
+        if p == "bpfdiag":
+            continue
+        own = run([os.path.join(BIN, p), "--help"]).stdout.split("\n", 1)[0]
+        check(own == "%s - %s" % (p, listed.get(p)), "%s bpfdiag help lists %s as its --help does (%r)" % (where, p, listed.get(p)))
+    check(h.returncode == 0 and run([exe]).stdout == h.stdout, "%s bpfdiag alone prints the same list, exit 0" % where)
+    for bad, what in ((["nosuchtool"], "unknown command"), (["--frobnicate"], "unknown option"),
+                      (["../bin/runqlen"], "unknown command"), (["help", "sh"], "unknown command")):
+        r = run([exe] + bad)
+        check(r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1 and what in r.stderr,
+              "%s bpfdiag %s: exit 2, one line on stderr (%d, %r)" % (where, " ".join(bad), r.returncode, r.stderr))
+    r = run([exe, "runqlen", "-F", "0"])
+    own = run([os.path.join(BIN, "runqlen"), "-F", "0"])
+    check(r.returncode == own.returncode == 2 and r.stderr == own.stderr,
+          "%s bpfdiag runqlen -F 0 is runqlen's own usage error (%d, %r)" % (where, r.returncode, r.stderr))
+    r = run([exe, "help", "offcputime"])
+    check(r.returncode == 0 and r.stdout.startswith("offcputime - "), "%s bpfdiag help offcputime is offcputime --help" % where)
 
-# --- 1. cmake --install into a staging prefix -----------------------------------------------
+
+PROGS = programs()
+check(len(PROGS) >= 8 and "bpfdiag" in PROGS, "programs from CMakeLists.txt: %s" % " ".join(PROGS))
+
+# --- 1. the build tree -------------------------------------------------------------------
+for p in PROGS:
+    v = run([os.path.join(BIN, p), "--version"])
+    check(v.returncode == 0 and v.stdout == "%s (bpfdiag) %s\n" % (p, VERSION) and v.stderr == "",
+          "build tree: %s --version (%r)" % (p, v.stdout))
+v = run([os.path.join(BIN, "offcputime"), "-p", "not-a-pid", "--version"])
+check(v.returncode == 0 and v.stdout == "offcputime (bpfdiag) %s\n" % VERSION, "--version wins over the rest of the line")
+check_bpfdiag(os.path.join(BIN, "bpfdiag"), "build tree:")
+# exec, not a child: the process bpfdiag started is the tool, and a signal reaches it
+p = start([os.path.join(BIN, "bpfdiag"), "runqlen", "-j", "10"])
+try:
+    wait_for(lambda: os.path.basename(os.readlink("/proc/%d/exe" % p.pid)) == "runqlen", 10,
+             "bpfdiag runqlen: the same process becomes runqlen (exec)")
+    wait_attached(p)  # so that SIGINT asks for its report
+    out, err, rc = stop(p)
+    check(rc == 0 and '"type":"runqlen.summary"' in out,
+          "SIGINT to bpfdiag's PID ends runqlen with its report, exit 0 (%d, %r)" % (rc, err[-200:]))
+finally:
+    end_process(p)
+
+# a program in a directory others can write is not run (the same copy is, once it is not)
+ww = os.path.join(TMP, "ww")
+os.mkdir(ww)
+for n in ("bpfdiag", "runqlen"):
+    shutil.copy2(os.path.join(BIN, n), ww)
+os.chmod(ww, 0o777)
+r = run([os.path.join(ww, "bpfdiag"), "runqlen", "--version"])
+check(r.returncode == 1 and r.stdout == "" and len(r.stderr.splitlines()) == 1 and "world-writable" in r.stderr,
+      "bpfdiag refuses a tool in a world-writable directory: exit 1, one line (%d, %r)" % (r.returncode, r.stderr[:120]))
+os.chmod(ww, 0o755)
+r = run([os.path.join(ww, "bpfdiag"), "runqlen", "--version"])
+check(r.returncode == 0 and r.stdout.startswith("runqlen (bpfdiag) "), "... and runs it once only root can write there")
+
+# --- 2. cmake --install into a staging prefix ----------------------------------------------
 stage = os.path.join(TMP, "stage")
 r = run(["cmake", "--install", BUILD, "--prefix", "/usr"], timeout=300, env=dict(os.environ, DESTDIR=stage))
 check(r.returncode == 0, "cmake --install (DESTDIR) exits 0 (%s)" % r.stderr.strip()[-200:])
+usr = os.path.join(stage, "usr")
 got = files_under(stage)
-want = program_files(stage, PROGS)
-check(want <= got, "installed: every program in sbin and its man page in man8 (missing %s)" % sorted(want - got))
+want = {"usr/libexec/bpfdiag/" + p for p in PROGS} | {"usr/share/man/man8/%s.8.gz" % p for p in PROGS}
+check(want <= got, "installed: every program in libexec/bpfdiag, its man page in man8 (missing %s)" % sorted(want - got))
+sbin = set(os.listdir(os.path.join(usr, "sbin")))
+check(sbin == SBIN, "sbin holds bpfdiag and the BCC-style names only: %s" % sorted(sbin))
+for n in sorted(sbin):
+    link = os.readlink(os.path.join(usr, "sbin", n)) if os.path.islink(os.path.join(usr, "sbin", n)) else None
+    check(link == "../libexec/bpfdiag/" + n and os.path.isfile(os.path.join(usr, "sbin", n)),
+          "sbin/%s is a relative link into libexec/bpfdiag (%s)" % (n, link))
+for p in PROGS:
+    gz = os.path.join(usr, "share/man/man8/%s.8.gz" % p)
+    if not os.path.exists(gz):
+        continue
+    head = open(gz, "rb").read(10)
+    same = gzip.open(gz).read() == open(os.path.join(SRC, "man/man8/%s.8" % p), "rb").read()
+    # gzip -9n: no file name (FLG bit 3) and no time stamp (MTIME 0) in the header
+    check(same and head[3] & 0x08 == 0 and head[4:8] == b"\0\0\0\0",
+          "%s.8.gz: the page, gzip -n (no name, no time stamp)" % p)
 schemas = {"usr/share/bpfdiag/schema/" + f for f in os.listdir(os.path.join(SRC, "docs/schema"))}
 check(schemas <= got, "installed: the JSON Schemas in share/bpfdiag/schema (missing %s)" % sorted(schemas - got))
 runbooks = {"usr/share/bpfdiag/runbooks/" + f for f in os.listdir(os.path.join(SRC, "runbooks"))}
 check(len(runbooks) >= 5 and runbooks <= got,
       "installed: the runbooks in share/bpfdiag/runbooks (missing %s)" % sorted(runbooks - got))
+docs = {"usr/share/doc/bpfdiag/copyright", "usr/share/doc/bpfdiag/changelog.Debian.gz"}
+check(docs <= got, "installed: copyright and changelog.Debian.gz in share/doc/bpfdiag (missing %s)" % sorted(docs - got))
+cl = gzip.open(os.path.join(usr, "share/doc/bpfdiag/changelog.Debian.gz")).read().decode() if docs <= got else ""
+check(cl.startswith("bpfdiag (%s-1) " % VERSION), "changelog.Debian names this version: %r" % cl[:40])
 for p in PROGS:
-    ok, err = man_renders(os.path.join(stage, "usr/share/man"), p)
+    ok, err = man_renders(os.path.join(usr, "share/man"), p)
     check(ok, "man 8 %s renders from the installed man8 (%s)" % (p, err))
 
-# --- 2. cpack -G DEB, installed into and removed from a clean root -------------------------
-pkgdir = os.path.join(TMP, "pkg")
-r = run(["cpack", "-G", "DEB", "-B", pkgdir, "--config", os.path.join(BUILD, "CPackConfig.cmake")], timeout=600)
-debs = [os.path.join(pkgdir, f) for f in os.listdir(pkgdir) if f.endswith(".deb")] if os.path.isdir(pkgdir) else []
-check(r.returncode == 0 and len(debs) == 1, "cpack -G DEB builds one package (%s)" % (r.stderr.strip()[-200:] or debs))
-if debs:
-    deb = debs[0]
-    info = run(["dpkg-deb", "-f", deb, "Package", "Version", "Depends"]).stdout
-    check("Package: bpfdiag" in info and "libbpfcc" in info, "package metadata: %s" % info.strip().replace("\n", "; "))
-    contents = {l.split()[-1].lstrip("./") for l in run(["dpkg-deb", "-c", deb]).stdout.splitlines()
-                if not l.startswith("d")}
-    check(want <= contents and schemas <= contents and runbooks <= contents,
-          "the package holds every program, man page, schema and runbook (missing %s)"
-          % sorted((want | schemas | runbooks) - contents))
-    extra = {c for c in contents if not (c.startswith("usr/sbin/") or c.startswith("usr/share/"))}
-    check(not extra, "nothing outside /usr/sbin and /usr/share (%s)" % sorted(extra)[:5])
-
-    root = os.path.join(TMP, "root")
-    admin = os.path.join(root, "var/lib/dpkg")
-    for d in ("info", "updates", "triggers"):
-        os.makedirs(os.path.join(admin, d))
-    open(os.path.join(admin, "status"), "w").close()
-    # the clean root has no libbpfcc of its own: the dependency is the host's (checked above)
-    # (path-include: a minimised image may exclude man pages in its dpkg.cfg.d)
-    dpkg = ["dpkg", "--root", root, "--force-not-root", "--force-depends", "--force-script-chrootless",
-            "--path-include=/usr/share/man/man8/*"]
-    r = run(dpkg + ["-i", deb], timeout=120)
-    check(r.returncode == 0, "dpkg --root -i installs (%s)" % r.stderr.strip()[-300:])
-    for p in PROGS:
-        exe = os.path.join(root, "usr/sbin", p)
-        h = run([exe, "--help"], timeout=30)
-        check(h.returncode == 0 and ("USAGE: " + p) in h.stdout, "installed %s --help runs" % p)
-        ok, err = man_renders(os.path.join(root, "usr/share/man"), p)
-        check(ok, "after dpkg -i: man 8 %s (%s)" % (p, err))
-    q = run([os.path.join(root, "usr/sbin/runqlen"), "-j", "1", "1"], timeout=60)
-    check(q.returncode == 0 and '"type":"runqlen.summary"' in q.stdout,
-          "the installed runqlen loads its BPF program and reports (rc %d, %r)" % (q.returncode, q.stderr.strip()[-200:]))
-    if "runbook" in PROGS:
-        env = {k: v for k, v in os.environ.items() if k != "BPFDIAG_RUNBOOKS"}
-        lst = run([os.path.join(root, "usr/sbin/runbook"), "--list"], timeout=30, env=env)
-        names = [l.split()[0] for l in lst.stdout.splitlines() if l and not l[0].isspace()]
-        check(lst.returncode == 0 and sorted(names) == sorted(os.path.basename(f)[:-8] for f in runbooks),
-              "installed runbook --list finds the installed runbooks: %s" % names)
-    r = run(dpkg + ["-r", "bpfdiag"], timeout=120)
-    left = {f for f in files_under(root) if not f.startswith("var/lib/dpkg/")}
-    check(r.returncode == 0 and not left, "dpkg --root -r removes every file (left %s)" % sorted(left)[:5])
+# the staged programs: --version, bpfdiag through its sbin link, a real run, the runbooks
+for p in PROGS:
+    v = run([os.path.join(usr, "libexec/bpfdiag", p), "--version"])
+    check(v.returncode == 0 and v.stdout == "%s (bpfdiag) %s\n" % (p, VERSION), "installed %s --version" % p)
+staged = os.path.join(usr, "sbin/bpfdiag")
+check_bpfdiag(staged, "installed:")
+q = run([staged, "runqlen", "-j", "1", "1"], timeout=60)
+check(q.returncode == 0 and '"type":"runqlen.summary"' in q.stdout,
+      "installed bpfdiag runqlen loads its BPF program and reports (rc %d, %r)" % (q.returncode, q.stderr.strip()[-200:]))
+env = {k: v for k, v in os.environ.items() if k != "BPFDIAG_RUNBOOKS"}
+lst = run([staged, "runbook", "--list"], timeout=30, env=env)
+names = [l.split()[0] for l in lst.stdout.splitlines() if l and not l[0].isspace()]
+check(lst.returncode == 0 and sorted(names) == sorted(os.path.basename(f)[:-8] for f in runbooks),
+      "installed runbook --list finds the installed runbooks (libexec/bpfdiag/../../share): %s" % names)
 
 shutil.rmtree(TMP, ignore_errors=True)
 finish()

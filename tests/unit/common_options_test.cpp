@@ -82,7 +82,7 @@ TEST_CASE("generated help: usage line, groups, hidden options, examples") {
   std::string u = usage_line(s);
   CHECK(u ==
         "demo [-p PID[,PID]] [-t TID[,TID]] [-j] [--csv] [-n N] [-m TIME] [-i TIME] [-c N] [-d TIME] "
-        "[--ebpf] [-h] [-x N] [interval [count]]");
+        "[--ebpf] [-h] [--version] [-x N] [interval [count]]");
   std::string h = render_help(s);
   CHECK(h.rfind("demo - a demo tool\n\nUSAGE: " + u + "\n", 0) == 0);
   CHECK(h.find(" Filters:\n  -p, --pid PID[,PID]   only these processes\n") != std::string::npos);
@@ -91,6 +91,38 @@ TEST_CASE("generated help: usage line, groups, hidden options, examples") {
   CHECK(h.find("--old") == std::string::npos);
   CHECK(h.find(" Schedule:\n  -i, --interval TIME") != std::string::npos);
   CHECK(h.find("\nEXAMPLES:\n  demo -p 1   # trace PID 1\n") != std::string::npos);
+}
+
+TEST_CASE("--version: listed after -h/--help, accepted, and answered before anything else") {
+  auto s = spec(Positional::IntervalCount);
+  std::string h = render_help(s);
+  CHECK(h.find("  -h, --help            show this help\n"
+               "      --version         print the version and exit\n") != std::string::npos);
+  auto r = parse(s, {"--version"});
+  REQUIRE(r);
+  CHECK(r->raw.count("version") == 1);
+  // like --help, it wins over the rest of the line (which is not checked)
+  CHECK(static_cast<bool>(parse(s, {"-p", "x", "--version"})));
+  CHECK(static_cast<bool>(parse(s, {"-n", "5", "--version", "1", "2", "3"})));
+  CHECK_FALSE(static_cast<bool>(parse(s, {"-p", "x"})));
+  // a spec without -h/--help gets no --version either
+  ToolSpec bare{"bare", "no help", "", {opt::json("NDJSON")}, "", Positional::None};
+  CHECK(usage_line(bare) == "bare [-j]");
+  CHECK_FALSE(static_cast<bool>(parse(bare, {"--version"})));
+  // the word itself, before any "--"; not an abbreviation, not a value after "--"
+  auto asks = [](std::vector<std::string> a) {
+    std::vector<char*> av;
+    a.insert(a.begin(), "demo");
+    for (auto& x : a) av.push_back(x.data());
+    return version_requested(static_cast<int>(av.size()), av.data());
+  };
+  CHECK(asks({"--version"}));
+  CHECK(asks({"-p", "1", "--version", "5"}));
+  CHECK_FALSE(asks({}));
+  CHECK_FALSE(asks({"--vers"}));
+  CHECK_FALSE(asks({"-v"}));
+  CHECK_FALSE(asks({"--", "--version"}));
+  CHECK(std::string(suite_version()).find('.') != std::string::npos);
 }
 
 TEST_CASE("record envelope: type, schema, window, fixed data quality keys") {

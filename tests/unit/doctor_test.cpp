@@ -26,7 +26,7 @@ TEST_CASE("doctor options") {
   CHECK_FALSE(parse({"5"}).ok());          // no positional arguments
   CHECK_FALSE(parse({"-p", "x"}).ok());
   CHECK_FALSE(parse({"--ebpf", "--no-live"}).ok());
-  CHECK(std::string(help_text()).find("USAGE: doctor [-p PID[,PID]] [--no-live] [-l] [-j] [--ebpf] [-h]\n") !=
+  CHECK(std::string(help_text()).find("USAGE: doctor [-p PID[,PID]] [--no-live] [-l] [-j] [--ebpf] [-h] [--version]\n") !=
         std::string::npos);
 }
 

@@ -123,6 +123,7 @@ Status run(const Config& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (version_requested(argc, argv)) return print_version("flamegraph");
   auto c = parse(argc, argv);
   if (!c) {
     std::fprintf(stderr, "flamegraph: %s (see flamegraph --help)\n", one_line(c.error()).c_str());

@@ -31,8 +31,9 @@ int list() {
   }
   for (auto& e : bad) std::fprintf(stderr, "runbook: warning: %s\n", e.c_str());
   if (books.empty()) {
-    std::fprintf(stderr, "runbook: no runbooks found (looked in $BPFDIAG_RUNBOOKS and %s/../share/bpfdiag/runbooks)\n",
-                 self_exe_dir().c_str());
+    std::fprintf(stderr, "runbook: no runbooks found (looked in $BPFDIAG_RUNBOOKS, %s/../share/bpfdiag/runbooks and\n"
+                 "%s/../../share/bpfdiag/runbooks)\n",
+                 self_exe_dir().c_str(), self_exe_dir().c_str());
     return 1;
   }
   return flush_output("runbook") ? 0 : 1;
@@ -41,6 +42,7 @@ int list() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (version_requested(argc, argv)) return print_version("runbook");
   auto c = parse(argc, argv);
   if (!c) {
     std::fprintf(stderr, "runbook: %s (see runbook --help)\n", one_line(c.error()).c_str());

@@ -39,7 +39,8 @@ bool has_option(const ToolSpec& s, const std::string& name) {
 // directory, for reading or writing, is passed through).
 bool forbidden(const OptionSpec& o) {
   static const std::set<std::string> kSetByRunbook{"json",     "csv",  "folded", "pid", "tid",     "interval",
-                                                   "count",    "duration", "help", "ebpf", "svg", "children"};
+                                                   "count",    "duration", "help", "ebpf", "svg", "children",
+                                                   "version"};
   if (kSetByRunbook.count(long_name(o))) return true;
   for (const char* word : {"FILE", "DIR", "PATH"})
     if (o.arg.find(word) != std::string::npos) return true;
@@ -100,7 +101,7 @@ Status plan_tools(Run& run) {
       av.push_back(nullptr);
       auto parsed = parse_tool_cli(spec, static_cast<int>(own.size()), av.data());
       if (!parsed) return Error{at + rt.name + ": " + parsed.error()};
-      for (auto& o : spec.options)
+      for (auto& o : all_options(spec))
         if (parsed->raw.count(long_name(o)) && forbidden(o))
           return Error{at + rt.name + ": " + dash_name(o) +
                        " is not allowed in a runbook (runbook adds -j, -p and the duration and writes every output file)"};
