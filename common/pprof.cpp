@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "common/output.h"
 #include "common/runloop.h"
 
 namespace bpfdiag {
@@ -288,17 +289,6 @@ int inherited_fd(const std::string& path) {
 
 std::string reason() { return std::strerror(errno); }
 
-bool write_all_fd(int fd, const std::string& bytes) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 }  // namespace
 
 Status check_output_file(const std::string& option, const std::string& path) {
@@ -327,7 +317,7 @@ Status write_output_file(const std::string& path, const std::string& bytes) {
   if (int fd = inherited_fd(path); fd >= 0) {
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return fail("not an open regular file");
-    if (ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0 || !write_all_fd(fd, bytes)) return fail(reason());
+    if (ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0 || !write_all(fd, bytes)) return fail(reason());
     return std::nullopt;
   }
   // a new file gets 0644 whatever the umask; an existing one is truncated (regular
@@ -345,7 +335,7 @@ Status write_output_file(const std::string& path, const std::string& bytes) {
     close(fd);
     return fail("not a regular file");
   }
-  ok = (!created || fchmod(fd, 0644) == 0) && ftruncate(fd, 0) == 0 && write_all_fd(fd, bytes);
+  ok = (!created || fchmod(fd, 0644) == 0) && ftruncate(fd, 0) == 0 && write_all(fd, bytes);
   std::string why = ok ? "" : reason();
   if (close(fd) != 0 && ok) ok = false, why = reason();
   if (!ok) return fail(why);
