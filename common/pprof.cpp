@@ -65,7 +65,8 @@ std::string sample_key(const std::vector<uint64_t>& locs, const std::vector<Ppro
   std::string k;
   for (auto l : locs) k += std::to_string(l) + ",";
   for (auto& l : labels)
-    k += "|" + l.key + (l.numeric ? "#" + std::to_string(l.num) + l.unit : "=" + std::to_string(l.str.size()) + ":" + l.str);
+    k += "|" + l.key +
+         (l.numeric ? "#" + std::to_string(l.num) + l.unit : "=" + std::to_string(l.str.size()) + ":" + l.str);
   return k;
 }
 
@@ -145,7 +146,7 @@ std::string PprofProfile::serialize() const {
   auto id = [&](const std::string& s) { return string_ids_.at(s); };
   ProtoWriter w;
   for (auto& t : types_) w.bytes_field(1, value_type(id(t.type), id(t.unit)));  // sample_type
-  for (auto& s : samples_) {  // sample
+  for (auto& s : samples_) {                                                    // sample
     ProtoWriter sw;
     sw.packed_field(1, s.locations);
     sw.packed_field(2, s.values);
@@ -203,8 +204,8 @@ std::string PprofProfile::serialize() const {
   return w.bytes();
 }
 
-void append_pprof_frames(std::vector<PprofFrame>& out, const std::vector<std::string>& names, bool kernel,
-                         uint32_t pid, const Symbolizer& sym) {
+void append_pprof_frames(std::vector<PprofFrame>& out, const std::vector<std::string>& names, bool kernel, uint32_t pid,
+                         const Symbolizer& sym) {
   for (auto& n : names) {
     PprofFrame f{n, kernel, {}};
     if (const FrameOrigin* o = sym.origin(kernel ? 0 : pid, n)) f.origin = *o;
@@ -344,8 +345,8 @@ Status write_output_file(const std::string& path, const std::string& bytes) {
 
 // --- over a run ------------------------------------------------------------------------
 
-RunPprof::RunPprof(std::string path, std::vector<PprofValueType> types, size_t default_type,
-                   PprofValueType period_type, int64_t period)
+RunPprof::RunPprof(std::string path, std::vector<PprofValueType> types, size_t default_type, PprofValueType period_type,
+                   int64_t period)
     : path_(std::move(path)),
       types_(types),
       default_type_(default_type),

@@ -35,18 +35,20 @@ struct PprofValueType {
 };
 
 struct PprofFrame {
-  std::string name;    // as the tool shows it ("worker_loop", "[unknown] (libfoo.so+0x1a2b)")
+  std::string name;  // as the tool shows it ("worker_loop", "[unknown] (libfoo.so+0x1a2b)")
   bool kernel = false;
   FrameOrigin origin;  // module "" when unknown (a marker frame: no mapping)
 };
 
 struct PprofLabel {
   std::string key;
-  std::string str;      // string label (names)
-  int64_t num = 0;      // numeric label (ids)
-  std::string unit;     // numeric label's unit, "" for none
+  std::string str;   // string label (names)
+  int64_t num = 0;   // numeric label (ids)
+  std::string unit;  // numeric label's unit, "" for none
   bool numeric = false;
-  static PprofLabel text(std::string key, std::string value) { return {std::move(key), std::move(value), 0, "", false}; }
+  static PprofLabel text(std::string key, std::string value) {
+    return {std::move(key), std::move(value), 0, "", false};
+  }
   static PprofLabel number(std::string key, int64_t value, std::string unit = "") {
     return {std::move(key), "", value, std::move(unit), true};
   }
@@ -117,8 +119,8 @@ class PprofProfile {
 // frames in process `pid`): "[Missed ... Stack]" where a wanted part was lost.
 std::vector<PprofFrame> pprof_frames(const Stack& st, uint32_t pid, const Symbolizer& sym);
 // Frame names of one part (innermost first), user frames of `pid` or kernel frames.
-void append_pprof_frames(std::vector<PprofFrame>& out, const std::vector<std::string>& names, bool kernel,
-                         uint32_t pid, const Symbolizer& sym);
+void append_pprof_frames(std::vector<PprofFrame>& out, const std::vector<std::string>& names, bool kernel, uint32_t pid,
+                         const Symbolizer& sym);
 
 // The labels of a sample keyed by thread: pid and tid (numbers), comm (the thread's
 // name, as the tools' JSON "comm"); tid left out when 0 (not keyed by thread).

@@ -222,7 +222,8 @@ TEST_CASE("pprof: a stack is leaf first: kernel frames, then user frames; marker
 
 TEST_CASE("pprof: functions, locations, mappings and strings are deduplicated; samples merge") {
   PprofProfile p({{"contentions", "count"}, {"delay", "nanoseconds"}}, 1);
-  std::vector<PprofFrame> a = {user_frame("lock_it", "/usr/bin/app", 0x1100), user_frame("main", "/usr/bin/app", 0x1200)};
+  std::vector<PprofFrame> a = {user_frame("lock_it", "/usr/bin/app", 0x1100),
+                               user_frame("main", "/usr/bin/app", 0x1200)};
   std::vector<PprofFrame> b = {user_frame("pthread_mutex_lock", "/usr/lib/libc.so.6", 0x7000),
                                user_frame("main", "/usr/bin/app", 0x1200)};
   std::vector<PprofLabel> l1 = {PprofLabel::number("pid", 5), PprofLabel::text("lock", "cache_lock")};
@@ -241,17 +242,17 @@ TEST_CASE("pprof: functions, locations, mappings and strings are deduplicated; s
   CHECK(d.samples[1].str_labels.at("lock") == "other_lock");
   CHECK(d.functions == 3);  // lock_it, main, pthread_mutex_lock
   CHECK(d.locations == 3);
-  CHECK(d.mappings == 2);   // app, libc
+  CHECK(d.mappings == 2);  // app, libc
   std::map<std::string, int> seen;
   for (auto& s : d.strings) seen[s]++;
   for (auto& [s, n] : seen) CHECK_MESSAGE(n == 1, s);
   CHECK(d.samples[2].files == std::vector<std::string>{"/usr/lib/libc.so.6", "/usr/bin/app"});
   CHECK(d.samples[2].addrs == std::vector<uint64_t>{0x7000, 0x1200});
   const Message& m = d.mapping_msgs.begin()->second;
-  CHECK(num(m, 2) == 0x1000);  // memory_start
-  CHECK(num(m, 3) == 0x9000);  // memory_limit
+  CHECK(num(m, 2) == 0x1000);             // memory_start
+  CHECK(num(m, 3) == 0x9000);             // memory_limit
   CHECK(d.strings[num(m, 6)] == "abcd");  // build_id
-  CHECK(num(m, 7) == 1);       // has_functions
+  CHECK(num(m, 7) == 1);                  // has_functions
 }
 
 TEST_CASE("pprof: an unknown frame's module comes from its name when no origin was kept") {
@@ -317,7 +318,7 @@ TEST_CASE("pprof: the output file: created 0644, truncated, never through a syml
   auto nodir = check_output_file("--pprof", dir + "/missing/out.pb.gz");
   REQUIRE(nodir);
   CHECK(nodir->message.find("--pprof " + dir + "/missing/out.pb.gz") == 0);
-  CHECK(check_output_file("--pprof", dir));          // a directory
+  CHECK(check_output_file("--pprof", dir));            // a directory
   CHECK(check_output_file("--pprof", victim + "/x"));  // under a file
   CHECK(write_output_file(dir + "/missing/out.pb.gz", "x"));
   REQUIRE(mkfifo((dir + "/fifo").c_str(), 0600) == 0);

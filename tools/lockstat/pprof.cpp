@@ -5,6 +5,7 @@
 // wait_total_ns plus other_wait_total_ns); a row's waits without a sampled stack (-P,
 // -s 0, or kernel waits whose stacks were not sampled) are a sample without frames.
 #include "common/pprof.h"
+
 #include "tools/lockstat/lockstat.h"
 
 namespace lockstat {
@@ -32,8 +33,10 @@ void add_row(PprofProfile& p, const LockRow& r, const Symbolizer& sym) {
     count += s.contended, total += s.total_ns;
   }
   if (count < r.contended || total < r.total_ns)
-    p.add({{}, {static_cast<int64_t>(r.contended - std::min(count, r.contended)),
-                static_cast<int64_t>(r.total_ns - std::min(total, r.total_ns))}, labels});
+    p.add({{},
+           {static_cast<int64_t>(r.contended - std::min(count, r.contended)),
+            static_cast<int64_t>(r.total_ns - std::min(total, r.total_ns))},
+           labels});
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // off_cpu/nanoseconds and off_cpu_periods/count, per thread (pid, tid, comm) and wait
 // class (as the JSON's wait_class).
 #include "common/pprof.h"
+
 #include "tools/offcputime/offcputime.h"
 
 namespace offcputime {

@@ -3,14 +3,13 @@
 // address). A lock without stacks (-s 0) is one sample without frames, so the
 // profile's totals are the report's.
 #include "common/pprof.h"
+
 #include "tools/pmheld/pmheld.h"
 
 namespace pmheld {
 using namespace bpfdiag;
 
-RunPprof pprof_output(const Config& c) {
-  return RunPprof(c.pprof, {{"holds", "count"}, {"hold", "nanoseconds"}}, 1);
-}
+RunPprof pprof_output(const Config& c) { return RunPprof(c.pprof, {{"holds", "count"}, {"hold", "nanoseconds"}}, 1); }
 
 void add_pprof(PprofProfile& p, const std::vector<LockHold>& locks, const Symbolizer& sym) {
   for (const auto& l : locks) {
@@ -25,8 +24,10 @@ void add_pprof(PprofProfile& p, const std::vector<LockHold>& locks, const Symbol
       count += s.count, total += s.total_ns;
     }
     if (count < l.count || total < l.total_ns)  // holds no stack was kept for
-      p.add({{}, {static_cast<int64_t>(l.count - std::min(count, l.count)),
-                  static_cast<int64_t>(l.total_ns - std::min(total, l.total_ns))}, labels});
+      p.add({{},
+             {static_cast<int64_t>(l.count - std::min(count, l.count)),
+              static_cast<int64_t>(l.total_ns - std::min(total, l.total_ns))},
+             labels});
   }
 }
 

@@ -1,6 +1,7 @@
 // profile --pprof: each stack's samples as pprof's samples/count and cpu/nanoseconds
 // (a sample stands for 1e9/Hz ns of CPU, pprof's period), per thread: pid, tid, comm.
 #include "common/pprof.h"
+
 #include "tools/profile/profile.h"
 
 namespace profile {
