@@ -79,11 +79,19 @@ template <typename C, typename = void>
 struct has_pids : std::false_type {};
 template <typename C>
 struct has_pids<C, std::void_t<decltype(std::declval<C&>().pids.begin())>> : std::true_type {};
+template <typename C, typename = void>
+struct has_pprof : std::false_type {};
+template <typename C>
+struct has_pprof<C, std::void_t<decltype(std::declval<C&>().pprof.empty())>> : std::true_type {};
 }  // namespace detail
+
+// --pprof FILE checked before tracing starts (common/pprof.cpp): a usage error.
+Status check_output_file(const std::string& option, const std::string& path);
 
 // Shared main(): --version, stop handlers, parse, --help, tracefs, run, and output errors.
 // Config must have `bool help`; a `pids` member (-p list) loses the PIDs that are gone
-// (named once on stderr) while at least one remains.
+// (named once on stderr) while at least one remains; a `pprof` member (--pprof FILE)
+// is checked as an output file (a usage error, before tracing starts).
 template <typename Config, typename ParseFn, typename RunFn>
 int tool_main(const char* tool, const char* help, int argc, char** argv, ParseFn parse, RunFn run) {
   if (version_requested(argc, argv)) return print_version(tool);
@@ -110,6 +118,14 @@ int tool_main(const char* tool, const char* help, int argc, char** argv, ParseFn
         for (auto p : gone) list += (list.empty() ? "" : ", ") + std::to_string(p);
         std::fprintf(stderr, "%s: PID %s not found (exited?); tracing the others\n", tool,
                      one_line(list).c_str());
+      }
+    }
+  }
+  if constexpr (detail::has_pprof<Config>::value) {
+    if (!c.pprof.empty()) {
+      if (Status bad = check_output_file("--pprof", c.pprof)) {
+        std::fprintf(stderr, "%s: %s (see %s --help)\n", tool, one_line(bad->message).c_str(), tool);
+        return 2;
       }
     }
   }

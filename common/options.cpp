@@ -39,6 +39,7 @@ OptionSpec duration() {
   return make("d,duration", "TIME", "trace for TIME (default unit s), then report", "Schedule");
 }
 OptionSpec svg(std::string help) { return make("svg", "FILE", std::move(help), "Output"); }
+OptionSpec pprof(std::string help) { return make("pprof", "FILE", std::move(help), "Output"); }
 OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "Output"); }
 OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
@@ -258,6 +259,7 @@ Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
     c.tids = *v;
   }
   if (auto s = str("svg")) c.svg = *s;
+  if (auto s = str("pprof")) c.pprof = *s;
   if (auto s = str("sort")) c.sort = *s;
   if (auto f = str("fields")) c.fields = *f;
   if (auto n = str("entries")) {

@@ -9,6 +9,7 @@
 //   -p/--pid PID[,PID]  -t/--tid TID[,TID]  -U/--user-stacks-only  -K/--kernel-stacks-only
 //   -f/--folded  -P/--per-thread  -T/--timestamp  -j/--json  --csv  -S/--sort KEY
 //   --fields LIST  -n/--entries N  -s/--stacks N  -m/--min TIME  -M/--max TIME  --svg FILE
+//   --pprof FILE
 //   --ebpf  -v/--verbose  -h/--help  --version (added after -h/--help by all_options:
 //   every command with --help has it)
 // Schedule (one grammar): -i/--interval TIME, -c/--count N, -d/--duration TIME, and,
@@ -80,6 +81,9 @@ OptionSpec duration();
 // --svg FILE: every stack tool's interactive flame graph of its final report
 // (common/flamegraph.h), written when the run ends.
 OptionSpec svg(std::string help = "write a flame graph of the final report to FILE");
+// --pprof FILE: the same window as a gzip-compressed pprof profile (common/pprof.h),
+// for go tool pprof, Pyroscope and Parca; checked before tracing (tool_main).
+OptionSpec pprof(std::string help);
 OptionSpec ebpf();
 OptionSpec verbose(std::string help = "say where probes were placed and what was skipped");
 OptionSpec help();
@@ -119,6 +123,7 @@ struct CommonOptions {
   Schedule schedule;
   std::string file;  // Positional::File
   std::string svg;   // --svg FILE; empty: none
+  std::string pprof; // --pprof FILE; empty: none
 };
 
 struct ParsedCli {

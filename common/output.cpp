@@ -1,5 +1,8 @@
 #include "common/output.h"
 
+#include <errno.h>
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "common/runloop.h"
@@ -84,6 +87,17 @@ void announce_attached(std::ostream& out, const std::string& tool, bool json, co
     std::fflush(stderr);
   }
   if (json) write_record(out, make_record(tool, "start", window_ending_now(0, false), fields, zero_dq));
+}
+
+bool write_all(int fd, const std::string& text) {
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 }  // namespace bpfdiag

@@ -78,4 +78,8 @@ nlohmann::json start_record_fields(const std::vector<uint32_t>& pids, const std:
 void announce_attached(std::ostream& out, const std::string& tool, bool json, const std::string& banner,
                        const nlohmann::json& fields, const DataQuality& zero_dq);
 
+// Writes all of `text` to `fd` (short writes continued, EINTR retried); false on an
+// error (errno says which).
+bool write_all(int fd, const std::string& text);
+
 }  // namespace bpfdiag

@@ -33,6 +33,7 @@ struct StackToolConfig {
   bool folded = false;              // -f
   bool per_thread = false;          // -P: "comm-PID/TID" in folded output
   std::string svg;                  // --svg FILE: flame graph of the whole run
+  std::string pprof;                // --pprof FILE: pprof profile of the whole run
   bool json = false;
   bool ebpf = false;
   Schedule schedule;  // -d/--duration / [duration], -i, -c

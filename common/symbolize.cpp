@@ -49,6 +49,7 @@ struct Symbolizer::Process {
   uint64_t loaded_ns = 0;    // when the snapshot was taken (CLOCK_MONOTONIC)
   uint64_t start_time = 0;   // /proc/PID/stat starttime (0: process already gone)
   bool partial = false;      // mappings or symbol tables skipped after a stop signal
+  std::unordered_map<std::string, FrameOrigin> origins;  // keep_origins(): by frame name
 };
 
 // The vDSO's symbols (__vdso_clock_gettime, ...) and its size: the kernel's own image,
@@ -143,6 +144,7 @@ bool Symbolizer::refresh(uint32_t pid) {
     if (it != procs_.end()) it->second->loaded_ns = monotonic_ns();  // rate-limit retries
     return false;
   }
+  if (auto old = procs_.find(pid); old != procs_.end()) p->origins = std::move(old->second->origins);
   procs_[pid] = std::move(p);
   return true;
 }
@@ -326,7 +328,7 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
   return true;
 }
 
-SymbolInfo Symbolizer::lookup_in_process(uint32_t pid, uint64_t addr, bool want_data) {
+SymbolInfo Symbolizer::lookup_in_process(uint32_t pid, uint64_t addr, bool want_data, FrameOrigin* origin) {
   SymbolInfo out;
   remember(pid);
   // An address outside every known module of a live process: it may have mapped
@@ -342,6 +344,7 @@ SymbolInfo Symbolizer::lookup_in_process(uint32_t pid, uint64_t addr, bool want_
     if (addr < m.lo || addr >= m.hi) continue;
     uint64_t vaddr = addr - m.bias;
     out.module = *m.path;
+    if (origin) *origin = FrameOrigin{*m.path, addr, m.lo, m.hi, m.elf->build_id};
     out.module_offset = vaddr;
     const ElfSym* s = want_data ? ElfSymbols::find(m.elf->objs, vaddr, false)
                                 : ElfSymbols::find(m.elf->funcs, vaddr, true);
@@ -376,7 +379,13 @@ SymbolInfo Symbolizer::lookup_in_process(uint32_t pid, uint64_t addr, bool want_
 }
 
 SymbolInfo Symbolizer::lookup_user(uint32_t pid, uint64_t addr) {
-  SymbolInfo s = lookup_in_process(pid, addr, false);
+  FrameOrigin o;
+  SymbolInfo s = lookup_in_process(pid, addr, false, keep_origins_ ? &o : nullptr);
+  if (keep_origins_) {
+    if (o.module.empty()) o = FrameOrigin{s.module, addr, 0, 0, ""};  // perf map, or a mapping without symbols
+    auto it = procs_.find(pid);
+    if (it != procs_.end()) it->second->origins.emplace(format_symbol(s, false), std::move(o));
+  }
   if (!s.found) {
     auto it = procs_.find(pid);
     if (it != procs_.end() && it->second->partial)
@@ -428,7 +437,19 @@ SymbolInfo Symbolizer::lookup_kernel(uint64_t addr) {
   out.offset = addr - it->addr;
   out.module = it->module.empty() ? "[kernel]" : it->module;
   out.module_offset = addr;
+  if (keep_origins_) kernel_origins_.emplace(out.name, FrameOrigin{out.module, addr, 0, 0, ""});
   return out;
+}
+
+const FrameOrigin* Symbolizer::origin(uint32_t pid, const std::string& name) const {
+  if (pid == 0) {
+    auto it = kernel_origins_.find(name);
+    return it == kernel_origins_.end() ? nullptr : &it->second;
+  }
+  auto p = procs_.find(pid);
+  if (p == procs_.end()) return nullptr;
+  auto it = p->second->origins.find(name);
+  return it == p->second->origins.end() ? nullptr : &it->second;
 }
 
 std::string Symbolizer::kernel(uint64_t addr, bool with_offset) {

@@ -20,6 +20,8 @@
 //   sym.data(pid, addr)       -> "cache_lock" / "cache_lock+8" or "[unknown] (prog+0x4040)"
 //   sym.lookup_*(...)         -> the same with structured fields (name, offset, module)
 //   sym.stats()               -> how many lookups failed (for DataQuality)
+//   sym.keep_origins(); sym.origin(pid, "worker_loop") -> where a frame name came from
+//                                (module, an address, the mapping), for --pprof
 //   sym.forget_exited(keep)   -> drop exited processes (after their stacks were printed)
 //   sym.forget_exited_every(interval, still_needed) -> the same, rate-limited, for
 //                                tools that print once at the end (offcputime)
@@ -69,6 +71,17 @@ std::string format_data_symbol(const SymbolInfo& s);
 std::string demangle(const std::string& name);
 
 class ElfSymbols;  // one file's symbol tables (implementation detail)
+
+// Where a frame the Symbolizer named came from (Symbolizer::origin), for pprof output
+// (common/pprof): the file, an address that got this name, the file's address range
+// in the process, its build id. Kernel frames: module "[kernel]" or "[name]" (a
+// kernel module), no range.
+struct FrameOrigin {
+  std::string module;        // path as in /proc/PID/maps, "" when unknown
+  uint64_t addr = 0;         // the first address named so
+  uint64_t start = 0, limit = 0;  // the module's address range (0, 0: unknown)
+  std::string build_id;      // lower-case hex, "" when unknown
+};
 
 // /proc/kallsyms, the one parser: text (t/T/w/W) and data (d/D/b/B/r/R) symbols, each
 // sorted by address; zero addresses (kptr_restrict) dropped. Data symbols are few
@@ -149,6 +162,14 @@ class Symbolizer {
 
   const Stats& stats() const { return stats_; }
 
+  // From now on, remember where each frame name returned by user()/kernel() (and the
+  // lookup_* results as format_symbol(s, false) names them) came from: origin().
+  // Off by default (memory: one entry per distinct name and process).
+  void keep_origins() { keep_origins_ = true; }
+  // The origin of frame `name` (without offset) in process `pid` (0: kernel frames);
+  // nullptr when it was not named here since keep_origins() or its process is forgotten.
+  const FrameOrigin* origin(uint32_t pid, const std::string& name) const;
+
   // Forgets every remembered process that has exited (or whose PID now belongs to a
   // later process) unless keep(pid) is true, and the symbol tables no remaining process
   // uses. Call it at a point where the forgotten processes' stacks were printed (after
@@ -168,7 +189,7 @@ class Symbolizer {
   std::shared_ptr<ElfSymbols> elf_for(uint32_t pid, const std::string& path, const std::string& range);
   std::shared_ptr<const std::string> intern(const std::string& s);
   void load_kallsyms();
-  SymbolInfo lookup_in_process(uint32_t pid, uint64_t addr, bool want_data);
+  SymbolInfo lookup_in_process(uint32_t pid, uint64_t addr, bool want_data, FrameOrigin* origin = nullptr);
 
   Options opt_;
   Stats stats_;
@@ -180,6 +201,8 @@ class Symbolizer {
   std::unordered_map<std::string, std::weak_ptr<const std::string>> paths_;  // interned
   uint64_t last_gc_ns_ = 0;
   bool skipped_elf_ = false;  // load_process: some file's symbols were skipped (deadline)
+  bool keep_origins_ = false;
+  std::unordered_map<std::string, FrameOrigin> kernel_origins_;
 };
 
 }  // namespace bpfdiag

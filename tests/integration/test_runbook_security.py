@@ -142,6 +142,7 @@ check(not os.path.exists(marker3), "tool: make: the makefile did not run")
 # 4. arguments are checked by the tool's own option table and parser
 for name, line, want in (("bogus", "lockstat --bogus", "'bogus' does not exist"),
                          ("svg", "lockstat --svg /etc/bpfdiag-rbsec", "--svg is not allowed"),
+                         ("pprof", "pmheld --pprof /etc/bpfdiag-rbsec", "--pprof is not allowed"),
                          ("pos", "offcputime 5", "'5': no positional"),
                          ("bad", "lockstat -s abc", "lockstat:")):
     book(name, "tool: naptime\n# comment\ntool: %s\n" % line)
@@ -149,7 +150,7 @@ for name, line, want in (("bogus", "lockstat --bogus", "'bogus' does not exist")
     r = run([RUNBOOK, name, "-d", "1", "-o", out], env=ENV, timeout=90)
     refused(r, "tool: %s" % line, "%s.runbook:3: " % name, want)
     check(not os.path.exists(out), "tool: %s: refused before anything ran (no report directory)" % line)
-check(not os.path.exists("/etc/bpfdiag-rbsec"), "no file written where a runbook's --svg pointed")
+check(not os.path.exists("/etc/bpfdiag-rbsec"), "no file written where a runbook's --svg or --pprof pointed")
 
 # --- (b) report directories ----------------------------------------------------------------
 secret_dir = os.path.join(SAFE, "rootonly")

@@ -36,7 +36,12 @@ TEST_CASE("profile: -F, -U/-K, -I, duration forms, --svg") {
   REQUIRE(c);
   CHECK(c->freq_hz == 99);
   CHECK(c->svg == "/tmp/x.svg");
+  CHECK(c->pprof.empty());
   CHECK(c->schedule.duration_ns == 5000000000ULL);
+  auto p = parse({"--pprof", "/tmp/x.pb.gz", "-j", "2"});  // with -j: both from one run
+  REQUIRE(p);
+  CHECK(p->pprof == "/tmp/x.pb.gz");
+  CHECK(p->json);
   auto f = bpf_plan(*c);
   CHECK(has(f, "CAPTURE_USER"));
   CHECK_FALSE(has(f, "CAPTURE_KERNEL"));

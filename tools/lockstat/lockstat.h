@@ -25,6 +25,11 @@ extern "C" {
 #include "lockstat_shared.h"
 }
 
+namespace bpfdiag {
+class PprofProfile;
+class RunPprof;
+class Symbolizer;
+}  // namespace bpfdiag
 namespace lockstat {
 
 struct Config {
@@ -55,6 +60,7 @@ struct Config {
   // run() (tools/lockstat/calibrate.cpp), not an option
   uint64_t probe_cost_ns = 0;
   std::string svg;                       // --svg FILE: flame graph of the run's waits
+  std::string pprof;                     // --pprof FILE: the run's waits as a pprof profile
 };
 
 // The option table (generated --help, USAGE, man page SYNOPSIS).
@@ -231,6 +237,10 @@ void render(std::ostream& os, std::ostream& err, const Config& c, const Snapshot
 // --svg: the contended locks' call sites as folded stacks, "comm;outer;...;inner;
 // lock NAME" valued in microseconds of wait (the sites the report keeps, -s).
 void add_folded_waits(const Report& rep, bpfdiag::FoldedSet& out);
+// --pprof (pprof.cpp): the output over the run, and one report's rows of every class
+// as samples (contentions/count, delay/nanoseconds) by call site.
+bpfdiag::RunPprof pprof_output(const Config& c);
+void add_pprof(bpfdiag::PprofProfile& p, const Report& rep, const bpfdiag::Symbolizer& sym);
 
 bpfdiag::Status run(const Config& c);
 

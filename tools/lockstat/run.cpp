@@ -16,6 +16,7 @@
 #include "common/data_symbols.h"
 #include "common/debuginfo_hint.h"
 #include "common/flamegraph.h"
+#include "common/pprof.h"
 #include "common/proc.h"
 #include "common/pthread_probes.h"
 #include "common/stacks.h"
@@ -317,7 +318,9 @@ class Reporter {
         has_scans_(!c.unwind_dwarf && plan.has("OFF_TASK_STACK")),  // fp mode only
         has_rq_locks_(plan.has("RQ_CPUS")),
         flame_(c.svg, {"Lock Wait Flame Graph", "lockstat: wait time (us) at the contended locks' call sites",
-                       "us", FlamePalette::OffCpu}) {  // --svg: the waits of every report
+                       "us", FlamePalette::OffCpu}),  // --svg: the waits of every report
+        pprof_(pprof_output(c)) {                // --pprof: the same window
+    if (pprof_.enabled()) res_.sym().keep_origins();  // frames with their modules
     if (!c.kernel_only) start_maps_.push_back(c.uprobes ? "plock_start" : "futex_start");
     if (!c.user_only) start_maps_.push_back("klock_start");
   }
@@ -356,8 +359,13 @@ class Reporter {
                    "full (%llu entries); rerun with --map-entries %llu\n",
                    static_cast<unsigned long long>(s.dq.map_full), static_cast<unsigned long long>(c_.map_entries),
                    static_cast<unsigned long long>(std::min<uint64_t>(c_.map_entries * 4, 1u << 22)));
-    if (flame_.enabled()) add_folded_waits(build_report(s, names_, c_), flame_.stacks());
+    if (flame_.enabled() || pprof_.enabled()) {
+      Report r = build_report(s, names_, c_);
+      if (flame_.enabled()) add_folded_waits(r, flame_.stacks());
+      if (pprof_.enabled()) add_pprof(pprof_.profile(), r, res_.sym());
+    }
     if (Status st = final ? flame_.write() : std::nullopt; st && !failed_) failed_ = st;
+    if (Status st = final ? pprof_.write() : std::nullopt; st && !failed_) failed_ = st;
     if (final)
       for (const auto& [exe, pid] : exes_) {
         hint_debuginfo(pid, exe);
@@ -476,6 +484,7 @@ class Reporter {
   ebpf::BPFHashTable<uint32_t, lockstat_comm> comms_;
   const bool wakers_, has_scans_, has_rq_locks_;
   RunFlameGraph flame_;
+  RunPprof pprof_;
   std::vector<std::string> start_maps_;
   Names names_;
   std::map<std::string, uint32_t> exes_;  // binary -> a process that runs it (debuginfo hints)

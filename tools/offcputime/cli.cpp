@@ -58,6 +58,7 @@ ToolSpec make_spec() {
       opt::json("NDJSON: offcputime.start, an offcputime.stack record\n"
                 "per stack, then offcputime.summary (times in ns)"),
       opt::svg("write a flame graph of the whole run to FILE\n(off-CPU colours, times in us)"),
+      opt::pprof("write the whole run to FILE as a gzip-compressed\npprof profile (off_cpu in ns, for go tool pprof)"),
       opt::ebpf(),
       opt::help(),
       OptionSpec{"duration", "TIME", "trace for TIME (default unit s), then report", "Schedule"},
@@ -87,6 +88,7 @@ ToolSpec make_spec() {
       "  offcputime -fP -p 185 5 > out.folded  # per-thread flame graph input\n"
       "  offcputime -j 5        # NDJSON: every stack with offcpu_total_ns\n"
       "  offcputime -p 185 5 --svg off.svg  # an interactive flame graph\n"
+      "  offcputime -p 185 5 --pprof off.pb.gz  # for go tool pprof\n"
       "  offcputime -p 4242 --jvm-perfmap 10  # a JVM: Java methods named\n";
   s.positional = Positional::Duration;
   return s;

@@ -27,6 +27,11 @@
 #include "common/declared_waits.h"
 #include "common/wait_sites.h"
 
+namespace bpfdiag {
+class PprofProfile;
+class RunPprof;
+class Symbolizer;
+}  // namespace bpfdiag
 namespace ebpf {
 class BPFStackTable;
 }  // namespace ebpf
@@ -123,6 +128,10 @@ std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries);
 void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r);
 // Adds the entries' folded stacks to `set` (names per -P), values in ns.
 void add_folded(bpfdiag::FoldedSet& set, const Config& c, const std::vector<Entry>& entries);
+// --pprof (pprof.cpp): the output over the run, and one report's entries as samples
+// (off_cpu/nanoseconds, off_cpu_periods/count).
+bpfdiag::RunPprof pprof_output(const Config& c);
+void add_pprof(bpfdiag::PprofProfile& p, const std::vector<Entry>& entries, const bpfdiag::Symbolizer& sym);
 // Folded lines, merged (same name and frames summed), values in microseconds.
 std::vector<std::string> folded_lines(const Config& c, const std::vector<Entry>& entries);
 // The end-of-run warnings (lost stacks, full maps), each naming the option that fixes it.

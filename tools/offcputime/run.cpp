@@ -13,6 +13,7 @@
 #include "common/flamegraph.h"
 #include "common/jvm_attach.h"
 #include "common/jvm_state.h"
+#include "common/pprof.h"
 #include "common/runloop.h"
 #include "common/stack_reader.h"
 #include "common/symbolize.h"
@@ -158,6 +159,7 @@ Status run(const Config& user_config) {
   BpfSession& session = **loaded;
   if (c.unwind_dwarf) live.uw = &uw;
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
+  if (!c.pprof.empty()) live.sym.keep_origins();  // --pprof: frames with their modules
   for (auto p : c.pids) live.sym.remember(p);
   // System-wide, kernel names are needed by every report and Ctrl-C's budget bounds
   // the final one: /proc/kallsyms (~120k lines, 0.1-0.4 s of CPU) is read before the
@@ -180,6 +182,7 @@ Status run(const Config& user_config) {
   // --svg: the stacks of every report (ns; shown in us)
   RunFlameGraph flame(c.svg, {"Off-CPU Time Flame Graph", "offcputime: " + traced_text(c), "us", FlamePalette::OffCpu},
                       1000);
+  RunPprof pprof = pprof_output(c);  // --pprof: the same window
   Status svg_failed;
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) { poll_live(session, live, timeout_ms); };
@@ -217,9 +220,11 @@ Status run(const Config& user_config) {
     render(std::cout, std::cerr, c, rep);
     if (final) timing_mark("final: render");
     if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
+    if (pprof.enabled()) add_pprof(pprof.profile(), rep.entries, live.sym);
     if (!final) return;
     for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
     svg_failed = flame.write();
+    if (Status st = pprof.write(); st && !svg_failed) svg_failed = st;
   };
   TargetWatch watch(c.pids);  // -p: stop with "PID N exited" when every target is gone
   if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;

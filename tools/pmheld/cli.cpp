@@ -35,6 +35,7 @@ const char kExamples[] = R"(  pmheld -p 181             # hold times of PID 181'
   pmheld -p 181 -s 0 -n 3   # top 3 locks, no stacks (lower overhead)
   pmheld -S p99 -d 5        # all processes for 5 s, worst p99 hold first
   pmheld -p 181 -j -d 10    # NDJSON records per lock after 10 seconds
+  pmheld -p 181 -d 10 --pprof held.pb.gz  # for go tool pprof
 )";
 
 ToolSpec make_spec() {
@@ -62,6 +63,7 @@ ToolSpec make_spec() {
           opt::timestamp(),
           opt::json("NDJSON: pmheld.start, then per report one pmheld.lock\nper lock and a pmheld.summary"),
           opt::svg("write a flame graph of the hold times by acquiring\nstack to FILE when the run ends"),
+          opt::pprof("write the run's holds by acquiring stack to FILE\nas a gzip-compressed pprof profile (go tool pprof)"),
       }, "print where each probe was placed"),
       kExamples,
       Positional::None};

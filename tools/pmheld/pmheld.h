@@ -16,6 +16,11 @@
 #include "common/stacks.h"
 #include "common/table.h"
 
+namespace bpfdiag {
+class PprofProfile;
+class RunPprof;
+class Symbolizer;
+}  // namespace bpfdiag
 namespace pmheld {
 
 using bpfdiag::hex_addr;  // "0x55d0c0a4a040"
@@ -38,6 +43,7 @@ struct Config {
   std::string fields;          // --fields (summary table columns)
   bpfdiag::Schedule schedule;  // -i/-c/-d
   std::string svg;             // --svg FILE: flame graph of the run's hold times
+  std::string pprof;           // --pprof FILE: the same as a pprof profile
 };
 
 // The option table (generated --help, USAGE, man page SYNOPSIS).
@@ -76,6 +82,10 @@ std::string lost_stacks_warning(const Config& c, const bpfdiag::DataQuality& dq)
 // --svg: each lock's acquiring stacks as folded stacks, "comm;outer;...;inner;
 // lock NAME" valued in microseconds held (the stacks the report keeps, -s).
 void add_folded_holds(const std::vector<LockHold>& locks, bpfdiag::FoldedSet& out);
+// --pprof (pprof.cpp): the output over the run, and one report's holds as samples
+// (holds/count, hold/nanoseconds) by acquiring stack.
+bpfdiag::RunPprof pprof_output(const Config& c);
+void add_pprof(bpfdiag::PprofProfile& p, const std::vector<LockHold>& locks, const bpfdiag::Symbolizer& sym);
 
 // "cache_lock" or "0x55d0c0a4a040" for anonymous mutexes.
 std::string lock_name(const LockHold& l);

@@ -17,6 +17,7 @@
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
 #include "common/flamegraph.h"
+#include "common/pprof.h"
 #include "common/proc.h"
 #include "common/pthread_probes.h"
 #include "common/stack_reader.h"
@@ -59,7 +60,10 @@ const std::vector<CounterSlot> kCounters = {{PMHELD_C_UNMATCHED_END, "unmatched_
 
 class Collector {
  public:
-  Collector(BpfSession& s, const Config& c, UnwindMaps* uw) : s_(s), c_(c), uw_(uw) {}
+  Collector(BpfSession& s, const Config& c, UnwindMaps* uw) : s_(s), c_(c), uw_(uw) {
+    if (!c.pprof.empty()) sym_.keep_origins();  // --pprof: frames with their modules
+  }
+  const Symbolizer& sym() const { return sym_; }
 
   void remember(uint32_t pid) {
     if (comms_.count(pid)) return;
@@ -287,13 +291,16 @@ Status run(const Config& c) {
   RunFlameGraph flame(c.svg, {"Mutex Hold Time Flame Graph",
                               "pmheld: time (us) each pthread mutex was held, by acquiring stack", "us",
                               FlamePalette::OffCpu});  // --svg: the holds of every report
+  RunPprof pprof = pprof_output(c);  // --pprof: the same window
   Status svg_failed;
   RunHooks hooks;
   hooks.report = [&](bool final) {
     DataQuality dq = empty_dq();
     auto locks = col.collect(dq);
     if (flame.enabled()) add_folded_holds(locks, flame.stacks());
+    if (pprof.enabled()) add_pprof(pprof.profile(), locks, col.sym());
     if (final) svg_failed = flame.write();
+    if (Status st = final ? pprof.write() : std::nullopt; st && !svg_failed) svg_failed = st;
     uint64_t now = monotonic_ns();
     if (!c.json && !c.csv) std::cout << "\n";
     render(std::cout, std::cerr, c, std::move(locks), dq, window_ending_now(now - last, final));

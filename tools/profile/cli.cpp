@@ -41,6 +41,7 @@ ToolSpec make_spec() {
       opt::json("NDJSON: profile.start, a profile.stack record per\n"
                 "stack, then profile.summary"),
       opt::svg(),
+      opt::pprof("write the final report's samples to FILE as a\ngzip-compressed pprof profile (go tool pprof)"),
       opt::ebpf(),
       opt::help(),
       OptionSpec{"F,frequency", "HZ", "sample frequency per CPU (1-10000, default 49)", "Sampling"},
@@ -62,6 +63,7 @@ ToolSpec make_spec() {
       "  profile -f -p 185 5 > cpu.folded  # folded, for flamegraph\n"
       "  profile -p 4242 --jvm-perfmap -f 10  # a JVM: Java methods named\n"
       "  profile -p 185 5 --svg cpu.svg    # an interactive flame graph\n"
+      "  profile -p 185 5 --pprof cpu.pb.gz  # for go tool pprof -top cpu.pb.gz\n"
       "  profile -j -d 5        # NDJSON: every stack with its sample_count\n";
   s.positional = Positional::Duration;
   return s;

@@ -23,6 +23,11 @@
 #include "common/stack_tool.h"
 #include "common/stacks.h"
 
+namespace bpfdiag {
+class PprofProfile;
+class RunPprof;
+class Symbolizer;
+}  // namespace bpfdiag
 namespace profile {
 
 // The shared members (-p -t -U -K -f -P --svg -j --ebpf, schedule; delimiter is
@@ -73,6 +78,11 @@ std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries);
 void render(std::ostream& os, std::ostream& err, const Config& c, const Report& r);
 // Adds the entries' folded stacks to `set` (names per -P), values in samples.
 void add_folded(bpfdiag::FoldedSet& set, const Config& c, const std::vector<Entry>& entries);
+// --pprof (pprof.cpp): the output over the run (period 1e9/Hz ns), and one report's
+// entries as samples (samples/count, cpu/nanoseconds).
+bpfdiag::RunPprof pprof_output(const Config& c);
+void add_pprof(bpfdiag::PprofProfile& p, const Config& c, const std::vector<Entry>& entries,
+               const bpfdiag::Symbolizer& sym);
 // Folded lines (offcputime's folding), values in samples.
 bpfdiag::FoldedSet folded(const Config& c, const std::vector<Entry>& entries);
 // The end-of-run warnings (lost stacks, full maps), each naming the option that fixes it.

@@ -15,6 +15,7 @@
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
 #include "common/flamegraph.h"
+#include "common/pprof.h"
 #include "common/jvm_attach.h"
 #include "common/proc.h"
 #include "common/stack_reader.h"
@@ -103,6 +104,7 @@ Status run(const Config& c) {
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
   Symbolizer sym;
+  if (!c.pprof.empty()) sym.keep_origins();  // --pprof: frames with their modules
   for (auto p : c.pids) sym.remember(p);
   // System-wide, kernel names are needed by every report and Ctrl-C's budget bounds
   // the final one: /proc/kallsyms (~120k lines, 0.1-0.4 s of CPU) is read before the
@@ -120,6 +122,7 @@ Status run(const Config& c) {
   CounterDeltas deltas, uw_deltas;
   RunFlameGraph flame(c.svg, {"On-CPU Flame Graph", "profile: samples at " + traced_text(c), "samples",
                               FlamePalette::OnCpu});  // --svg
+  RunPprof pprof = pprof_output(c);                      // --pprof: the same window
   Status failure;
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
@@ -154,12 +157,14 @@ Status run(const Config& c) {
     add_symbolizer_dq(rep.dq, before, sym.stats());
     render(std::cout, std::cerr, c, rep);
     if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
+    if (pprof.enabled()) add_pprof(pprof.profile(), c, rep.entries, sym);
     if (!final) {
       forget_reported(session, sym);
       return;
     }
     for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
     failure = flame.write();
+    if (Status st = pprof.write(); st && !failure) failure = st;
   };
   TargetWatch watch(c.pids);  // -p: stop with "PID N exited" when every target is gone
   if (auto st = run_tool_loop(c.schedule, hooks, watch)) return st;

@@ -372,8 +372,11 @@ Report build_report(const Run& run) {
     if (!sec.empty() && c.sec[sec]->lines.size() == before)
       c.line(sec, t.name + ": " + (t.failed() ? "failed: " + t.stderr_last_line() : "nothing recorded"));
     for (auto& f : t.files)
-      if (f.size() > 4 && f.compare(f.size() - 4, 4, ".svg") == 0 && !sec.empty())
-        c.sec[sec]->figures.push_back({t.name + " flame graph", f});
+      if (f.size() > 4 && f.compare(f.size() - 4, 4, ".svg") == 0 && !sec.empty()) {
+        const std::string pb = f.substr(0, f.size() - 4) + ".pb.gz";  // the tool's --pprof, if it wrote one
+        bool has_pb = std::find(t.files.begin(), t.files.end(), pb) != t.files.end();
+        c.sec[sec]->figures.push_back({t.name + " flame graph", f, has_pb ? pb : ""});
+      }
   }
   locks_story(c, run);
   rank_findings(run, rep);

@@ -92,8 +92,13 @@ void spawn(ToolRun& t, int err_fd) {
     signal(SIGPIPE, SIG_DFL);
     int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (in < 0 || dup2(in, 0) < 0 || dup2(fds[1], 1) < 0 || dup2(err_fd, 2) < 0) _exit(126);
+    int pprof_fd = t.pprof_fd;
+    if (pprof_fd == kSvgFd && (pprof_fd = fcntl(pprof_fd, F_DUPFD_CLOEXEC, kPprofFd + 1)) < 0) _exit(126);
     if (t.svg_fd >= 0) {  // --svg /proc/self/fd/3
       if (t.svg_fd == kSvgFd ? fcntl(kSvgFd, F_SETFD, 0) < 0 : dup2(t.svg_fd, kSvgFd) < 0) _exit(126);
+    }
+    if (pprof_fd >= 0) {  // --pprof /proc/self/fd/4
+      if (pprof_fd == kPprofFd ? fcntl(kPprofFd, F_SETFD, 0) < 0 : dup2(pprof_fd, kPprofFd) < 0) _exit(126);
     }
     std::vector<char*> av;
     for (auto& a : t.argv) av.push_back(const_cast<char*>(a.c_str()));
@@ -174,7 +179,8 @@ void start_tools(Run& run, std::vector<int>& out) {
     out[i] = create_report_file(run, base + ".ndjson");
     int err = create_report_file(run, base + ".stderr.txt");
     if (t.own_svg) t.svg_fd = create_report_file(run, base + ".svg");
-    if (out[i] < 0 || err < 0 || (t.own_svg && t.svg_fd < 0)) {
+    if (t.own_pprof) t.pprof_fd = create_report_file(run, base + ".pb.gz");
+    if (out[i] < 0 || err < 0 || (t.own_svg && t.svg_fd < 0) || (t.own_pprof && t.pprof_fd < 0)) {
       t.error = "cannot create its files in " + run.dir + ": " + std::strerror(errno);
       if (err >= 0) close(err);
       continue;

@@ -122,17 +122,6 @@ int create_report_file(const Run& run, const std::string& name) {
   return openat(run.dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 }
 
-bool write_all(int fd, const std::string& text) {
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 Status write_report_file(const Run& run, const std::string& name, const std::string& text) {
   int fd = create_report_file(run, name);
   if (fd < 0) return Error{"cannot create " + run.dir + "/" + name + ": " + std::strerror(errno)};

@@ -40,7 +40,7 @@ bool has_option(const ToolSpec& s, const std::string& name) {
 bool forbidden(const OptionSpec& o) {
   static const std::set<std::string> kSetByRunbook{"json",     "csv",  "folded", "pid", "tid",     "interval",
                                                    "count",    "duration", "help", "ebpf", "svg", "children",
-                                                   "version"};
+                                                   "version",  "pprof"};
   if (kSetByRunbook.count(long_name(o))) return true;
   for (const char* word : {"FILE", "DIR", "PATH"})
     if (o.arg.find(word) != std::string::npos) return true;
@@ -126,6 +126,10 @@ Status plan_tools(Run& run) {
     if (has_option(spec, "svg")) {
       t.own_svg = true;
       t.argv.insert(t.argv.end(), {"--svg", "/proc/self/fd/" + std::to_string(kSvgFd)});
+    }
+    if (has_option(spec, "pprof")) {
+      t.own_pprof = true;
+      t.argv.insert(t.argv.end(), {"--pprof", "/proc/self/fd/" + std::to_string(kPprofFd)});
     }
     if (has_option(spec, "duration")) t.argv.insert(t.argv.end(), {"--duration", std::to_string(backstop_s) + "s"});
     std::vector<std::string> check = t.argv;

@@ -96,7 +96,10 @@ std::string render_markdown(const Report& r) {
         os << "\n";
       }
     }
-    for (auto& fig : s.figures) os << "\n![" << fig.title << "](" << fig.file << ")\n";
+    for (auto& fig : s.figures) {
+      os << "\n![" << fig.title << "](" << fig.file << ")\n";
+      if (!fig.pprof.empty()) os << "\npprof profile: [" << fig.pprof << "](" << fig.pprof << ") (`go tool pprof -http=: " << fig.pprof << "`)\n";
+    }
     if (!s.pre.empty()) os << "\n```sh\n" << s.pre << "```\n";
   }
   return os.str();
@@ -143,7 +146,10 @@ std::string render_html(const Report& r, int dir_fd) {
     for (auto& fig : s.figures) {
       std::string svg = read_report_file(dir_fd, fig.file);
       os << "<h3>" << html_escape(fig.title) << " (<a href=\"" << html_escape(fig.file) << "\">" << html_escape(fig.file)
-         << "</a>)</h3>\n";
+         << "</a>";
+      if (!fig.pprof.empty())
+        os << ", pprof: <a href=\"" << html_escape(fig.pprof) << "\">" << html_escape(fig.pprof) << "</a>";
+      os << ")</h3>\n";
       if (!svg.empty())
         os << "<iframe class=\"flamegraph\" title=\"" << html_escape(fig.title) << "\" src=\"data:image/svg+xml;base64,"
            << base64(svg) << "\"></iframe>\n";

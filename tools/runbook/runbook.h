@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/options.h"
+#include "common/output.h"
 #include "common/result.h"
 #include "common/runbook_file.h"
 
@@ -43,6 +44,7 @@ struct Config {
 constexpr uint64_t kAttachTimeoutNs = 120'000'000'000ULL;  // BPF compiles of 5 tools on a busy box
 constexpr uint64_t kBackstopMarginS = 30;  // a tool's --duration: window + attach timeout + this
 constexpr int kSvgFd = 3;  // a tool's --svg is /proc/self/fd/3: a file runbook created
+constexpr int kPprofFd = 4;  // a tool's --pprof is /proc/self/fd/4: TOOL.pb.gz, runbook's
 
 extern const bpfdiag::ToolSpec kSpec;
 bpfdiag::Result<Config> parse(int argc, char** argv);
@@ -57,6 +59,8 @@ struct ToolRun {
   std::string exe;                // "" : not found
   bool own_svg = false;           // the tool was given --svg (it writes its SVG itself)
   int svg_fd = -1;                // with own_svg: TOOL.svg, created by runbook
+  bool own_pprof = false;         // the tool was given --pprof (a pprof profile of the window)
+  int pprof_fd = -1;              // with own_pprof: TOOL.pb.gz, created by runbook
   bool whole_machine = false;     // -p was given but the tool has none (e.g. runqlen)
   pid_t pid = -1;
   int out_fd = -1;
@@ -107,7 +111,7 @@ bpfdiag::Status open_report_dir(Run& run);
 // NAME created in the report directory (O_CREAT|O_EXCL|O_NOFOLLOW, 0644, O_CLOEXEC);
 // -1 and errno when it cannot be.
 int create_report_file(const Run& run, const std::string& name);
-bool write_all(int fd, const std::string& text);
+using bpfdiag::write_all;  // common/output.h
 // Creates NAME and writes TEXT; an error names the file.
 bpfdiag::Status write_report_file(const Run& run, const std::string& name, const std::string& text);
 // NAME of the report directory ("" when absent), never through a symbolic link.
@@ -143,6 +147,7 @@ struct Finding {
 struct Figure {
   std::string title;
   std::string file;  // SVG file name in the report directory
+  std::string pprof;  // the same stacks as a pprof profile (TOOL.pb.gz), "" if none
 };
 struct Section {
   std::string title;

@@ -97,6 +97,17 @@ void write_stacks(Run& run) {
     close(t.svg_fd);
     t.svg_fd = -1;
   }
+  // the pprof profile a tool given --pprof wrote (TOOL.pb.gz), listed next to its flame
+  // graph; the file runbook created for one it did not write is removed
+  for (auto& t : run.tools) {
+    if (t.pprof_fd < 0) continue;
+    const std::string pb = (t.base.empty() ? t.name : t.base) + ".pb.gz";
+    struct stat st;
+    if (fstat(t.pprof_fd, &st) == 0 && st.st_size > 0) t.files.push_back(pb);
+    else unlinkat(run.dir_fd, pb.c_str(), 0);
+    close(t.pprof_fd);
+    t.pprof_fd = -1;
+  }
 }
 
 }  // namespace runbook
