@@ -245,7 +245,7 @@ TEST_CASE("pprof: functions, locations, mappings and strings are deduplicated; s
   CHECK(d.mappings == 2);  // app, libc
   std::map<std::string, int> seen;
   for (auto& s : d.strings) seen[s]++;
-  for (auto& [s, n] : seen) CHECK_MESSAGE(n == 1, s);
+  for (auto& kv : seen) CHECK_MESSAGE(kv.second == 1, kv.first);
   CHECK(d.samples[2].files == std::vector<std::string>{"/usr/lib/libc.so.6", "/usr/bin/app"});
   CHECK(d.samples[2].addrs == std::vector<uint64_t>{0x7000, 0x1200});
   const Message& m = d.mapping_msgs.begin()->second;
