@@ -124,16 +124,20 @@ Status ask(int sfd, const std::string& command, uint64_t deadline_ms, std::strin
 
 }  // namespace
 
-bool is_hotspot_jvm(uint32_t pid) {
+std::optional<MapsLine> libjvm_mapping(uint32_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/maps");
+  std::optional<MapsLine> lib;
+  const std::string suffix = "/libjvm.so";
   for (std::string l; std::getline(f, l);) {
     auto m = parse_maps_line(l);
-    const std::string lib = "/libjvm.so";
-    if (m && m->path.size() > lib.size() && m->path.compare(m->path.size() - lib.size(), lib.size(), lib) == 0)
-      return true;
+    if (m && m->path.size() > suffix.size() &&
+        m->path.compare(m->path.size() - suffix.size(), suffix.size(), suffix) == 0 && (!lib || m->offset < lib->offset))
+      lib = m;
   }
-  return false;
+  return lib;
 }
+
+bool is_hotspot_jvm(uint32_t pid) { return libjvm_mapping(pid).has_value(); }
 
 Status request_jvm_perfmap(uint32_t pid, int timeout_ms) {
   const uint64_t deadline = now_ms() + static_cast<uint64_t>(timeout_ms);

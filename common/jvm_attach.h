@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/proc.h"
 #include "common/result.h"
 
 namespace bpfdiag {
@@ -30,6 +31,9 @@ struct JvmIds {
 };
 std::optional<JvmIds> jvm_ids(uint32_t pid);
 
+// The mapping of libjvm.so with the lowest file offset in process `pid`'s
+// /proc/PID/maps (a HotSpot JVM); nullopt when none.
+std::optional<MapsLine> libjvm_mapping(uint32_t pid);
 // True when process `pid` maps a libjvm.so (a HotSpot JVM).
 bool is_hotspot_jvm(uint32_t pid);
 

@@ -11,6 +11,7 @@
 
 #include "common/bpf_session.h"
 #include "common/elf_file.h"
+#include "common/jvm_attach.h"
 #include "common/proc.h"
 #include "common/runloop.h"
 #include "common/untrusted_file.h"
@@ -69,15 +70,7 @@ constexpr size_t kClassReadBudget = 4 * kMaxJvmClassDepth + 4;
 // The gHotSpotVM* symbols of libjvm.so, relocated into the process: the JVM that `pid`
 // maps. Error when there is none or its file is refused.
 Result<std::map<std::string, uint64_t>> hotspot_symbols(uint32_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/maps");
-  std::optional<MapsLine> lib;
-  const std::string suffix = "/libjvm.so";
-  for (std::string l; std::getline(f, l);) {
-    auto m = parse_maps_line(l);
-    if (m && m->path.size() > suffix.size() && m->path.compare(m->path.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-        (!lib || m->offset < lib->offset))
-      lib = m;
-  }
+  std::optional<MapsLine> lib = libjvm_mapping(pid);
   if (!lib) return Error{"not a HotSpot JVM (no libjvm.so mapped)"};
   auto opened = open_mapping(pid, map_range(lib->start, lib->end), lib->path);
   if (!opened.file) return Error{"cannot read " + lib->path + (opened.refused.empty() ? "" : ": " + opened.refused)};
