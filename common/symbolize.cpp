@@ -20,6 +20,7 @@
 #include "common/elf_symbols.h"
 #include "common/proc.h"
 #include "common/runloop.h"
+#include "common/target.h"
 #include "common/untrusted_file.h"
 
 namespace bpfdiag {
@@ -94,24 +95,9 @@ static bool same_vdso(uint32_t pid, uint64_t start) {
   return same;
 }
 
-// Start time of pid (field 22 of /proc/PID/stat, clock ticks since boot): tells a
-// process from a later one that reuses its PID. 0 when there is no such process.
-static uint64_t proc_start_time(uint32_t pid) {
-  char path[48], buf[1024];
-  std::snprintf(path, sizeof path, "/proc/%u/stat", pid);
-  FILE* f = std::fopen(path, "re");
-  if (!f) return 0;
-  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  const char* p = std::strrchr(buf, ')');  // comm may contain spaces and ')'
-  if (!p) return 0;
-  // after ") " come fields 3.. ; starttime is field 22
-  int field = 2;
-  for (; *p && field < 22; ++p)
-    if (*p == ' ') ++field;
-  return std::strtoull(p, nullptr, 10);
-}
+// Start time of pid (common/target.h): tells a process from a later one that reuses
+// its PID. 0 when there is no such process.
+static uint64_t start_time_of(uint32_t pid) { return proc_start_time(pid).value_or(0); }
 
 Symbolizer::Symbolizer() : Symbolizer(Options{}) {}
 Symbolizer::Symbolizer(Options o) : opt_(o) {}
@@ -153,7 +139,7 @@ size_t Symbolizer::forget_exited(const std::function<bool(uint32_t)>& keep) {
   size_t n = 0;
   for (auto it = procs_.begin(); it != procs_.end();) {
     uint32_t pid = it->first;
-    bool gone = it->second->start_time == 0 || proc_start_time(pid) != it->second->start_time;
+    bool gone = it->second->start_time == 0 || start_time_of(pid) != it->second->start_time;
     if (gone && !(keep && keep(pid))) {
       it = procs_.erase(it);
       ++n;
@@ -184,7 +170,7 @@ size_t Symbolizer::forget_exited_every(uint64_t interval_ns,
   std::set<uint32_t> gone;
   for (auto& [pid, p] : procs_) {
     if (stop_signal()) return 0;
-    if (p->start_time == 0 || proc_start_time(pid) != p->start_time) gone.insert(pid);
+    if (p->start_time == 0 || start_time_of(pid) != p->start_time) gone.insert(pid);
   }
   if (gone.empty() || stop_signal()) return 0;
   std::set<uint32_t> needed = still_needed ? still_needed() : std::set<uint32_t>{};
@@ -299,7 +285,7 @@ bool Symbolizer::load_process(uint32_t pid, Process& p) {
       }
   }
   if (!any) return false;
-  p.start_time = proc_start_time(pid);
+  p.start_time = start_time_of(pid);
   std::map<std::string, size_t> index;  // path -> module index
   skipped_elf_ = false;
   for (auto& r : raws) {

@@ -19,6 +19,7 @@
 #include "common/bpf_plan.h"
 #include "common/embedded.h"
 #include "common/filters.h"
+#include "tests/unit/temp_dir.h"
 #include "tests/unit/test_env.h"
 
 using namespace bpfdiag;
@@ -71,14 +72,7 @@ BpfObject sample() {
   return o;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/bpfdiag-objtest-XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using bpfdiag_test::TempDir;
 
 struct EnvVar {
   std::string name;
@@ -176,7 +170,7 @@ TEST_CASE("bpf object cache key: covers every embedded BPF header, byte for byte
 }
 
 TEST_CASE("bpf object cache: stores and finds by key, only in a directory and files that are ours alone") {
-  TempDir t;
+  TempDir t("bpfdiag-objtest");
   std::string dir = t.path + "/cache";
   EnvVar d("BPFDIAG_CACHE_DIR", dir);
   auto c = BpfObjectCache::open();
@@ -251,7 +245,7 @@ TEST_CASE("bpf object cache: a program compiled, then loaded from the cache, cou
   if (!require_env(geteuid() == 0, "needs root")) return;
   if (!require_env(access("/sys/kernel/btf/vmlinux", R_OK) == 0, "needs /sys/kernel/btf/vmlinux")) return;
   REQUIRE_FALSE(ensure_tracefs());
-  TempDir t;
+  TempDir t("bpfdiag-objtest");
   EnvVar d("BPFDIAG_CACHE_DIR", t.path + "/cache");
   const std::string text = R"(
 #include "filters.h"

@@ -21,6 +21,7 @@
 
 #include "common/symbolize.h"
 #include "tests/unit/test_env.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace bpfdiag;
 using bpfdiag_test::require_env;
@@ -54,16 +55,7 @@ std::string capture(const std::string& cmd) {
   return out;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/symelf-XXXXXX";
-    if (mkdtemp(t)) path = t;
-  }
-  ~TempDir() {
-    if (!path.empty()) sh("rm -rf '" + path + "'");
-  }
-};
+using bpfdiag_test::TempDir;
 
 // Builds dir/name.so from kSource (with VARIANT), keeps an unstripped copy as
 // dir/name.full.so, strips dir/name.so to .dynsym only. Returns false when the
@@ -112,7 +104,7 @@ struct Dso {
 
 TEST_CASE("symbolize: a stripped DSO resolves its .dynsym names and gives module offsets for the rest") {
   if (!require_env(toolchain(), "cc/strip/objcopy/nm/readelf needed to build a test DSO")) return;
-  TempDir d;
+  TempDir d("symelf");
   REQUIRE(!d.path.empty());
   REQUIRE(build_dso(d.path, "libsymstrip", 5));
   const std::string so = d.path + "/libsymstrip.so";
@@ -149,7 +141,7 @@ TEST_CASE("symbolize: a stripped DSO's local functions come from its build-id de
   // option for another directory), so the test installs one there, named by the
   // DSO's own fresh build id, and removes it afterwards.
   if (!require_env(geteuid() == 0, "installing a file under /usr/lib/debug/.build-id needs root")) return;
-  TempDir d;
+  TempDir d("symelf");
   REQUIRE(!d.path.empty());
   // a variant no other test uses, plus our pid: a build id nobody else has
   REQUIRE(build_dso(d.path, "libsymdebug", 1000 + static_cast<int>(getpid() % 100000)));
@@ -194,7 +186,7 @@ TEST_CASE("symbolize: a stripped DSO's local functions come from its build-id de
 TEST_CASE("symbolize: an ELF whose extended numbering claims 16M section headers is refused quickly") {
   // Issue 19 item 4: e_shnum 0 and section 0's sh_size 16.7M in a 1 GiB sparse file
   // (8 KiB allocated) made the symbolizer's libelf open allocate 4.3 GB over 23 s.
-  TempDir d;
+  TempDir d("symelf");
   REQUIRE(!d.path.empty());
   const std::string path = d.path + "/sparse.so";
   const uint64_t shnum = ((1ULL << 30) - 8192) / 64;

@@ -15,6 +15,7 @@
 #include "common/elf_file.h"
 #include "common/untrusted_file.h"
 #include "tests/unit/test_env.h"
+#include "tests/unit/temp_dir.h"
 
 using bpfdiag_test::require_env;
 
@@ -22,15 +23,7 @@ using namespace bpfdiag;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/untrusted-test-XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string operator/(const std::string& n) const { return path + "/" + n; }
-};
+using bpfdiag_test::TempDir;
 
 void write_file(const std::string& p, const std::string& text) {
   std::ofstream f(p, std::ios::binary);
@@ -66,7 +59,7 @@ std::string capture_stderr(F fn) {
 }  // namespace
 
 TEST_CASE("untrusted: a regular file opens, read-only, at its identity") {
-  TempDir d;
+  TempDir d("untrusted-test");
   write_file(d / "ok", "hello\n");
   auto r = open_untrusted(d / "ok", {});
   REQUIRE(r.file.get() != nullptr);
@@ -86,7 +79,7 @@ TEST_CASE("untrusted: a regular file opens, read-only, at its identity") {
 }
 
 TEST_CASE("untrusted: a FIFO is refused at once, never opened for reading") {
-  TempDir d;
+  TempDir d("untrusted-test");
   REQUIRE(mkfifo((d / "fifo").c_str(), 0644) == 0);
   auto t0 = std::chrono::steady_clock::now();
   auto r = open_untrusted(d / "fifo", {});
@@ -99,7 +92,7 @@ TEST_CASE("untrusted: a FIFO is refused at once, never opened for reading") {
 }
 
 TEST_CASE("untrusted: symlinks are refused (last component or in the path)") {
-  TempDir d;
+  TempDir d("untrusted-test");
   write_file(d / "target", "x\n");
   REQUIRE(symlink("/dev/zero", (d / "zero").c_str()) == 0);
   REQUIRE(symlink((d / "target").c_str(), (d / "link").c_str()) == 0);
@@ -129,7 +122,7 @@ TEST_CASE("untrusted: symlinks are refused (last component or in the path)") {
 }
 
 TEST_CASE("untrusted: directories and devices are refused") {
-  TempDir d;
+  TempDir d("untrusted-test");
   auto dir = open_untrusted(d.path, {});
   CHECK_FALSE(dir.file.get() != nullptr);
   CHECK(dir.refused == "not a regular file (a directory)");
@@ -139,7 +132,7 @@ TEST_CASE("untrusted: directories and devices are refused") {
 }
 
 TEST_CASE("untrusted: files over the size cap are refused") {
-  TempDir d;
+  TempDir d("untrusted-test");
   int fd = open((d / "big").c_str(), O_CREAT | O_WRONLY, 0644);
   REQUIRE(fd >= 0);
   REQUIRE(ftruncate(fd, static_cast<off_t>(kMaxPerfMapSize + 1)) == 0);  // sparse
@@ -153,7 +146,7 @@ TEST_CASE("untrusted: files over the size cap are refused") {
 }
 
 TEST_CASE("untrusted: owner rule (root or the process's uid)") {
-  TempDir d;
+  TempDir d("untrusted-test");
   write_file(d / "map", "1000 10 f\n");
   struct stat st {};
   REQUIRE(stat((d / "map").c_str(), &st) == 0);
@@ -184,7 +177,7 @@ TEST_CASE("untrusted: missing files are silent failures, not refusals") {
 }
 
 TEST_CASE("untrusted: open_in_proc_root stays inside the process's root") {
-  TempDir d;
+  TempDir d("untrusted-test");
   write_file(d / "f", "z\n");
   uint32_t self = static_cast<uint32_t>(getpid());
   CHECK(open_in_proc_root(self, d / "f", {}).file.get() != nullptr);
@@ -192,7 +185,7 @@ TEST_CASE("untrusted: open_in_proc_root stays inside the process's root") {
 }
 
 TEST_CASE("untrusted: capped line reader") {
-  TempDir d;
+  TempDir d("untrusted-test");
   std::string long_line(5000, 'x');
   write_file(d / "lines", "a 1 one\n" + long_line + "\nb 2 two\nlast");
   auto r = open_untrusted(d / "lines", {});
@@ -234,7 +227,7 @@ TEST_CASE("elf_file: reads this test binary, not a FIFO or a text file") {
   REQUIRE(e->read(0, 4, magic));
   CHECK(magic[1] == 'E');
   CHECK_FALSE(e->read(r.file->size() - 2, 4, magic));  // past the end
-  TempDir d;
+  TempDir d("untrusted-test");
   write_file(d / "text", "not elf\n");
   CHECK(ElfFile::open(open_untrusted(d / "text", {}).file).get() == nullptr);
   CHECK(ElfFile::open(nullptr).get() == nullptr);
@@ -304,7 +297,7 @@ ElfHeaderCheck check_path(const std::string& p) {
 }  // namespace
 
 TEST_CASE("elf_file: extended numbering claiming 16M section headers is refused before libelf") {
-  TempDir d;
+  TempDir d("untrusted-test");
   // the issue's file: e_shnum 0, section 0 says 16.7M headers, 1 GiB - 4 KiB apparent
   ElfSpec s;
   s.shoff = 4096, s.write_s0 = true, s.s0_size = ((1ULL << 30) - 8192) / 64, s.shstrndx = SHN_XINDEX;
@@ -337,7 +330,7 @@ TEST_CASE("elf_file: extended numbering claiming 16M section headers is refused 
 }
 
 TEST_CASE("elf_file: extended numbering resolved from section 0 (shstrndx, phnum)") {
-  TempDir d;
+  TempDir d("untrusted-test");
   ElfSpec s;
   s.shoff = 64, s.write_s0 = true, s.s0_size = 3, s.s0_link = 2, s.shstrndx = SHN_XINDEX;
   s.size = 64 + 3 * 64;
@@ -360,7 +353,7 @@ TEST_CASE("elf_file: extended numbering resolved from section 0 (shstrndx, phnum
 }
 
 TEST_CASE("elf_file: header tables outside the file, of the wrong entry size, or in holes are refused") {
-  TempDir d;
+  TempDir d("untrusted-test");
   ElfSpec s;
   s.shoff = 4096, s.shnum = 100, s.size = 8192;  // 6400 bytes of headers from 4096
   write_elf(d / "outside", s);

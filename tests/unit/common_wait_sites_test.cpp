@@ -12,24 +12,13 @@
 #include "common/jvm_state.h"
 #include "common/wait_sites.h"
 #include "tests/unit/test_env.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace bpfdiag;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/bpfdiag-wait-rules-XXXXXX";
-    REQUIRE(mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() { (void)std::system(("rm -rf '" + path + "'").c_str()); }
-  void write(const std::string& name, const std::string& text, mode_t mode = 0644) const {
-    std::ofstream(path + "/" + name) << text;
-    REQUIRE(chmod((path + "/" + name).c_str(), mode) == 0);
-  }
-};
+using bpfdiag_test::TempDir;
 
 }  // namespace
 
@@ -210,7 +199,7 @@ TEST_CASE("built-in rules on real runtimes' wait stacks") {
 TEST_CASE("rule directory: root-owned, not group/other-writable, no symlinks; bad lines skipped") {
   // the owner rule needs root to create root-owned files
   if (!bpfdiag_test::require_env(geteuid() == 0, "needs root")) return;
-  TempDir d;
+  TempDir d("bpfdiag-wait-rules");
   d.write("10-app.rules", "lock  my_app_lock_wait  my app's lock\nbogus line here\n");
   d.write("20-open.rules", "idle  world_writable_rule  x\n", 0666);
   d.write("ignored.txt", "idle  not_a_rules_file  x\n");
