@@ -75,7 +75,10 @@ def read_capped(dir_fd, name, cap=MAX_JSON):
 
 
 def read_json(dir_fd, name):
-    return json.loads(read_capped(dir_fd, name).decode("utf-8", errors="replace"))
+    try:
+        return json.loads(read_capped(dir_fd, name).decode("utf-8", errors="replace"))
+    except RecursionError:
+        raise ValueError("%s nests too deep" % name) from None
 
 
 def unpack(run_fd, host):

@@ -89,7 +89,7 @@ hostile = os.path.join(TMP, "hostile")
 os.mkdir(hostile, 0o700)
 outside = os.path.join(TMP, "outside")
 with open(os.path.join(hostile, "hosts.json"), "w") as f:
-    json.dump({"hosts": ["evil", "../escape", "gone", "broken", "bad"], "started": "<b>now</b>",
+    json.dump({"hosts": ["evil", "../escape", "gone", "broken", "bad", "deep"], "started": "<b>now</b>",
                "failures": {"bad": {"run": hostile, "step": "<u>step</u>", "error": "<svg onload=alert(1)>"},
                             "gone": {"run": "/elsewhere", "step": "an earlier run's"}}}, f)
 evil_run = {"suite": "bpfdiag", "runbook": "<script>alert(1)</script>", "version": "0.3.0", "host": "x\x1b[31m",
@@ -115,6 +115,14 @@ with open(os.path.join(hostile, "evil.tar.gz"), "wb") as f:
     f.write(buf.getvalue())
 with open(os.path.join(hostile, "broken.tar.gz"), "wb") as f:
     f.write(b"not a tar file")
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w:gz") as t:
+    deep = b"[" * 200000 + b"]" * 200000
+    ti = tarfile.TarInfo("run.json")
+    ti.size = len(deep)
+    t.addfile(ti, io.BytesIO(deep))
+with open(os.path.join(hostile, "deep.tar.gz"), "wb") as f:
+    f.write(buf.getvalue())
 r = subprocess.run([sys.executable, INDEX, hostile], capture_output=True, text=True, timeout=60)
 check(r.returncode == 0 and os.path.exists(os.path.join(hostile, "index.html")),
       "fleet_index.py writes the index of a hostile run (rc %d, %r)" % (r.returncode, r.stderr[-300:]))
@@ -128,17 +136,23 @@ check(page and ix.raw_scripts == 0 and "<img" not in page and "<i>" not in page 
       and "<u>" not in page and "<svg" not in page and "&lt;svg onload=alert(1)&gt;" in page
       and "&lt;img src=x onerror=alert(1)&gt;" in page and "\x1b" not in page + r.stdout,
       "hostile run.json: every string escaped in the page, no control characters on the page or stdout")
-check(ix.order == ["evil", "../escape", "gone", "broken", "bad"]
-      and [ix.rows[h]["status"] for h in ix.order] == ["ok", "failed", "no result", "bad report", "failed"],
+check(ix.order == ["evil", "../escape", "gone", "broken", "bad", "deep"]
+      and [ix.rows[h]["status"] for h in ix.order] == ["ok", "failed", "no result", "bad report", "failed", "bad report"],
       "hostile run: every listed host in the index, bad name failed, missing one 'no result' (another run's "
-      "failure ignored), bad archive 'bad report' (%s)" % [(h, ix.rows[h]["status"]) for h in ix.order])
+      "failure ignored), bad archive or run.json 'bad report' (%s)" % [(h, ix.rows[h]["status"]) for h in ix.order])
 check('content="default-src \'none\'' in page, "the index forbids scripts (Content-Security-Policy)")
 
 # --- 2. the playbook on four local host aliases --------------------------------------------
-wl = subprocess.Popen([workload("mutex_contention"), "--threads", "4", "--hold-us", "500", "--gap-us", "200",
+# a copy of the workload under a name of its own: host-b finds it by name, and another
+# mutex_contention running on this machine must not be taken for it
+wl_exe = os.path.join(TMP, "fleetwl%d" % (os.getpid() % 100000))
+shutil.copy(workload("mutex_contention"), wl_exe)
+wl = subprocess.Popen([wl_exe, "--threads", "4", "--hold-us", "500", "--gap-us", "200",
                        "--hold-mode", "sleep", "--duration-ms", "120000"],
                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-comm = wait_for(lambda: open("/proc/%d/comm" % wl.pid).read().strip(), 5, "the workload runs")
+comm = os.path.basename(wl_exe)
+# (Popen can return before the kernel renames the child: wait for the name itself)
+wait_for(lambda: open("/proc/%d/comm" % wl.pid).read().strip() == comm, 5, "the workload runs, named %s" % comm)
 fleet = os.path.join(TMP, "fleet")
 # host-d's bpfdiag: the real one, except that its runbook hangs (a host whose run never
 # ends: the play must end it at bpfdiag_timeout and go on)
@@ -178,8 +192,8 @@ wl.kill()
 wl.wait()
 print("     ansible-playbook took %.1f s" % took)
 recap = dict(re.findall(r"^(\S+)\s+: (ok=.*)$", r.stdout, re.M))
-if r.returncode != 2:
-    print(r.stdout[-4000:], r.stderr[-2000:])
+if r.returncode != 2 or os.environ.get("FLEET_VERBOSE"):
+    print(r.stdout[-20000:], r.stderr[-2000:])
 check(r.returncode == 2 and "2 of 4 hosts failed: host-c" in r.stdout and "host-d (" in r.stdout,
       "the play ran to its end and exits 2 naming the two failed hosts (rc %d)" % r.returncode)
 check(all(re.search(r"\bfailed=0\b", recap.get(h, "failed=?")) and "unreachable=0" in recap.get(h, "")
@@ -276,7 +290,6 @@ left = [p for d in ("ansible-async", "ansible-remote") for p in glob.glob(os.pat
 check(not left, "no async job file or module left on the hosts (%s)" % left)
 check(all(os.path.exists(p) == was for p, was in LEFT_BEFORE.items()),
       "ansible wrote nothing in %s (~/.ansible, ~/.ansible_async)" % ROOT_HOME)
-check(took < 60, "the fleet play took %.1f s (< 60 s)" % took)
 
 shutil.rmtree(TMP, ignore_errors=True)
 finish()
