@@ -8,14 +8,16 @@ ansible-core) on an inventory of local host aliases, with the tools of the build
   PID, its findings (run.json's "findings", the same as report.md's) are the ones the
   workload makes: lockstat's top finding names cache_lock; naptime counts the
   workload's sleeps.
-- host-c: bpfdiag_command that does not exist; host-d: a 60 s window with a 3 s
-  timeout (a hung host). Both are in the index as failed, with the step and the
-  reason; the play exits 2 naming them; host-d's runbook and tools are gone after it.
+- host-c: bpfdiag_command that does not exist; host-d: a bpfdiag whose runbook hangs
+  (the real one for doctor), with a 3 s timeout. Both are in the index as failed, with
+  the step and the reason; the play exits 2 naming them; host-d's hung run is gone
+  after it.
 - index.html lists the four hosts in inventory order, links each fetched host's
   report.html and run.json (files that exist), shows host-a's cache_lock finding.
 - fleet_index.py against a hostile report (symlinks, ../ paths, markup in run.json,
   a huge file): nothing written outside the host's directory, nothing unescaped.
-- Nothing is left: no remote temporary directory, no ~/.ansible, no process.
+- Nothing is left: no remote temporary directory, no async job file, no ~/.ansible,
+  no process. (The play's time is printed: 40 s on a 2-CPU machine at load 6.)
 """
 import glob
 import html.parser
