@@ -14,8 +14,10 @@ ansible-core) on an inventory of local host aliases, with the tools of the build
   after it.
 - index.html lists the four hosts in inventory order, links each fetched host's
   report.html and run.json (files that exist), shows host-a's cache_lock finding.
-- fleet_index.py against a hostile report (symlinks, ../ paths, markup in run.json,
-  a huge file): nothing written outside the host's directory, nothing unescaped.
+- fleet_index.py against hostile reports (a symlink, a device, ../, absolute and nested
+  paths in the archive, markup and control characters in run.json and in a failure,
+  JSON nested 200000 deep, a broken archive, a bad host name): nothing written outside
+  the host's directory, nothing unescaped, every host listed with its status.
 - Nothing is left: no remote temporary directory, no async job file, no ~/.ansible,
   no process. (The play's time is printed: 40 s on this 2-CPU machine at load 6,
   85-106 s at load 11.)
