@@ -150,3 +150,29 @@ TEST_CASE("runbook: a pool blocked on locks that lockstat does not see is said i
   CHECK(said.find("Java LockSupport.park (class unclassified, 8 threads, 46000.0 ms)") != std::string::npos);
   CHECK(said.find("lockstat does not see") == std::string::npos);
 }
+
+TEST_CASE("runbook: run.json's findings are report.md's, in its order, with their flags") {
+  Run run = mariadb_run();
+  Report rep = build_report(run);
+  json fs = findings_json(rep);
+  REQUIRE(fs.size() == rep.findings.size());
+  std::string md = render_markdown(rep);
+  size_t at = 0;
+  for (size_t i = 0; i < fs.size(); ++i) {
+    const Finding& f = rep.findings[i];
+    CHECK(fs[i]["tool"] == f.tool);
+    CHECK(fs[i]["text"] == f.text);
+    CHECK(fs[i]["number"] == f.number);
+    CHECK(fs[i]["problem"] == f.problem);
+    CHECK(fs[i]["context"] == f.context);
+    CHECK(fs[i]["weakened"] == f.weakened);
+    // each is report.md's line, in the same order
+    std::string line = std::string("] ") + f.text + " — **" + f.number + "** (" + f.tool + ")";
+    size_t pos = md.find(line, at);
+    CHECK_MESSAGE(pos != std::string::npos, line);
+    if (pos != std::string::npos) at = pos;
+  }
+  // lockstat lost events in this run: its findings say so, in run.json too
+  CHECK(fs[0]["weakened"] == "lost_events 18");
+  CHECK(fs[0]["impact_ns"].get<uint64_t>() == 9100 * kMs);
+}

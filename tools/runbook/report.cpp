@@ -160,6 +160,23 @@ std::string render_html(const Report& r, int dir_fd) {
   return os.str();
 }
 
+// The findings as report.md ranks them, for programs that read many reports (a fleet's
+// index page).
+json findings_json(const Report& rep) {
+  json fs = json::array();
+  for (auto& f : rep.findings)
+    fs.push_back({{"tool", f.tool},
+                  {"text", f.text},
+                  {"number", f.number},
+                  {"problem", f.problem},
+                  {"failure", f.failure},
+                  {"context", f.context},
+                  {"one_off", f.one_off},
+                  {"weakened", f.weakened},
+                  {"impact_ns", f.impact_ns}});
+  return fs;
+}
+
 json run_json(const Run& run) {
   utsname u{};
   uname(&u);
@@ -177,6 +194,7 @@ json run_json(const Run& run) {
                      {"signal", t.exit_signal},
                      {"records", t.records.size()},
                      {"data_quality", dq},
+                     {"losses", losses_text(t)},
                      {"error", t.failed() ? json(t.stderr_last_line()) : json(nullptr)},
                      {"files", t.files}});
   }
@@ -212,7 +230,10 @@ Status write_reports(Run& run) {
   run.report_md = render_markdown(rep);
   if (auto st = write_report_file(run, "report.md", run.report_md)) return st;
   if (auto st = write_report_file(run, "report.html", render_html(rep, run.dir_fd))) return st;
-  return write_report_file(run, "run.json", run_json(run).dump(2) + "\n");
+  json rj = run_json(run);
+  rj["findings"] = findings_json(rep);
+  rj["ranked_by"] = rep.ranked_by;
+  return write_report_file(run, "run.json", rj.dump(2) + "\n");
 }
 
 }  // namespace runbook

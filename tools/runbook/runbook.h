@@ -186,6 +186,7 @@ void write_stacks(Run& run);
 std::string render_markdown(const Report& r);
 std::string render_html(const Report& r, int dir_fd);  // flame graphs read from the directory
 nlohmann::json run_json(const Run& run);
+nlohmann::json findings_json(const Report& rep);  // run.json's "findings"
 // Writes report.md, report.html, run.json; an error names the file.
 bpfdiag::Status write_reports(Run& run);
 
