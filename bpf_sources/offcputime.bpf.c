@@ -19,7 +19,8 @@
  *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound from .eh_frame tables
  *                             (bpf_sources/unwind.h) by uw_offcpu_tail, a program of
  *                             its own that sched_switch tail-calls; keyed by their hash
- *   WAKER                     --waker: sched_waking records who woke each thread (its
+ *   WAKER, OFF_TASK_STACK, THREAD_SIZE
+ *                             --waker: sched_waking records who woke each thread (its
  *                             comm and stacks) and the switch-in adds it to the
  *                             period's key (struct offcpu_wkey)
  *
@@ -418,6 +419,24 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 BPF_PERCPU_ARRAY(waker_pending, u32, 1); /* the wakee whose waker uw_offcpu_tail unwinds */
 #endif
 
+#ifdef CAPTURE_USER
+/* Current entered the kernel from user mode by an interrupt (the user registers saved at
+ * the top of its kernel stack: a user cs and orig_ax < 0, which no syscall or fault
+ * leaves): this wakeup is that interrupt's, and current's user stack is not worth
+ * walking. An interrupt that hit current in the kernel (in a syscall) is not seen
+ * here: the front-end tells it by its frames and drops the user stack then. */
+static inline __attribute__((always_inline)) int waker_user_interrupted(void) {
+  void *stack = 0;
+  bpf_probe_read_kernel(&stack, sizeof(stack), (void *)bpf_get_current_task() + OFF_TASK_STACK);
+  if (!stack)
+    return 0;
+  u64 r[3] = {}; /* struct pt_regs (x86-64, 21 words) at THREAD_SIZE: orig_ax, ip, cs */
+  if (bpf_probe_read_kernel(r, sizeof(r), stack + THREAD_SIZE - 21 * 8 + 15 * 8))
+    return 0;
+  return r[2] == 0x33 && (s64)r[0] < 0;
+}
+#endif
+
 RAW_TRACEPOINT_PROBE(sched_waking) {
   void *p = (void *)ctx->args[0]; /* TP_PROTO(struct task_struct *p) */
   u32 wtid = 0, wtgid = 0;
@@ -434,8 +453,12 @@ RAW_TRACEPOINT_PROBE(sched_waking) {
   w.tid = (u32)id;
   bpf_get_current_comm(&w.comm, sizeof(w.comm));
 #ifdef CAPTURE_USER
+  if (waker_user_interrupted()) {
+    w.user_stack_id = -14; /* an interrupt's wakeup: no user stack */
+    unwind = -1;
+  }
 #ifdef UW_DWARF
-  if (uw_procs.lookup(&w.tgid)) { /* a traced process: its tables are loaded */
+  if (!unwind && uw_procs.lookup(&w.tgid)) { /* a traced process: its tables are loaded */
     w.user_stack_id = -14;         /* the user part is w.user_hash (uw_offcpu_tail) */
     w.user_hash = UW_HASH_LOST;    /* until the unwinder has run */
     unwind = 1;
@@ -446,7 +469,7 @@ RAW_TRACEPOINT_PROBE(sched_waking) {
     if (w.user_stack_id < 0 && w.user_stack_id != -14)
       dq_count(OFFCPU_CNT_STACK_LOST);
   }
-  if (unwind || w.user_stack_id >= 0)
+  if (unwind > 0 || w.user_stack_id >= 0)
     announce(ctx, w.tgid); /* its user frames are named from its mappings */
 #else
   w.user_stack_id = -1;
@@ -459,7 +482,7 @@ RAW_TRACEPOINT_PROBE(sched_waking) {
     return 0;
   }
 #if defined(CAPTURE_USER) && defined(UW_DWARF)
-  if (unwind) {
+  if (unwind > 0) {
     u32 zero = 0;
     u32 *pending = waker_pending.lookup(&zero);
     if (pending) {

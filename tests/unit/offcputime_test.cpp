@@ -377,6 +377,8 @@ TEST_CASE("offcputime: --waker option and BPF defines") {
   auto plan = bpf_plan(*c);
   REQUIRE(plan);
   CHECK(plan->has("WAKER"));
+  CHECK(plan->has("OFF_TASK_STACK"));
+  CHECK(plan->value("THREAD_SIZE") == std::optional<std::string>("16384"));
   CHECK_FALSE(bpf_plan(*parse({}))->has("WAKER"));
 }
 

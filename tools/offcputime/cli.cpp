@@ -180,7 +180,11 @@ Result<BpfPlan> bpf_plan(const Config& c) {
   p.id_filter("TGID_OK", c.pids).id_filter("TID_OK", c.tids);
   if (c.user_threads_only) p.flag("USER_THREADS_ONLY");
   if (c.kernel_threads_only) p.flag("KERNEL_THREADS_ONLY");
-  if (c.waker) p.flag("WAKER");
+  if (c.waker) {  // sched_waking; the user registers at the top of the waker's kernel stack
+    if (auto st = add_kernel_offsets(p, {{"OFF_TASK_STACK", "task_struct", {"stack"}}})) return Error{st->message};
+    p.integer("THREAD_SIZE", 16384);  // x86-64 (as common/unwind_maps)
+    p.flag("WAKER");
+  }
   if (c.state) p.integer(*c.state == 0 ? "STATE_EQ" : "STATE_MASK", *c.state);
   p.integer("MIN_NS", c.min_ns, "ULL");
   if (c.max_ns)

@@ -131,15 +131,22 @@ Waker resolve_waker(const offcpu_waker& w, const StackReader& stacks, const Unwo
     out.tid = w.tid;
     out.comm = std::string(w.comm, strnlen(w.comm, sizeof w.comm));
   }
-  // the kernel part with -U too: it tells an interrupt (classify_waker), then is dropped
-  out.stack = stacks.resolve(live.sym, w.tgid, w.user_hash ? -14 : w.user_stack_id, w.kernel_stack_id,
-                             StackParts{parts.user, true}, dq);
-  if (parts.user && w.user_hash) {  // unwound from the tables of a traced process
-    bool found = false;
-    out.stack.user = symbolize_unwound(unwound, w.user_hash, live.sym, w.tgid, &found);
-    out.stack.user_missing = !found;
-  }
+  // the kernel part with -U too: it tells an interrupt (classify_waker), then is dropped;
+  // the user part only for a task (an interrupted one's frames are not named, nor counted)
+  out.stack = stacks.resolve(live.sym, w.tgid, -14, w.kernel_stack_id, StackParts{false, true}, dq);
+  out.stack.want_user = parts.user;
   classify_waker(out);
+  if (parts.user && out.kind == WakerKind::Task) {
+    if (w.user_hash) {  // unwound from the tables of a traced process
+      bool found = false;
+      out.stack.user = symbolize_unwound(unwound, w.user_hash, live.sym, w.tgid, &found);
+      out.stack.user_missing = !found;
+    } else {
+      Stack u = stacks.resolve(live.sym, w.tgid, w.user_stack_id, -1, StackParts{true, false}, dq);
+      out.stack.user = std::move(u.user);
+      out.stack.user_missing = u.user_missing;
+    }
+  }
   if (!parts.kernel) {
     out.stack.want_kernel = false;
     out.stack.kernel.clear();
