@@ -19,6 +19,10 @@
  *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound from .eh_frame tables
  *                             (bpf_sources/unwind.h) by uw_offcpu_tail, a program of
  *                             its own that sched_switch tail-calls; keyed by their hash
+ *   WAKER, OFF_TASK_STACK, THREAD_SIZE
+ *                             --waker: sched_waking records who woke each thread (its
+ *                             comm and stacks) and the switch-in adds it to the
+ *                             period's key (struct offcpu_wkey)
  *
  * Stack tables: bpf_sources/stacks.h (the stack table and its collision overflow map).
  */
@@ -52,8 +56,15 @@ struct cur_slot {
 };
 BPF_PERCPU_ARRAY(cur_tracked, struct cur_slot, 1);
 #endif
+#ifdef WAKER
+#define COUNTS_KEY struct offcpu_wkey
+/* Per wakee, its latest wakeup (sched_waking), taken by its next switch-in. */
+BPF_HASH(wakers, u32, struct offcpu_waker, START_SIZE);
+#else
+#define COUNTS_KEY struct offcpu_key
+#endif
 /* a ceiling (allocated as used): MariaDB under sysbench filled 32,768 keys in 25 s */
-BPF_F_TABLE("hash", struct offcpu_key, struct offcpu_val, counts, COUNTS_SIZE, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", COUNTS_KEY, struct offcpu_val, counts, COUNTS_SIZE, BPF_F_NO_PREALLOC);
 BPF_HASH(seen, u32, u8, SEEN_SIZE);    /* live processes already announced (pruned at exit) */
 BPF_PERF_OUTPUT(new_procs);            /* tgid of each newly seen process */
 
@@ -71,19 +82,45 @@ static inline __attribute__((always_inline)) int thread_kind_ok(void *task) {
 #endif
 }
 
-/* One off-CPU period of thread `tid`, switched out as `s` says, `delta` ns long. */
-static inline __attribute__((always_inline)) void add_period(u32 tid, struct offcpu_start *s, u64 delta) {
+/* Process tgid, seen for the first time (or since its exec), is announced to the
+ * front-end, which reads its mappings while it lives. */
+static inline __attribute__((always_inline)) void announce(void *ctx, u32 tgid) {
+  if (seen.lookup(&tgid))
+    return;
+  u8 one = 1;
+  int err = seen.insert(&tgid, &one);
+  if (err == 0)
+    new_procs.perf_submit(ctx, &tgid, sizeof(tgid));
+  else if (err != -17 /* EEXIST: another CPU was first */)
+    dq_count(OFFCPU_CNT_SEEN_FULL);
+}
+
+/* One off-CPU period of thread `tid`, switched out as `s` says, `delta` ns long;
+ * --waker: `w` is its wakeup (NULL: none recorded). */
+static inline __attribute__((always_inline)) void add_period(u32 tid, struct offcpu_start *s, u64 delta,
+                                                             void *w) {
   if (delta < MIN_NS || delta > MAX_NS)
     return;
-  struct offcpu_key key = {};
-  key.tgid = s->tgid;
-  key.tid = tid;
-  key.user_stack_id = s->user_stack_id;
-  key.kernel_stack_id = s->kernel_stack_id;
-  key.user_hash = s->user_hash;
-  key.declared = s->declared;
-  key.runnable = s->runnable;
-  __builtin_memcpy(&key.comm, &s->comm, sizeof(key.comm));
+  COUNTS_KEY key = {};
+#ifdef WAKER
+  struct offcpu_key *k = &key.k;
+  if (s->runnable) /* preempted or yielded: a wakeup seen meanwhile did not end this period */
+    key.w.kind = OFFCPU_WAKER_PREEMPTED;
+  else if (w)
+    __builtin_memcpy(&key.w, w, sizeof(key.w));
+  else
+    dq_count(OFFCPU_CNT_WAKER_UNSEEN); /* kind OFFCPU_WAKER_UNSEEN */
+#else
+  struct offcpu_key *k = &key;
+#endif
+  k->tgid = s->tgid;
+  k->tid = tid;
+  k->user_stack_id = s->user_stack_id;
+  k->kernel_stack_id = s->kernel_stack_id;
+  k->user_hash = s->user_hash;
+  k->declared = s->declared;
+  k->runnable = s->runnable;
+  __builtin_memcpy(&k->comm, &s->comm, sizeof(k->comm));
   struct offcpu_val zero = {};
   struct offcpu_val *v = counts.lookup_or_try_init(&key, &zero);
   if (!v) {
@@ -165,6 +202,19 @@ int declared_done(struct pt_regs *ctx) {
 }
 DECLARED_PROGRAMS()
 
+#ifdef WAKER
+/* Thread tid's recorded wakeup, moved to *w (1) or none (0). Taken at every switch-in
+ * of a traced thread, so a record never outlives the period it ended. */
+static inline __attribute__((always_inline)) int waker_take(u32 tid, struct offcpu_waker *w) {
+  struct offcpu_waker *wp = wakers.lookup(&tid);
+  if (!wp)
+    return 0;
+  __builtin_memcpy(w, wp, sizeof(*w));
+  wakers.delete(&tid);
+  return 1;
+}
+#endif
+
 /* Switch-in: next gets the CPU; its off-CPU period (if tracked) is counted. The
  * filters first: a thread they leave out has no `start` entry to look up. */
 static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now, void *cur) {
@@ -208,11 +258,20 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now,
      * started, or whose switch-out was dropped. */
     if (thread_kind_ok(next))
       dq_count(OFFCPU_CNT_UNMATCHED_IN);
+#ifdef WAKER
+    wakers.delete(&ntid); /* a wakeup of a period we did not see begin */
+#endif
     return 0;
   }
   struct offcpu_start s = *sp;
   sp->skip = 1; /* closed: should the delete fail, the entry is not a missed switch-in */
   start.delete(&ntid);
+  void *wp = 0;
+#ifdef WAKER
+  struct offcpu_waker w;
+  if (waker_take(ntid, &w))
+    wp = &w;
+#endif
   if (s.skip)
     return 0;
   *now = bpf_ktime_get_ns();
@@ -220,7 +279,7 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now,
     dq_count(OFFCPU_CNT_PERIOD_DROPPED);
     return 0;
   }
-  add_period(ntid, &s, *now - s.ts);
+  add_period(ntid, &s, *now - s.ts, wp);
   return 0;
 }
 
@@ -236,7 +295,13 @@ static inline __attribute__((always_inline)) u64 close_unseen(void *prev, u32 ti
   if (open && !open->skip) {
     struct offcpu_start o = *open;
     if (a.ns && a.count == o.arrivals + 1 && a.ns >= o.ts) {
-      add_period(tid, &o, a.ns - o.ts);
+      void *wp = 0;
+#ifdef WAKER
+      struct offcpu_waker w;
+      if (waker_take(tid, &w))
+        wp = &w;
+#endif
+      add_period(tid, &o, a.ns - o.ts, wp);
       dq_count(OFFCPU_CNT_PERIOD_RECOVERED);
     } else {
       dq_count(OFFCPU_CNT_PERIOD_DROPPED);
@@ -321,14 +386,7 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
       s.declared = d ? d->raw : 0;
       if (!s.declared && !s.runnable) /* a Java thread: what the JVM says it waits for */
         s.declared = jvm_declared_raw(tgid, tid);
-      if (!seen.lookup(&tgid)) {
-        u8 one = 1;
-        int err = seen.insert(&tgid, &one);
-        if (err == 0)
-          new_procs.perf_submit(ctx, &tgid, sizeof(tgid));
-        else if (err != -17 /* EEXIST: another CPU was first */)
-          dq_count(OFFCPU_CNT_SEEN_FULL);
-      }
+      announce(ctx, tgid);
     }
     s.arrivals = close_unseen(prev, tid, now);
     if (start.update(&tid, &s) != 0) {
@@ -345,6 +403,101 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
   return 0;
 }
 
+#ifdef WAKER
+/* ---- --waker: who wakes a traced thread ------------------------------------------------
+ * sched_waking runs in try_to_wake_up's caller, on its CPU (sched_wakeup may run later,
+ * on the wakee's CPU, in whatever task is current there): current is the waker, unless
+ * the wakeup comes from an interrupt or softirq (a timer, a device), which merely
+ * interrupted current. Which one it was is read from the waker's kernel stack by the
+ * front-end (an interrupt's entry frames: tools/offcputime/model.cpp), so that stack is
+ * always captured, -U or not: here no context test is reliable (an interrupt from user
+ * mode runs on the task's own stack, and the verifier may give this program a private
+ * stack). The record is per wakee; a later wakeup before its switch-in replaces it (the
+ * kernel traces sched_waking only when the wakee's state matches, so a second one is
+ * rare: the latest one wins). */
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+BPF_PERCPU_ARRAY(waker_pending, u32, 1); /* the wakee whose waker uw_offcpu_tail unwinds */
+#endif
+
+#ifdef CAPTURE_USER
+/* Current entered the kernel from user mode by an interrupt (the user registers saved at
+ * the top of its kernel stack: a user cs and orig_ax < 0, which no syscall or fault
+ * leaves): this wakeup is that interrupt's, and current's user stack is not worth
+ * walking. An interrupt that hit current in the kernel (in a syscall) is not seen
+ * here: the front-end tells it by its frames and drops the user stack then. */
+static inline __attribute__((always_inline)) int waker_user_interrupted(void) {
+  void *stack = 0;
+  bpf_probe_read_kernel(&stack, sizeof(stack), (void *)bpf_get_current_task() + OFF_TASK_STACK);
+  if (!stack)
+    return 0;
+  u64 r[3] = {}; /* struct pt_regs (x86-64, 21 words) at THREAD_SIZE: orig_ax, ip, cs */
+  if (bpf_probe_read_kernel(r, sizeof(r), stack + THREAD_SIZE - 21 * 8 + 15 * 8))
+    return 0;
+  return r[2] == 0x33 && (s64)r[0] < 0;
+}
+#endif
+
+RAW_TRACEPOINT_PROBE(sched_waking) {
+  void *p = (void *)ctx->args[0]; /* TP_PROTO(struct task_struct *p) */
+  u32 wtid = 0, wtgid = 0;
+  bpf_probe_read_kernel(&wtid, sizeof(wtid), p + OFF_TASK_PID);
+  bpf_probe_read_kernel(&wtgid, sizeof(wtgid), p + OFF_TASK_TGID);
+  /* the filters select the wakee; the waker may be anyone */
+  if (wtid == 0 || !TGID_OK(wtgid) || !TID_OK(wtid) || !thread_kind_ok(p))
+    return 0;
+  struct offcpu_waker w = {};
+  int unwind = 0;
+  u64 id = bpf_get_current_pid_tgid();
+  w.kind = OFFCPU_WAKER_TASK; /* the front-end makes it OFFCPU_WAKER_IRQ by its kernel frames */
+  w.tgid = id >> 32;
+  w.tid = (u32)id;
+  bpf_get_current_comm(&w.comm, sizeof(w.comm));
+#ifdef CAPTURE_USER
+  if (waker_user_interrupted()) {
+    w.user_stack_id = -14; /* an interrupt's wakeup: no user stack */
+    unwind = -1;
+  }
+#ifdef UW_DWARF
+  if (!unwind && uw_procs.lookup(&w.tgid)) { /* a traced process: its tables are loaded */
+    w.user_stack_id = -14;         /* the user part is w.user_hash (uw_offcpu_tail) */
+    w.user_hash = UW_HASH_LOST;    /* until the unwinder has run */
+    unwind = 1;
+  }
+#endif
+  if (!unwind) { /* frame pointers (a process without tables, or --unwind fp) */
+    w.user_stack_id = bpfdiag_stack_id(ctx, BPF_F_USER_STACK);
+    if (w.user_stack_id < 0 && w.user_stack_id != -14)
+      dq_count(OFFCPU_CNT_STACK_LOST);
+  }
+  if (unwind > 0 || w.user_stack_id >= 0)
+    announce(ctx, w.tgid); /* its user frames are named from its mappings */
+#else
+  w.user_stack_id = -1;
+#endif
+  w.kernel_stack_id = bpfdiag_stack_id(ctx, 0); /* with -U too: it tells an interrupt */
+  if (w.kernel_stack_id < 0 && w.kernel_stack_id != -14)
+    dq_count(OFFCPU_CNT_STACK_LOST);
+  if (wakers.update(&wtid, &w)) {
+    dq_count(OFFCPU_CNT_WAKER_FULL);
+    return 0;
+  }
+#if defined(CAPTURE_USER) && defined(UW_DWARF)
+  if (unwind > 0) {
+    u32 zero = 0;
+    u32 *pending = waker_pending.lookup(&zero);
+    if (pending) {
+      *pending = wtid;
+      uw_progs.call(ctx, UW_PROG_UNWIND); /* does not return when it runs */
+      *pending = 0;
+    }
+    dq_count(OFFCPU_CNT_STACK_LOST);
+  }
+#endif
+  (void)unwind;
+  return 0;
+}
+#endif
+
 #if defined(CAPTURE_USER) && defined(UW_DWARF)
 /* The DWARF unwinder, a program of its own reached by a tail call from sched_switch
  * (verified separately: inlined into the handler it exceeded the verifier's
@@ -353,6 +506,22 @@ int uw_offcpu_tail(struct bpf_raw_tracepoint_args *ctx) {
   u64 id = bpf_get_current_pid_tgid();
   u32 tid = (u32)id, tgid = id >> 32;
   u64 h = uw_unwind_user(tgid);
+#ifdef WAKER
+  /* called by sched_waking: current is the waker, the stack goes to the wakee's record */
+  u32 zero = 0;
+  u32 *pending = waker_pending.lookup(&zero);
+  if (pending && *pending) {
+    u32 wakee = *pending;
+    *pending = 0;
+    struct offcpu_waker *w = wakers.lookup(&wakee);
+    if (!w || h == 0) { /* taken meanwhile (the wakee ran already), or no user registers */
+      dq_count(OFFCPU_CNT_STACK_LOST);
+      return 0;
+    }
+    w->user_hash = h;
+    return 0;
+  }
+#endif
   struct offcpu_start *sp = start.lookup(&tid);
   if (!sp) { /* cannot happen (written just before the tail call): counted if it does */
     dq_count(OFFCPU_CNT_STACK_LOST);
@@ -387,6 +556,9 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
   u64 id = bpf_get_current_pid_tgid();
   u32 tgid = id >> 32, tid = (u32)id;
   decl_now.delete(&tid); /* a thread that exits inside a declared wait */
+#ifdef WAKER
+  wakers.delete(&tid); /* woken while it was exiting */
+#endif
   if (tid == tgid)
     seen.delete(&tgid);
   return 0;

@@ -26,6 +26,35 @@ struct offcpu_val {
   __u64 max_ns;    /* longest single period */
 };
 
+/* --waker: who made a blocked thread runnable again (BCC's offwaketime). Written per
+ * wakee at sched_waking (current is the waker, or whatever an interrupt interrupted),
+ * consumed by the wakee's next switch-in, where it joins the period's key. */
+enum offcpu_waker_kind {
+  OFFCPU_WAKER_UNSEEN = 0,    /* a blocked period whose wakeup was not recorded (counted) */
+  OFFCPU_WAKER_TASK = 1,      /* a thread woke it, from its own (process) context */
+  OFFCPU_WAKER_IRQ = 2,       /* woken from an interrupt or softirq (a timer, a device):
+                                 current was only interrupted; no user stack, no waker id.
+                                 Set by the front-end from the kernel stack (BPF records
+                                 every wakeup as TASK) */
+  OFFCPU_WAKER_PREEMPTED = 3, /* switched out runnable: nobody had to wake it */
+};
+struct offcpu_waker {
+  __u32 tgid;            /* OFFCPU_WAKER_TASK only (else 0) */
+  __u32 tid;
+  __s32 user_stack_id;   /* as offcpu_key's; -14: none (a kernel thread) */
+  __s32 kernel_stack_id; /* captured with -U too (it tells an interrupt) */
+  __u64 user_hash;       /* --unwind=dwarf and the waker's process has tables (0: none) */
+  char comm[OFFCPU_COMM_LEN]; /* OFFCPU_WAKER_TASK only */
+  __u32 kind;            /* enum offcpu_waker_kind */
+  __u32 pad;
+};
+
+/* --waker's aggregation key: the period's key and its waker. */
+struct offcpu_wkey {
+  struct offcpu_key k;
+  struct offcpu_waker w;
+};
+
 /* Per-thread state stored at switch-out, consumed at switch-in. */
 struct offcpu_start {
   __u64 ts;
@@ -55,6 +84,9 @@ enum offcpu_counter {
   OFFCPU_CNT_PERIOD_RECOVERED, /* recovered_periods: a period whose switch-in was never
                                   seen, ended at the arrival the scheduler recorded */
   OFFCPU_CNT_DECL_STALE,       /* stale_begins: a declared wait left without its end */
+  OFFCPU_CNT_WAKER_FULL,       /* map_full: --waker: the wakers map was full, a wakeup not recorded */
+  OFFCPU_CNT_WAKER_UNSEEN,     /* waker_unseen: --waker: a blocked period counted with no
+                                  wakeup recorded for it (its waker shows as [unknown]) */
   OFFCPU_CNT_MAX
 };
 

@@ -99,9 +99,10 @@ std::string folded_name(const std::string& comm, uint32_t pid, uint32_t tid, boo
   return comm + "-" + std::to_string(pid) + "/" + std::to_string(tid);
 }
 
-void FoldedSet::add(const std::string& name, const Stack& st, uint64_t value) {
+void FoldedSet::add(const std::string& name, const Stack& st, uint64_t value, const std::string& suffix) {
   std::string l = folded_line(name, st, 0);
   l.resize(l.size() - 2);  // drop " 0"
+  l += suffix;
   auto it = sums_.find(l);
   if (it == sums_.end()) {
     order_.push_back(l);

@@ -14,6 +14,7 @@
 #include <ostream>
 #include <set>
 #include <tuple>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,9 @@ std::string folded_name(const std::string& comm, uint32_t pid, uint32_t tid, boo
 // scales the summed value (offcputime: ns -> us).
 class FoldedSet {
  public:
-  void add(const std::string& name, const Stack& st, uint64_t value);
+  // `suffix`: more frames after the stack's, ";"-separated with a leading ";" (offcputime
+  // --waker: ";--;" and the waker's frames).
+  void add(const std::string& name, const Stack& st, uint64_t value, const std::string& suffix = "");
   std::vector<std::string> lines(uint64_t divisor = 1) const;
   // The same stacks as FoldedLine (frames[0] = name), e.g. for render_flamegraph.
   std::vector<FoldedLine> stacks(uint64_t divisor = 1) const;
@@ -88,16 +91,17 @@ class FoldedSet {
 // ids that differ only in frames symbolization drops or cannot name) become one;
 // merge(into, from) adds `from`'s values. First-seen order is kept. `apart(e)`, when
 // given, keeps entries with different values apart (e.g. a declared wait's name).
-template <class E, class MergeFn>
-void merge_identical_stacks(std::vector<E>& entries, MergeFn merge,
-                            const std::function<uint64_t(const E&)>& apart = {}) {
+// merge_identical_stacks_by: the same, `apart(e)` of any ordered type (e.g. a tuple).
+template <class E, class MergeFn, class ApartFn>
+void merge_identical_stacks_by(std::vector<E>& entries, MergeFn merge, ApartFn apart) {
+  using Apart = std::decay_t<decltype(apart(entries.front()))>;
   using Key = std::tuple<uint32_t, uint32_t, std::string, std::vector<std::string>, std::vector<std::string>,
-                         bool, bool, uint64_t>;
+                         bool, bool, Apart>;
   std::map<Key, size_t> index;
   std::vector<E> out;
   for (auto& e : entries) {
     Key key{e.pid,        e.tid, e.comm, e.stack.user, e.stack.kernel, e.stack.user_missing, e.stack.kernel_missing,
-            apart ? apart(e) : 0};
+            apart(e)};
     auto it = index.find(key);
     if (it == index.end()) {
       index.emplace(std::move(key), out.size());
@@ -107,6 +111,11 @@ void merge_identical_stacks(std::vector<E>& entries, MergeFn merge,
     }
   }
   entries = std::move(out);
+}
+template <class E, class MergeFn>
+void merge_identical_stacks(std::vector<E>& entries, MergeFn merge,
+                            const std::function<uint64_t(const E&)>& apart = {}) {
+  merge_identical_stacks_by(entries, merge, [&](const E& e) -> uint64_t { return apart ? apart(e) : 0; });
 }
 
 // Pointers to `entries`, stably sorted by key(entry), largest first if `descending`

@@ -68,3 +68,52 @@ TEST_CASE("offcputime golden: NDJSON (-j)") {
                                     start_fields(c, 3), bpfdiag::DataQuality::with_keys(dq_keys()));
   bpfdiag_test::check_golden("offcputime_report.ndjson", start.dump() + "\n" + os.str());
 }
+
+// --waker: BCC offwaketime's multi-line layout, folded lines and the waker_* JSON fields.
+static Report waker_report() {
+  Report r;
+  Entry a = entry(10, 11, "A", 4000000, 2, {"waiter_block_fn", "main"}, {"schedule", "futex_wait"});
+  a.waker.kind = WakerKind::Task;
+  a.waker.pid = 10;
+  a.waker.tid = 12;
+  a.waker.comm = "B";
+  a.waker.stack.kernel = {"try_to_wake_up", "futex_wake", "do_futex"};
+  a.waker.stack.user = {"waker_signal_fn", "signaler", "main"};
+  r.entries.push_back(a);
+  Entry t = entry(10, 13, "C", 3000000, 3, {"timer_sleep_fn", "main"}, {"schedule", "do_nanosleep"});
+  t.waker.kind = WakerKind::Interrupt;
+  t.waker.stack.kernel = {"try_to_wake_up", "hrtimer_wakeup", "asm_sysvec_apic_timer_interrupt"};
+  r.entries.push_back(t);
+  Entry p = entry(10, 12, "B", 20000, 1, {"signaler", "main"}, {"schedule", "irqentry_exit_to_user_mode"});
+  p.runnable = true;
+  p.waker.kind = WakerKind::Preempted;
+  r.entries.push_back(p);
+  Entry u = entry(10, 11, "A", 5000, 1, {"waiter_block_fn", "main"}, {"schedule", "futex_wait"});
+  u.waker.kind = WakerKind::Unseen;
+  u.waker.stack.user_missing = false;
+  r.entries.push_back(u);
+  classify_waits(r.entries);
+  r.dq = bpfdiag::DataQuality::with_keys(dq_keys());
+  r.dq.add("waker_unseen", 1);
+  r.window = bpfdiag::Window{1700000000123456789ULL, 1000000000, true};
+  return r;
+}
+
+TEST_CASE("offcputime golden: --waker text (-d), folded and NDJSON") {
+  Config c;
+  c.waker = true;
+  c.delimiter = true;
+  std::ostringstream os, err;
+  render(os, err, c, waker_report());
+  bpfdiag_test::check_golden("offcputime_waker.txt", os.str());
+  c.delimiter = false;
+  c.folded = true;
+  std::ostringstream fo, ferr;
+  render(fo, ferr, c, waker_report());
+  bpfdiag_test::check_golden("offcputime_waker.folded", fo.str());
+  c.folded = false;
+  c.json = true;
+  std::ostringstream jo, jerr;
+  render(jo, jerr, c, waker_report());
+  bpfdiag_test::check_golden("offcputime_waker.ndjson", jo.str());
+}

@@ -360,3 +360,108 @@ TEST_CASE("offcputime: a thread switched out runnable waited for a CPU, whatever
   CHECK(es.back().wait.what.find("preempted") != std::string::npos);
   CHECK(wait_class_totals(es).at("cpu") == es.back().total_ns);
 }
+
+// --waker (BCC's offwaketime): the flag, its refusal, the BPF defines it adds.
+TEST_CASE("offcputime: --waker option and BPF defines") {
+  auto c = parse({"--waker"});
+  REQUIRE(c);
+  CHECK(c->waker);
+  CHECK_FALSE(parse({})->waker);
+  auto r = parse({"--waker", "--state", "0"});  // preempted periods have no waker
+  REQUIRE_FALSE(r);
+  CHECK(r.error().find("--waker with --state 0") != std::string::npos);
+  CHECK(parse({"--waker", "--state", "2", "-K"}));
+  CHECK(bpfdiag::render_help(tool_spec()).find("      --waker") != std::string::npos);
+  CHECK(bpf_text().find("RAW_TRACEPOINT_PROBE(sched_waking)") != std::string::npos);
+  if (!bpfdiag_test::require_env(access("/sys/kernel/btf/vmlinux", R_OK) == 0, "no /sys/kernel/btf/vmlinux")) return;
+  auto plan = bpf_plan(*c);
+  REQUIRE(plan);
+  CHECK(plan->has("WAKER"));
+  CHECK(plan->has("OFF_TASK_STACK"));
+  CHECK(plan->value("THREAD_SIZE") == std::optional<std::string>("16384"));
+  CHECK_FALSE(bpf_plan(*parse({}))->has("WAKER"));
+}
+
+static Entry waker_entry(WakerKind kind, std::vector<std::string> wk, std::vector<std::string> wu) {
+  Entry e;
+  e.pid = 10;
+  e.tid = 11;
+  e.comm = "A";
+  e.total_ns = 4000000;
+  e.count = 2;
+  e.stack.user = {"waiter_block_fn", "main"};
+  e.stack.kernel = {"schedule", "futex_wait"};
+  e.waker.kind = kind;
+  if (kind == WakerKind::Task) e.waker.pid = 10, e.waker.tid = 12, e.waker.comm = "B";
+  e.waker.stack.kernel = std::move(wk);
+  e.waker.stack.user = std::move(wu);
+  return e;
+}
+
+TEST_CASE("offcputime: --waker folded lines follow BCC offwaketime") {
+  Config c;
+  c.folded = true;
+  c.waker = true;
+  std::vector<Entry> es = {
+      waker_entry(WakerKind::Task, {"try_to_wake_up", "futex_wake"}, {"waker_signal_fn", "main"}),
+      waker_entry(WakerKind::Interrupt, {"try_to_wake_up", "hrtimer_wakeup"}, {}),
+      waker_entry(WakerKind::Preempted, {}, {}),
+  };
+  auto lines = folded_lines(c, es);
+  REQUIRE(lines.size() == 3);
+  // wakee root to leaf, "--", the waker's frames innermost first (kernel, "-", user), its comm
+  CHECK(lines[0] == "A;main;waiter_block_fn;-;futex_wait;schedule;--;try_to_wake_up;futex_wake;-;waker_signal_fn;main;B 4000");
+  CHECK(lines[1] == "A;main;waiter_block_fn;-;futex_wait;schedule;--;try_to_wake_up;hrtimer_wakeup;[interrupt] 4000");
+  CHECK(lines[2] == "A;main;waiter_block_fn;-;futex_wait;schedule;--;[preempted] 4000");
+  for (auto& l : lines) {  // flamegraph input: frames and a value
+    auto f = bpfdiag::parse_folded(l);
+    REQUIRE(f);
+    CHECK(f->value == 4000);
+  }
+  // -K: no user parts on either side
+  Entry k = es[0];
+  k.stack.want_user = k.waker.stack.want_user = false;
+  CHECK(waker_folded_suffix(k.waker) == ";--;try_to_wake_up;futex_wake;B");
+  // the same wakee stack with two wakers stays two entries
+  std::vector<Entry> two = {es[0], es[1], es[0]};
+  merge_identical(two);
+  REQUIRE(two.size() == 2);
+  CHECK(two[0].total_ns == 8000000);
+  auto totals = waker_kind_totals(two);
+  CHECK(totals.at("task") == 8000000);
+  CHECK(totals.at("interrupt") == 4000000);
+  CHECK(totals.at("unknown") == 0);
+}
+
+TEST_CASE("offcputime: an interrupt's kernel stack ends at its entry") {
+  std::vector<std::string> k = {"try_to_wake_up", "hrtimer_wakeup", "__hrtimer_run_queues", "hrtimer_interrupt",
+                                "__sysvec_apic_timer_interrupt", "sysvec_apic_timer_interrupt",
+                                "asm_sysvec_apic_timer_interrupt", "pv_native_safe_halt", "default_idle",
+                                "do_idle"};
+  trim_interrupted(k);
+  REQUIRE(k.size() == 7);
+  CHECK(k.back() == "asm_sysvec_apic_timer_interrupt");
+  std::vector<std::string> none = {"try_to_wake_up", "futex_wake"};
+  trim_interrupted(none);
+  CHECK(none.size() == 2);
+  // BPF records every waker as the current task: its kernel frames tell an interrupt
+  Waker w;
+  w.kind = WakerKind::Task;
+  w.pid = 7, w.tid = 8, w.comm = "cc1plus";
+  w.stack.user = {"main"};
+  w.stack.kernel = {"try_to_wake_up", "hrtimer_wakeup", "hrtimer_interrupt", "__sysvec_apic_timer_interrupt",
+                    "sysvec_apic_timer_interrupt", "asm_sysvec_apic_timer_interrupt"};
+  classify_waker(w);
+  CHECK(w.kind == WakerKind::Interrupt);
+  CHECK(w.name() == "[interrupt]");
+  CHECK((w.pid == 0 && w.tid == 0 && w.comm.empty() && w.stack.user.empty()));
+  Waker t;  // a syscall's wakeup stays the task's; so does a page fault's
+  t.kind = WakerKind::Task;
+  t.comm = "B";
+  t.stack.kernel = {"try_to_wake_up", "wake_up_q", "futex_wake", "do_futex", "__x64_sys_futex", "do_syscall_64",
+                    "entry_SYSCALL_64_after_hwframe"};
+  classify_waker(t);
+  CHECK(t.kind == WakerKind::Task);
+  CHECK_FALSE(interrupt_frames({"try_to_wake_up", "handle_mm_fault", "exc_page_fault", "asm_exc_page_fault"}));
+  CHECK(interrupt_frames({"try_to_wake_up", "process_one_work", "handle_softirqs", "run_ksoftirqd"}));
+}

@@ -52,6 +52,10 @@ ToolSpec make_spec() {
       opt::kernel_stacks_only("show kernel space stacks only"),
       opt::unwind(),
       opt::jvm_perfmap(),
+      OptionSpec{"waker", "",
+                 "also who woke each thread (BCC's offwaketime): the\n"
+                 "waker's comm and stacks, or [interrupt] (a timer)",
+                 "Output"},
       OptionSpec{"d,delimited", "", "insert \"--\" between kernel and user stacks", "Output"},
       opt::folded("folded output for flamegraph.pl and speedscope"),
       opt::per_thread("folded: name threads \"comm-PID/TID\" so they never merge"),
@@ -89,7 +93,8 @@ ToolSpec make_spec() {
       "  offcputime -j 5        # NDJSON: every stack with offcpu_total_ns\n"
       "  offcputime -p 185 5 --svg off.svg  # an interactive flame graph\n"
       "  offcputime -p 185 5 --pprof off.pb.gz  # for go tool pprof\n"
-      "  offcputime -p 4242 --jvm-perfmap 10  # a JVM: Java methods named\n";
+      "  offcputime -p 4242 --jvm-perfmap 10  # a JVM: Java methods named\n"
+      "  offcputime --waker -f -p 185 5  # folded wakee;...;--;...;waker lines\n";
   s.positional = Positional::Duration;
   return s;
 }
@@ -114,6 +119,7 @@ Result<Config> parse_args(int argc, char** argv) {
   c.user_threads_only = raw.count("user-threads-only");
   c.kernel_threads_only = raw.count("kernel-threads-only");
   c.jvm_perfmap = raw.count("jvm-perfmap") > 0;
+  c.waker = raw.count("waker") > 0;
   if (c.jvm_perfmap && c.pids.empty()) return Error{"--jvm-perfmap needs -p PID (the JVMs to ask)"};
   auto uw = unwind_dwarf_option(raw, !c.pids.empty() || !c.tids.empty());
   if (!uw) return Error{uw.error()};
@@ -129,6 +135,8 @@ Result<Config> parse_args(int argc, char** argv) {
     if (!v) return Error{v.error()};
     c.state = *v;
   }
+  if (c.waker && c.state && *c.state == 0)
+    return Error{"--waker with --state 0 shows nothing: preempted threads are not woken"};
   if (auto s = opt_str(raw, "stack-storage-size")) {  // else 0: sized in run()
     auto v = parse_uint(*s, "--stack-storage-size", 1, 262144);
     if (!v) return Error{v.error()};
@@ -147,8 +155,10 @@ Result<Config> parse_args(int argc, char** argv) {
 // mode attaches.
 const ToolEntry& registry_entry() {
   static const ToolEntry e{"offcputime", &tool_spec, &check_args<&parse_args>, {{"offcputime", {}, {"sched:sched_switch", "sched:sched_process_exec", "sched:sched_process_exit"},
-        false, false, "off-CPU stacks (sched_switch raw tracepoint)"}},
-      {{"", "-U", "-K"}, {"", "-u", "-k"}, {"", "--state 0", "--state 2"}, {"--unwind fp", "-p $PID --unwind fp", "-t $TID --unwind fp", "-p $PID --unwind dwarf"}}};
+        false, false, "off-CPU stacks (sched_switch raw tracepoint)"},
+       {"offcputime --waker", {}, {"sched:sched_switch", "sched:sched_waking", "sched:sched_process_exec",
+        "sched:sched_process_exit"}, false, false, "off-CPU stacks with their wakers' (+ sched_waking)"}},
+      {{"", "-U", "-K"}, {"", "-u", "-k"}, {"", "--state 0", "--state 2"}, {"--unwind fp", "-p $PID --unwind fp", "-t $TID --unwind fp", "-p $PID --unwind dwarf"}, {"", "--waker"}}};
   return e;
 }
 
@@ -170,6 +180,11 @@ Result<BpfPlan> bpf_plan(const Config& c) {
   p.id_filter("TGID_OK", c.pids).id_filter("TID_OK", c.tids);
   if (c.user_threads_only) p.flag("USER_THREADS_ONLY");
   if (c.kernel_threads_only) p.flag("KERNEL_THREADS_ONLY");
+  if (c.waker) {  // sched_waking; the user registers at the top of the waker's kernel stack
+    if (auto st = add_kernel_offsets(p, {{"OFF_TASK_STACK", "task_struct", {"stack"}}})) return Error{st->message};
+    p.integer("THREAD_SIZE", 16384);  // x86-64 (as common/unwind_maps)
+    p.flag("WAKER");
+  }
   if (c.state) p.integer(*c.state == 0 ? "STATE_EQ" : "STATE_MASK", *c.state);
   p.integer("MIN_NS", c.min_ns, "ULL");
   if (c.max_ns)

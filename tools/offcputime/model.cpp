@@ -19,25 +19,115 @@ const std::vector<std::string>& dq_keys() {
   // recovered_periods: of those, the ones ended at the arrival the scheduler recorded
   // (bpf_sources/arrival.h: counted in full, not lost).
   static const std::vector<std::string> keys = [] {
-    std::vector<std::string> k = {"seen_full", "overflow_stacks", "unknown_frames", "processes_gone_before_seen",
-                                  "symbolize_skipped", "dropped_periods", "recovered_periods", "stale_begins"};
+    // waker_unseen (--waker): blocked periods counted with no wakeup recorded ([unknown])
+    std::vector<std::string> k = {"seen_full",         "overflow_stacks",   "unknown_frames", "processes_gone_before_seen",
+                                  "symbolize_skipped", "dropped_periods",   "recovered_periods", "stale_begins",
+                                  "waker_unseen"};
     for (auto& u : unwind_dq_keys()) k.push_back(u);  // --unwind=dwarf (zero with fp)
     return k;
   }();
   return keys;
 }
 
+const char* waker_kind_name(WakerKind k) {
+  switch (k) {
+    case WakerKind::Task: return "task";
+    case WakerKind::Interrupt: return "interrupt";
+    case WakerKind::Preempted: return "preempted";
+    case WakerKind::Unseen: break;
+  }
+  return "unknown";
+}
+
+std::string Waker::name() const {
+  return kind == WakerKind::Task ? comm : std::string("[") + waker_kind_name(kind) + "]";
+}
+
+bool Waker::operator<(const Waker& o) const {
+  auto key = [](const Waker& w) {
+    return std::tie(w.kind, w.pid, w.tid, w.comm, w.stack.kernel, w.stack.user, w.stack.kernel_missing,
+                    w.stack.user_missing);
+  };
+  return key(*this) < key(o);
+}
+
+void trim_interrupted(std::vector<std::string>& kernel) {
+  for (size_t i = 0; i < kernel.size(); ++i)
+    if (kernel[i].rfind("asm_", 0) == 0) {  // the interrupt's entry (idtentry): keep it, drop the rest
+      kernel.resize(i + 1);
+      return;
+    }
+}
+
+bool interrupt_frames(const std::vector<std::string>& kernel) {
+  // x86-64 interrupt entries (idtentry: asm_sysvec_*, asm_common_interrupt; FRED:
+  // fred_extint, fred_sysvec_*), the handlers they call, and softirq processing (after
+  // an interrupt, at local_bh_enable, or in ksoftirqd). Exceptions (asm_exc_*: a page
+  // fault) are the task's own.
+  static const char* const kPrefixes[] = {"asm_sysvec_",   "sysvec_",         "__sysvec_",    "asm_common_interrupt",
+                                          "common_interrupt", "fred_extint",  "fred_sysvec_", "handle_softirqs",
+                                          "__do_softirq",  "do_softirq",      "irq_exit_rcu", "__irq_exit_rcu",
+                                          "handle_irq_event", "asm_spurious_interrupt"};
+  for (const auto& f : kernel)
+    for (const char* p : kPrefixes)
+      if (f.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+void classify_waker(Waker& w) {
+  if (w.kind != WakerKind::Task || !interrupt_frames(w.stack.kernel)) return;
+  w.kind = WakerKind::Interrupt;  // current was only interrupted: not the waker
+  w.pid = w.tid = 0;
+  w.comm.clear();
+  w.stack.user.clear();
+  w.stack.user_missing = false;
+  trim_interrupted(w.stack.kernel);
+}
+
+std::string waker_folded_suffix(const Waker& w) {
+  std::string out = ";--";
+  const Stack& st = w.stack;
+  bool kernel_part = false;
+  if (st.want_kernel) {
+    if (st.kernel_missing) {
+      out += ";[Missed Kernel Stack]";
+      kernel_part = true;
+    } else {
+      for (auto& f : st.kernel) out += ";" + folded_frame(f);
+      kernel_part = !st.kernel.empty();
+    }
+  }
+  if (st.want_user) {
+    bool user_part = st.user_missing || !st.user.empty();
+    if (kernel_part && user_part) out += ";-";
+    if (st.user_missing)
+      out += ";[Missed User Stack]";
+    else
+      for (auto& f : st.user) out += ";" + folded_frame(f);
+  }
+  return out + ";" + folded_frame(w.name());
+}
+
+std::map<std::string, uint64_t> waker_kind_totals(const std::vector<Entry>& entries) {
+  std::map<std::string, uint64_t> by;
+  for (auto k : {WakerKind::Unseen, WakerKind::Task, WakerKind::Interrupt, WakerKind::Preempted})
+    by[waker_kind_name(k)] = 0;
+  for (const auto& e : entries) by[waker_kind_name(e.waker.kind)] += e.total_ns;
+  return by;
+}
+
 // Stack ids that differ only in frames symbolization drops (the tracing path's own
 // frames) or cannot name render the same; report them as one entry.
 void merge_identical(std::vector<Entry>& entries) {
-  merge_identical_stacks<Entry>(
+  merge_identical_stacks_by(
       entries,
       [](Entry& m, const Entry& e) {
         m.total_ns += e.total_ns;
         m.count += e.count;
         m.max_ns = std::max(m.max_ns, e.max_ns);
       },
-      [](const Entry& e) { return e.declared << 1 | e.runnable; });  // waits of other kinds stay apart
+      // waits of other kinds, and (--waker) other wakers, stay apart
+      [](const Entry& e) { return std::make_pair(e.declared << 1 | e.runnable, e.waker); });
 }
 
 void classify_waits(std::vector<Entry>& entries, const std::function<const DeclaredName*(uint64_t)>& declared) {
@@ -81,7 +171,9 @@ std::vector<ThreadTotal> thread_totals(const std::vector<Entry>& entries) {
 }
 
 void add_folded(FoldedSet& set, const Config& c, const std::vector<Entry>& entries) {
-  add_folded_entries(set, entries, c.per_thread, [](const Entry& e) { return e.total_ns; });
+  if (!c.waker) return add_folded_entries(set, entries, c.per_thread, [](const Entry& e) { return e.total_ns; });
+  for (auto& e : entries)  // BCC offwaketime's lines: wakee;...;--;waker frames...;waker
+    set.add(folded_name(e.comm, e.pid, e.tid, c.per_thread), e.stack, e.total_ns, waker_folded_suffix(e.waker));
 }
 
 std::vector<std::string> folded_lines(const Config& c, const std::vector<Entry>& entries) {
@@ -130,6 +222,7 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
                               {"stack_storage_size", c.stack_storage_size},
                               {"map_entries", c.map_entries},
                               {"unwind", c.unwind_dwarf ? "dwarf" : "fp"},
+                              {"waker", c.waker},
                               {"interval_ns", opt_ns(s.interval_ns.value_or(0), s.interval_ns.has_value())},
                               {"duration_ns", opt_ns(s.duration_ns.value_or(0), s.duration_ns.has_value())}});
 }
@@ -142,7 +235,8 @@ std::string traced_text(const Config& c) {
   std::string how = c.kernel_stacks_only ? ""
                     : c.unwind_dwarf      ? " (user stacks: DWARF unwinding)"
                                           : " (user stacks: frame pointers)";
-  return "off-CPU time (us) of " + who + " by " + what + " stack" + how;
+  std::string wakers = c.waker ? " and waker" : "";
+  return "off-CPU time (us) of " + who + " by " + what + " stack" + wakers + how;
 }
 
 std::string banner(const Config& c) { return "Tracing " + traced_text(c) + banner_until(c.schedule); }

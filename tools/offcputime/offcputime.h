@@ -53,6 +53,7 @@ struct Config : bpfdiag::StackToolConfig {
   uint64_t map_entries = 32768;      // --map-entries: start/counts/seen map entries
   bool jvm_perfmap = false;  // --jvm-perfmap: ask target JVMs for their perf maps first
   bool unwind_dwarf = false;         // --unwind=dwarf (default with -p/-t): user stacks from .eh_frame
+  bool waker = false;                // --waker: who woke each thread (sched_waking), BCC's offwaketime
 };
 
 const bpfdiag::ToolSpec& tool_spec();
@@ -79,6 +80,24 @@ bpfdiag::Result<bpfdiag::BpfPlan> bpf_plan(const Config& c);
 // The data_quality keys of every record (the common ones plus these, always present).
 const std::vector<std::string>& dq_keys();
 
+// --waker: who ended an off-CPU period (bpf_sources/offcputime_shared.h offcpu_waker).
+enum class WakerKind {
+  Unseen,     // blocked, but no wakeup was recorded for it ("[unknown]"; data_quality waker_unseen)
+  Task,       // a thread, from its own context: pid, tid, comm, stack
+  Interrupt,  // an interrupt or softirq (a timer, a device): kernel stack only
+  Preempted,  // switched out runnable: nobody woke it
+};
+const char* waker_kind_name(WakerKind k);  // "unknown", "task", "interrupt", "preempted"
+struct Waker {
+  WakerKind kind = WakerKind::Unseen;
+  uint32_t pid = 0, tid = 0;  // Task only
+  std::string comm;           // Task only
+  bpfdiag::Stack stack;       // frames innermost first (an interrupt's: up to its entry)
+  // The waker's name as the views show it: its comm, or [interrupt], [preempted], [unknown].
+  std::string name() const;
+  bool operator<(const Waker& o) const;
+};
+
 // One aggregated entry, already symbolized.
 struct Entry {
   uint32_t pid = 0;  // tgid
@@ -98,6 +117,7 @@ struct Entry {
   // Switched out runnable (preempted or yielded): waiting for a CPU, not blocked. Its
   // class is "cpu" whatever its stack says.
   bool runnable = false;
+  Waker waker;  // --waker
 };
 
 struct Report {
@@ -129,9 +149,25 @@ void render(std::ostream& os, std::ostream& err, const Config& c, const Report& 
 // Adds the entries' folded stacks to `set` (names per -P), values in ns.
 void add_folded(bpfdiag::FoldedSet& set, const Config& c, const std::vector<Entry>& entries);
 // --pprof (pprof.cpp): the output over the run, and one report's entries as samples
-// (off_cpu/nanoseconds, off_cpu_periods/count).
+// (off_cpu/nanoseconds, off_cpu_periods/count); `waker`: the waker in labels (pprof.cpp).
 bpfdiag::RunPprof pprof_output(const Config& c);
-void add_pprof(bpfdiag::PprofProfile& p, const std::vector<Entry>& entries, const bpfdiag::Symbolizer& sym);
+void add_pprof(bpfdiag::PprofProfile& p, const std::vector<Entry>& entries, const bpfdiag::Symbolizer& sym,
+               bool waker = false);
+// --waker's folded frames after the wakee's, BCC offwaketime's convention: "--", the
+// waker's kernel frames then user frames, innermost first ("-" between them), then its
+// name (e.g. "--;try_to_wake_up;...;waker_signal_fn;main;B").
+std::string waker_folded_suffix(const Waker& w);
+// True when a wakeup's kernel frames show an interrupt or softirq (BPF records every
+// waker as the current task; this tells the ones that merely interrupted it).
+bool interrupt_frames(const std::vector<std::string>& kernel);
+// A Task waker whose kernel frames show an interrupt becomes Interrupt: no pid, tid,
+// comm or user stack, its kernel frames cut at the interrupt's entry.
+void classify_waker(Waker& w);
+// An interrupt's kernel frames up to its entry (asm_sysvec_*, asm_common_interrupt...):
+// what it interrupted is not part of the wakeup.
+void trim_interrupted(std::vector<std::string>& kernel);
+// Off-CPU time by waker kind (the summary's waker_kind_total_ns).
+std::map<std::string, uint64_t> waker_kind_totals(const std::vector<Entry>& entries);
 // Folded lines, merged (same name and frames summed), values in microseconds.
 std::vector<std::string> folded_lines(const Config& c, const std::vector<Entry>& entries);
 // The end-of-run warnings (lost stacks, full maps), each naming the option that fixes it.

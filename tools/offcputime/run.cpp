@@ -30,6 +30,8 @@ extern "C" {
 static_assert(sizeof(offcpu_key) == 56, "offcpu_key layout shared with BPF");
 static_assert(sizeof(offcpu_val) == 24, "offcpu_val layout shared with BPF");
 static_assert(sizeof(offcpu_start) == 64, "offcpu_start layout shared with BPF");
+static_assert(sizeof(offcpu_waker) == 48, "offcpu_waker layout shared with BPF");
+static_assert(sizeof(offcpu_wkey) == 104, "offcpu_wkey layout shared with BPF");
 
 namespace offcputime {
 using namespace bpfdiag;
@@ -44,12 +46,22 @@ const std::vector<CounterSlot> kCounters = {{OFFCPU_CNT_STACK_LOST, "lost_stacks
                                             {OFFCPU_CNT_STACK_OVERFLOW, "overflow_stacks"},
                                             {OFFCPU_CNT_PERIOD_DROPPED, "dropped_periods"},
                                             {OFFCPU_CNT_PERIOD_RECOVERED, "recovered_periods"},
-                                            {OFFCPU_CNT_DECL_STALE, "stale_begins"}};
+                                            {OFFCPU_CNT_DECL_STALE, "stale_begins"},
+                                            {OFFCPU_CNT_WAKER_FULL, "map_full"},
+                                            {OFFCPU_CNT_WAKER_UNSEEN, "waker_unseen"}};
 
 const std::vector<std::pair<std::string, std::string>> kProbes = {
     {"sched_process_exec", "raw_tracepoint__sched_process_exec"},
     {"sched_process_exit", "raw_tracepoint__sched_process_exit"},
     {"sched_switch", "raw_tracepoint__sched_switch"}};
+// --waker: attached before sched_switch, so every period it sees end has its wakeup seen
+const std::pair<std::string, std::string> kWakingProbe = {"sched_waking", "raw_tracepoint__sched_waking"};
+
+// The counts map's key: offcpu_key, or with --waker offcpu_wkey (the key and its waker).
+const offcpu_key& key_part(const offcpu_key& k) { return k; }
+const offcpu_key& key_part(const offcpu_wkey& k) { return k.k; }
+const offcpu_waker* waker_part(const offcpu_key&) { return nullptr; }
+const offcpu_waker* waker_part(const offcpu_wkey& k) { return &k.w; }
 
 struct Live {
   Symbolizer sym;
@@ -57,6 +69,7 @@ struct Live {
   JvmWaits jvm;            // HotSpot JVMs: what their threads wait for (common/jvm_state)
   uint64_t lost_events = 0;
   UnwindMaps* uw = nullptr;  // --unwind=dwarf
+  bool waker = false;        // --waker: counts is keyed by offcpu_wkey
   std::set<uint32_t> uw_stale;  // processes whose mappings changed (exec): refresh
 };
 
@@ -91,21 +104,69 @@ void poll_live(BpfSession& session, Live& live, int timeout_ms) {
   live.sym.forget_exited_every(10000000000ULL, [&] {
     std::set<uint32_t> tgids;  // cut short by a stop signal: then nothing is forgotten
     auto counts = session.get_hash_table<offcpu_key, offcpu_val>("counts");
-    for_each_key<offcpu_key>(
-        counts, [&](const offcpu_key& k) { tgids.insert(k.tgid); }, [] { return stop_signal() == 0; });
+    auto go_on = [] { return stop_signal() == 0; };
+    if (live.waker)  // the wakers' processes too: their frames are named in the same report
+      for_each_key<offcpu_wkey>(
+          counts, [&](const offcpu_wkey& k) { tgids.insert(k.k.tgid), tgids.insert(k.w.tgid); }, go_on);
+    else
+      for_each_key<offcpu_key>(counts, [&](const offcpu_key& k) { tgids.insert(k.tgid); }, go_on);
     return tgids;
   });
 }
 
+// --waker: one period's waker, its stacks read and symbolized.
+Waker resolve_waker(const offcpu_waker& w, const StackReader& stacks, const UnwoundStacks& unwound,
+                    const Config& c, Live& live, DataQuality* dq) {
+  Waker out;
+  StackParts parts = c.parts();
+  out.stack.want_user = parts.user;
+  out.stack.want_kernel = parts.kernel;
+  switch (w.kind) {
+    case OFFCPU_WAKER_TASK: out.kind = WakerKind::Task; break;  // or an interrupt: classify_waker
+    case OFFCPU_WAKER_PREEMPTED: out.kind = WakerKind::Preempted; return out;
+    default: return out;  // unseen: no stack
+  }
+  if (out.kind == WakerKind::Task) {
+    out.pid = w.tgid;
+    out.tid = w.tid;
+    out.comm = std::string(w.comm, strnlen(w.comm, sizeof w.comm));
+  }
+  // the kernel part with -U too: it tells an interrupt (classify_waker), then is dropped;
+  // the user part only for a task (an interrupted one's frames are not named, nor counted)
+  out.stack = stacks.resolve(live.sym, w.tgid, -14, w.kernel_stack_id, StackParts{false, true}, dq);
+  out.stack.want_user = parts.user;
+  classify_waker(out);
+  if (parts.user && out.kind == WakerKind::Task) {
+    if (w.user_hash) {  // unwound from the tables of a traced process
+      bool found = false;
+      out.stack.user = symbolize_unwound(unwound, w.user_hash, live.sym, w.tgid, &found);
+      out.stack.user_missing = !found;
+    } else {
+      Stack u = stacks.resolve(live.sym, w.tgid, w.user_stack_id, -1, StackParts{true, false}, dq);
+      out.stack.user = std::move(u.user);
+      out.stack.user_missing = u.user_missing;
+    }
+  }
+  if (!parts.kernel) {
+    out.stack.want_kernel = false;
+    out.stack.kernel.clear();
+    out.stack.kernel_missing = false;
+  }
+  return out;
+}
+
 // The counts drained from BPF into rep.entries, their stacks read and symbolized.
-void read_entries(BpfSession& session, const Config& c, Live& live, Report& rep) {
+template <class Key>
+void read_entries_as(BpfSession& session, const Config& c, Live& live, Report& rep) {
   StackReader stacks = StackReader::from_session(session);
   auto counts_table = session.get_hash_table<offcpu_key, offcpu_val>("counts");
   StackParts parts = c.parts();
   UnwoundStacks unwound;
   if (c.unwind_dwarf) unwound = read_unwound_stacks(session);
-  for (auto& [k, v] : drain_hash<offcpu_key, offcpu_val>(counts_table)) {
+  for (auto& [key, v] : drain_hash<Key, offcpu_val>(counts_table)) {
+    const offcpu_key& k = key_part(key);
     Entry e;
+    if (const offcpu_waker* w = waker_part(key)) e.waker = resolve_waker(*w, stacks, unwound, c, live, &rep.dq);
     e.pid = k.tgid;
     e.tid = k.tid;
     e.comm = std::string(k.comm, strnlen(k.comm, sizeof k.comm));
@@ -125,8 +186,19 @@ void read_entries(BpfSession& session, const Config& c, Live& live, Report& rep)
   }
 }
 
+void read_entries(BpfSession& session, const Config& c, Live& live, Report& rep) {
+  if (c.waker)
+    read_entries_as<offcpu_wkey>(session, c, live, rep);
+  else
+    read_entries_as<offcpu_key>(session, c, live, rep);
+}
+
 // The scheduler's tracepoints, then the declared waits' probes (none in -k mode).
 Status attach_probes(BpfSession& session, Live& live, uint64_t& probes) {
+  if (live.waker) {
+    if (auto st = session.attach_raw_tracepoint(kWakingProbe.first, kWakingProbe.second)) return st;
+    ++probes;
+  }
   for (auto& [tp, fn] : kProbes) {
     if (auto st = session.attach_raw_tracepoint(tp, fn))
       return st;  // one line: a verifier rejection, or the attach failure with its hint
@@ -158,6 +230,7 @@ Status run(const Config& user_config) {
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
   if (c.unwind_dwarf) live.uw = &uw;
+  live.waker = c.waker;
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
   if (!c.pprof.empty()) live.sym.keep_origins();  // --pprof: frames with their modules
   for (auto p : c.pids) live.sym.remember(p);
@@ -190,6 +263,7 @@ Status run(const Config& user_config) {
     if (final) {  // stop tracing first: the last report is a consistent snapshot
       StderrNoiseFilter quiet;
       for (auto& [tp, fn] : kProbes) session.detach_raw_tracepoint(tp);
+      if (c.waker) session.detach_raw_tracepoint(kWakingProbe.first);
       timing_mark("final: detach");
     }
     uint64_t now = monotonic_ns();
@@ -220,7 +294,7 @@ Status run(const Config& user_config) {
     render(std::cout, std::cerr, c, rep);
     if (final) timing_mark("final: render");
     if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
-    if (pprof.enabled()) add_pprof(pprof.profile(), rep.entries, live.sym);
+    if (pprof.enabled()) add_pprof(pprof.profile(), rep.entries, live.sym, c.waker);
     if (!final) return;
     for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
     svg_failed = flame.write();
