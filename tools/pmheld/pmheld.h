@@ -44,6 +44,8 @@ struct Config {
   bpfdiag::Schedule schedule;  // -i/-c/-d
   std::string svg;             // --svg FILE: flame graph of the run's hold times
   std::string pprof;           // --pprof FILE: the same as a pprof profile
+  std::string prometheus;           // --prometheus FILE: metrics at every report (common/metrics.h)
+  std::string listen;               // --listen ADDR:PORT: the same over HTTP
 };
 
 // The option table (generated --help, USAGE, man page SYNOPSIS).
