@@ -370,8 +370,8 @@ Status check_prometheus_file(const std::string& path) {
 // --- the sinks ---------------------------------------------------------------------------
 
 namespace {
-constexpr size_t kMaxConns = 8;            // clients served at once; more wait in the backlog
-constexpr size_t kMaxRequest = 8192;       // bytes of request line and headers
+constexpr size_t kMaxConns = 8;                     // clients served at once; more wait in the backlog
+constexpr size_t kMaxRequest = 8192;                // bytes of request line and headers
 constexpr uint64_t kConnTimeoutNs = 5000000000ULL;  // a whole exchange
 std::unique_ptr<MetricsOutput> g_output;
 }  // namespace
@@ -387,7 +387,8 @@ Result<std::unique_ptr<MetricsOutput>> MetricsOutput::open(const std::string& pr
     m->file_ = prometheus_file;
     m->file_base_ = prometheus_file.substr(prometheus_file.rfind('/') + 1);
     m->dir_fd_ = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (m->dir_fd_ < 0) return Error{"--prometheus " + prometheus_file + ": cannot open directory " + dir + ": " + reason()};
+    if (m->dir_fd_ < 0)
+      return Error{"--prometheus " + prometheus_file + ": cannot open directory " + dir + ": " + reason()};
     struct stat st;  // the directory held open is the one checked
     if (fstat(m->dir_fd_, &st) != 0) return Error{"--prometheus " + prometheus_file + ": " + reason()};
     if (auto bad = unsafe_dir(st)) return Error{"--prometheus " + prometheus_file + ": directory " + dir + " " + *bad};
@@ -401,7 +402,8 @@ Result<std::unique_ptr<MetricsOutput>> MetricsOutput::open(const std::string& pr
     m->listen_fd_ = socket(fam, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (m->listen_fd_ < 0) return Error{"--listen " + listen + ": cannot create a socket: " + reason()};
     int one = 1;
-    setsockopt(m->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // TIME_WAIT only; a live listener still conflicts
+    setsockopt(m->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one,
+               sizeof one);  // TIME_WAIT only; a live listener still conflicts
     struct sockaddr_storage ss = {};
     socklen_t len;
     if (a->ipv6) {
@@ -544,8 +546,7 @@ void MetricsOutput::handle_read(Conn& c) {
     }
     break;
   }
-  if (c.in == "BAD" || c.in.find("\r\n\r\n") != std::string::npos || c.in.find("\n\n") != std::string::npos)
-    respond(c);
+  if (c.in == "BAD" || c.in.find("\r\n\r\n") != std::string::npos || c.in.find("\n\n") != std::string::npos) respond(c);
 }
 
 void MetricsOutput::serve(int timeout_ms) {
@@ -601,7 +602,7 @@ int open_metrics_sinks(const char* tool, const std::string& prometheus, const st
     std::fprintf(stderr, "%s: %s\n", tool, one_line(out.error()).c_str());
     return 1;
   }
-  set_metrics_output(std::move(*out));
+  set_metrics_output(std::move(out.value()));
   return 0;
 }
 
@@ -621,7 +622,8 @@ void ToolMetrics::add_data_quality(const DataQuality& dq) {
                               "What made reports incomplete, by the JSON data_quality key "
                               "(lost events, lost stacks, unmatched ends, map-full drops, ...).",
                               {"tool", "kind"});
-  for (const auto& [k, v] : dq.to_json().items()) {
+  const nlohmann::json keys = dq.to_json();  // kept alive: items() refers to it
+  for (const auto& [k, v] : keys.items()) {
     if (k == "unmatched_begin" || !v.is_number()) continue;
     events.add({tool_, k}, v.get<double>());
   }
@@ -645,9 +647,9 @@ void ToolMetrics::publish(bool final) {
   set_.counter("bpfdiag_reports_total", "Reports made (interval and final).", {"tool"}).add({tool_}, 1);
   set_.gauge("bpfdiag_last_report_timestamp_seconds", "When the last report was made (Unix time).", {"tool"})
       .set({tool_}, double(realtime_ns()) / 1e9);
-  auto& folded = set_.counter("bpfdiag_metric_series_folded_total",
-                              "Updates of label sets past a family's cap, added to its \"other\" series.",
-                              {"tool", "metric"});
+  auto& folded =
+      set_.counter("bpfdiag_metric_series_folded_total",
+                   "Updates of label sets past a family's cap, added to its \"other\" series.", {"tool", "metric"});
   for (auto& f : set_.families())
     if (f->folded() && f.get() != &folded) folded.set({tool_, f->name()}, double(f->folded()));
   if (final) set_.gauge("bpfdiag_up", "", {"tool"}).set({tool_}, 0);

@@ -126,8 +126,7 @@ Status check_prometheus_file(const std::string& path);
 // text for the endpoint; serve() answers HTTP clients for at most timeout_ms.
 class MetricsOutput {
  public:
-  static Result<std::unique_ptr<MetricsOutput>> open(const std::string& prometheus_file,
-                                                     const std::string& listen);
+  static Result<std::unique_ptr<MetricsOutput>> open(const std::string& prometheus_file, const std::string& listen);
   ~MetricsOutput();
   MetricsOutput(const MetricsOutput&) = delete;
   MetricsOutput& operator=(const MetricsOutput&) = delete;

@@ -1,8 +1,8 @@
 // common/metrics: the exposition text (escaping, numbers, histograms), the series cap
 // with its `other` series, --listen's address rules, --prometheus's file rules and
 // atomic replacement, and the HTTP endpoint answering a real client over loopback.
-#include <doctest/doctest.h>
 #include <arpa/inet.h>
+#include <doctest/doctest.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -160,7 +160,7 @@ TEST_CASE("metrics: the textfile is replaced whole, never through a link, no tem
   const std::string file = d + "/m.prom";
   auto out = MetricsOutput::open(file, "");
   REQUIRE(out);
-  (*out)->publish("a 1\n");
+  out.value()->publish("a 1\n");
   CHECK(slurp(file) == "a 1\n");
   struct stat st;
   REQUIRE(stat(file.c_str(), &st) == 0);
@@ -169,12 +169,12 @@ TEST_CASE("metrics: the textfile is replaced whole, never through a link, no tem
   unlink(file.c_str());
   std::ofstream(d + "/victim") << "keep";
   REQUIRE(symlink((d + "/victim").c_str(), file.c_str()) == 0);
-  (*out)->publish("a 2\n");
+  out.value()->publish("a 2\n");
   REQUIRE(lstat(file.c_str(), &st) == 0);
   CHECK(S_ISREG(st.st_mode));
   CHECK(slurp(file) == "a 2\n");
   CHECK(slurp(d + "/victim") == "keep");
-  CHECK_FALSE((*out)->failure());
+  CHECK_FALSE(out.value()->failure());
   int entries = 0;
   for (const char* n : {"m.prom", "victim"}) entries += access((d + "/" + n).c_str(), F_OK) == 0;
   CHECK(entries == 2);
@@ -186,7 +186,7 @@ TEST_CASE("metrics: the endpoint answers GET /metrics, 404 and 405, over loopbac
   const uint16_t port = free_port();
   auto out = MetricsOutput::open("", "127.0.0.1:" + std::to_string(port));
   REQUIRE(out);
-  MetricsOutput& m = **out;
+  MetricsOutput& m = *out.value();
   m.publish("z_total 4\n");
   auto ask = [&](const std::string& req) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

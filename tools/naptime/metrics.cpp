@@ -2,6 +2,7 @@
 // sleeps, their time slept and requested (the JSON's sleep_count, sleep_total_ns,
 // requested_total_ns, interrupted_count), and a histogram of the time slept.
 #include "common/metrics.h"
+
 #include "tools/naptime/naptime.h"
 
 namespace naptime {
@@ -18,9 +19,9 @@ void add_report_metrics(MetricSet& m, const Summary& sum) {
   auto& slept = m.counter("bpfdiag_sleep_seconds_total", "Time slept, by command (sleep_total_ns).", {"comm"});
   auto& requested = m.counter("bpfdiag_sleep_requested_seconds_total",
                               "Time the sleeps asked for, by command (requested_total_ns).", {"comm"});
-  auto& interrupted = m.counter("bpfdiag_sleeps_interrupted_total",
-                                "Sleeps ended early by a signal or an error, by command (interrupted_count).",
-                                {"comm"});
+  auto& interrupted =
+      m.counter("bpfdiag_sleeps_interrupted_total",
+                "Sleeps ended early by a signal or an error, by command (interrupted_count).", {"comm"});
   for (const auto& [pid, p] : sum.procs()) {
     sleeps.add({p.comm}, double(p.count));
     slept.add({p.comm}, double(p.slept_ns) / 1e9);

@@ -1,10 +1,11 @@
 // offcputime's metrics (--prometheus / --listen, common/metrics.h): off-CPU time and
 // periods per process, command and wait class (the JSON's offcpu_total_ns,
 // offcpu_count and wait_class), summed over each report's stacks.
+#include "common/metrics.h"
+
 #include <map>
 #include <tuple>
 
-#include "common/metrics.h"
 #include "tools/offcputime/offcputime.h"
 
 namespace offcputime {

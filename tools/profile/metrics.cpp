@@ -1,8 +1,9 @@
 // profile's metrics (--prometheus / --listen, common/metrics.h): CPU samples per
 // command (the JSON's samples), and the sampling frequency to turn them into time.
+#include "common/metrics.h"
+
 #include <map>
 
-#include "common/metrics.h"
 #include "tools/profile/profile.h"
 
 namespace profile {

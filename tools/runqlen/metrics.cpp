@@ -2,6 +2,7 @@
 // samples of each report (time-weighted, as the JSON's sample_count and runqlen_avg)
 // as a histogram per CPU.
 #include "common/metrics.h"
+
 #include "tools/runqlen/runqlen.h"
 
 namespace runqlen {

@@ -3,6 +3,7 @@
 // runnable_total_ns, idle_total_ns, blocked_total_ns by reason), the requests
 // answered, and the last interval's utilization, busy average and thread count.
 #include "common/metrics.h"
+
 #include "tools/threadpool/threadpool.h"
 
 namespace threadpool {
@@ -14,15 +15,13 @@ void add_report_metrics(MetricSet& m, const std::vector<GroupReport>& groups) {
                          "work), blocked_<reason> (oncpu_total_ns, runnable_total_ns, idle_total_ns, "
                          "blocked_total_ns).",
                          {"pool", "state"});
-  auto& requests = m.counter("bpfdiag_pool_requests_total", "Requests answered by the group (request_count).",
-                             {"pool"});
+  auto& requests =
+      m.counter("bpfdiag_pool_requests_total", "Requests answered by the group (request_count).", {"pool"});
   auto& util = m.gauge("bpfdiag_pool_utilization_ratio",
-                       "Share of the group's thread time that was busy over the last report (utilization).",
-                       {"pool"});
-  auto& busy = m.gauge("bpfdiag_pool_busy_threads", "Busy threads on average over the last report (busy_avg).",
-                       {"pool"});
-  auto& threads = m.gauge("bpfdiag_pool_threads", "Threads in the group at the last report (thread_count).",
-                          {"pool"});
+                       "Share of the group's thread time that was busy over the last report (utilization).", {"pool"});
+  auto& busy =
+      m.gauge("bpfdiag_pool_busy_threads", "Busy threads on average over the last report (busy_avg).", {"pool"});
+  auto& threads = m.gauge("bpfdiag_pool_threads", "Threads in the group at the last report (thread_count).", {"pool"});
   util.clear();  // groups of this report only
   busy.clear();
   threads.clear();
