@@ -130,10 +130,8 @@ void render_report(std::ostream& os, const Config& c, const Summary& sum, const 
 // The "naptime.start" fields: filters and the effective options.
 nlohmann::json start_fields(const Config& c, uint64_t probes);
 
-// --prometheus/--listen (metrics.cpp): one sleep into the histogram, one report's
-// per-process totals into the per-command counters.
+// --prometheus/--listen (metrics.cpp): one sleep into the counters and the histogram.
 void add_sleep_metrics(bpfdiag::MetricSet& m, const Sleep& s);
-void add_report_metrics(bpfdiag::MetricSet& m, const Summary& sum);
 
 bpfdiag::Status run(const Config& c);
 

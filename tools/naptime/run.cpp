@@ -167,7 +167,6 @@ Status run(const Config& c) {
     if (!c.json && !c.summary) std::cout << "\n";
     render_report(std::cout, c, t.sum, dq, window_ending_now(now - window_start, final));
     if (metrics.enabled()) {
-      add_report_metrics(metrics.set(), t.sum);
       metrics.add_data_quality(dq);
       metrics.publish(final);
     }
