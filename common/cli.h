@@ -83,7 +83,19 @@ template <typename C, typename = void>
 struct has_pprof : std::false_type {};
 template <typename C>
 struct has_pprof<C, std::void_t<decltype(std::declval<C&>().pprof.empty())>> : std::true_type {};
+template <typename C, typename = void>
+struct has_metrics : std::false_type {};
+template <typename C>
+struct has_metrics<C, std::void_t<decltype(std::declval<C&>().prometheus.empty()),
+                                  decltype(std::declval<C&>().listen.empty())>> : std::true_type {};
 }  // namespace detail
+
+// --prometheus FILE / --listen ADDR:PORT (common/metrics.h): checked (a bad FILE is a
+// usage error: 2) and opened (the socket bound: a port in use is a runtime failure: 1)
+// before tracing; 0 when the run can go on. Prints the one-line error itself.
+int open_metrics_sinks(const char* tool, const std::string& prometheus, const std::string& listen);
+// After the run: 1 (and the line) when the last metrics write failed, else 0.
+int metrics_sinks_status(const char* tool);
 
 // --pprof FILE checked before tracing starts (common/pprof.cpp): a usage error.
 Status check_output_file(const std::string& option, const std::string& path);
@@ -129,6 +141,10 @@ int tool_main(const char* tool, const char* help, int argc, char** argv, ParseFn
       }
     }
   }
+  if constexpr (detail::has_metrics<Config>::value) {
+    if (!c.prometheus.empty() || !c.listen.empty())
+      if (int rc = open_metrics_sinks(tool, c.prometheus, c.listen)) return rc;
+  }
   timing_mark("parse options");
   Status st = ensure_tracefs();  // before any libbcc call, while single-threaded
   timing_mark("mount namespace/tracefs");
@@ -138,7 +154,8 @@ int tool_main(const char* tool, const char* help, int argc, char** argv, ParseFn
     std::fprintf(stderr, "%s: %s\n", tool, one_line(st->message, 1000).c_str());
     return 1;
   }
-  return flush_output(tool) ? 0 : 1;
+  if (!flush_output(tool)) return 1;
+  return metrics_sinks_status(tool);
 }
 
 }  // namespace bpfdiag

@@ -1,5 +1,7 @@
 #include "common/options.h"
 
+#include "common/metrics.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -40,6 +42,19 @@ OptionSpec duration() {
 }
 OptionSpec svg(std::string help) { return make("svg", "FILE", std::move(help), "Output"); }
 OptionSpec pprof(std::string help) { return make("pprof", "FILE", std::move(help), "Output"); }
+OptionSpec prometheus() {
+  return make("prometheus", "FILE",
+              "write metrics in Prometheus text format to FILE\n"
+              "at every report, replaced atomically (for\n"
+              "node_exporter's textfile collector: *.prom)",
+              "Metrics");
+}
+OptionSpec listen() {
+  return make("listen", "ADDR:PORT",
+              "serve the metrics over HTTP (GET /metrics); PORT\n"
+              "alone is 127.0.0.1:PORT",
+              "Metrics");
+}
 OptionSpec ebpf() { return make("ebpf", "", "print the BPF program and exit", "Output"); }
 OptionSpec verbose(std::string help) { return make("v,verbose", "", std::move(help), "Output"); }
 OptionSpec help() { return make("h,help", "", "show this help", "Output"); }
@@ -260,6 +275,11 @@ Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
   }
   if (auto s = str("svg")) c.svg = *s;
   if (auto s = str("pprof")) c.pprof = *s;
+  if (auto s = str("prometheus")) c.prometheus = *s;
+  if (auto s = str("listen")) {
+    c.listen = *s;
+    if (auto a = parse_listen_address(*s); !a) return Error{a.error()};
+  }
   if (auto s = str("sort")) c.sort = *s;
   if (auto f = str("fields")) c.fields = *f;
   if (auto n = str("entries")) {

@@ -84,6 +84,12 @@ OptionSpec svg(std::string help = "write a flame graph of the final report to FI
 // --pprof FILE: the same window as a gzip-compressed pprof profile (common/pprof.h),
 // for go tool pprof, Pyroscope and Parca; checked before tracing (tool_main).
 OptionSpec pprof(std::string help);
+// Continuous mode's metrics (common/metrics.h): --prometheus FILE (node_exporter's
+// textfile collector, replaced atomically at every report) and --listen ADDR:PORT (an
+// HTTP endpoint, GET /metrics, loopback unless another address is given); both are
+// checked and opened before tracing (tool_main).
+OptionSpec prometheus();
+OptionSpec listen();
 OptionSpec ebpf();
 OptionSpec verbose(std::string help = "say where probes were placed and what was skipped");
 OptionSpec help();
@@ -124,6 +130,8 @@ struct CommonOptions {
   std::string file;  // Positional::File
   std::string svg;   // --svg FILE; empty: none
   std::string pprof; // --pprof FILE; empty: none
+  std::string prometheus;  // --prometheus FILE; empty: none
+  std::string listen;      // --listen ADDR:PORT; empty: none
 };
 
 struct ParsedCli {

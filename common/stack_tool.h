@@ -34,6 +34,8 @@ struct StackToolConfig {
   bool per_thread = false;          // -P: "comm-PID/TID" in folded output
   std::string svg;                  // --svg FILE: flame graph of the whole run
   std::string pprof;                // --pprof FILE: pprof profile of the whole run
+  std::string prometheus;           // --prometheus FILE: metrics at every report (common/metrics.h)
+  std::string listen;               // --listen ADDR:PORT: the same over HTTP
   bool json = false;
   bool ebpf = false;
   Schedule schedule;  // -d/--duration / [duration], -i, -c

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <string>
 
+#include "common/metrics.h"
 #include "common/timing.h"
 
 namespace bpfdiag {
@@ -31,6 +32,18 @@ void attach_phase_done() { enter_reporting(); }
 
 Status run_tool_loop(const Schedule& s, RunHooks& hooks, TargetWatch& targets) {
   if (!targets.empty()) targets.attach(hooks);
+  if (MetricsOutput* m = metrics_output(); m && m->listening()) {
+    // --listen: the endpoint is served from the loop, between the tool's own waits
+    // (a scrape waits at most one poll, <= 100 ms)
+    if (hooks.poll) {
+      hooks.poll = [m, inner = std::move(hooks.poll)](int timeout_ms) {
+        inner(timeout_ms);
+        m->serve(0);
+      };
+    } else {
+      hooks.poll = [m](int timeout_ms) { m->serve(timeout_ms); };
+    }
+  }
   run_loop(s, hooks);
   return std::nullopt;
 }

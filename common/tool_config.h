@@ -9,7 +9,7 @@
 //   c.hist = raw->count("hist");
 //
 // Copied when present: help json csv ebpf verbose timestamp folded per_thread pids tids
-// schedule svg pprof; sort and fields when given (the Config's default stays otherwise);
+// schedule svg pprof prometheus listen; sort and fields when given (the Config's default stays otherwise);
 // entries and stacks when given. Whatever a tool names differently it reads from
 // `common` (optional out-parameter).
 #pragma once
@@ -45,6 +45,8 @@ BPFDIAG_HAS_MEMBER(entries)
 BPFDIAG_HAS_MEMBER(stacks)
 BPFDIAG_HAS_MEMBER(svg)
 BPFDIAG_HAS_MEMBER(pprof)
+BPFDIAG_HAS_MEMBER(prometheus)
+BPFDIAG_HAS_MEMBER(listen)
 #undef BPFDIAG_HAS_MEMBER
 }  // namespace config_detail
 
@@ -72,6 +74,8 @@ void copy_common(const CommonOptions& o, Config& c) {
     if (o.stacks) c.stacks = static_cast<decltype(c.stacks)>(*o.stacks);
   if constexpr (config_detail::has_svg<C>::value) c.svg = o.svg;
   if constexpr (config_detail::has_pprof<C>::value) c.pprof = o.pprof;
+  if constexpr (config_detail::has_prometheus<C>::value) c.prometheus = o.prometheus;
+  if constexpr (config_detail::has_listen<C>::value) c.listen = o.listen;
 }
 
 // parse_tool_cli, then copy_common into `c`; returns the raw result for the tool's

@@ -143,6 +143,8 @@ check(not os.path.exists(marker3), "tool: make: the makefile did not run")
 for name, line, want in (("bogus", "lockstat --bogus", "'bogus' does not exist"),
                          ("svg", "lockstat --svg /etc/bpfdiag-rbsec", "--svg is not allowed"),
                          ("pprof", "pmheld --pprof /etc/bpfdiag-rbsec", "--pprof is not allowed"),
+                         ("prom", "naptime --prometheus /etc/bpfdiag-rbsec", "--prometheus is not allowed"),
+                         ("listen", "naptime --listen 9464", "--listen is not allowed"),
                          ("pos", "offcputime 5", "'5': no positional"),
                          ("bad", "lockstat -s abc", "lockstat:")):
     book(name, "tool: naptime\n# comment\ntool: %s\n" % line)

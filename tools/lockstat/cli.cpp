@@ -73,6 +73,7 @@ const char kExamples[] = R"(  lockstat                       # rank lock waits (
   lockstat --uprobes -p 1234 -d 5   # exact pthread_mutex_lock timing for 5 s
   lockstat -j -i 1 -c 10         # NDJSON, a report every second, 10 times
   lockstat -p 1234 -d 5 --pprof locks.pb.gz  # for go tool pprof
+  lockstat -i 10 --prometheus /var/lib/node_exporter/lockstat.prom  # metrics
 )";
 
 ToolSpec make_spec() {
@@ -112,6 +113,8 @@ ToolSpec make_spec() {
                     "lock (or thread) and a lockstat.summary"),
           opt::svg("write a flame graph of the waits at the contended\nlocks' call sites to FILE when the run ends"),
           opt::pprof("write the run's waits by call site to FILE as a\ngzip-compressed pprof profile (go tool pprof)"),
+          opt::prometheus(),
+          opt::listen(),
           OptionSpec{"map-entries", "N",
                      "BPF map size (waits per thread and lock; default:\n"
                      "from the target's thread count, at least 16384)",

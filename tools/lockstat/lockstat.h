@@ -11,6 +11,7 @@
 #include "common/bpf_plan.h"
 #include "common/declared_waits.h"
 #include "common/histogram.h"
+#include "common/metrics.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/report.h"
@@ -61,6 +62,8 @@ struct Config {
   uint64_t probe_cost_ns = 0;
   std::string svg;                       // --svg FILE: flame graph of the run's waits
   std::string pprof;                     // --pprof FILE: the run's waits as a pprof profile
+  std::string prometheus;           // --prometheus FILE: metrics at every report (common/metrics.h)
+  std::string listen;               // --listen ADDR:PORT: the same over HTTP
 };
 
 // The option table (generated --help, USAGE, man page SYNOPSIS).
@@ -241,6 +244,9 @@ void add_folded_waits(const Report& rep, bpfdiag::FoldedSet& out);
 // as samples (contentions/count, delay/nanoseconds) by call site.
 bpfdiag::RunPprof pprof_output(const Config& c);
 void add_pprof(bpfdiag::PprofProfile& p, const Report& rep, const bpfdiag::Symbolizer& sym);
+
+// --prometheus/--listen (metrics.cpp): one report's rows into the counters.
+void add_report_metrics(bpfdiag::MetricSet& m, const Report& rep);
 
 bpfdiag::Status run(const Config& c);
 

@@ -342,6 +342,11 @@ class Reporter {
     if (jvm_on_) jvm_.refresh(session_);  // Java threads and (system-wide) JVMs started since
   }
 
+  // --prometheus/--listen: the snapshot once attached (every counter at 0)
+  void start_metrics() {
+    if (metrics_.enabled()) metrics_.publish_start(empty_dq());
+  }
+
   void report(bool final) {
     remember_new();
     res_.new_report();
@@ -359,10 +364,15 @@ class Reporter {
                    "full (%llu entries); rerun with --map-entries %llu\n",
                    static_cast<unsigned long long>(s.dq.map_full), static_cast<unsigned long long>(c_.map_entries),
                    static_cast<unsigned long long>(std::min<uint64_t>(c_.map_entries * 4, 1u << 22)));
-    if (flame_.enabled() || pprof_.enabled()) {
+    if (flame_.enabled() || pprof_.enabled() || metrics_.enabled()) {
       Report r = build_report(s, names_, c_);
       if (flame_.enabled()) add_folded_waits(r, flame_.stacks());
       if (pprof_.enabled()) add_pprof(pprof_.profile(), r, res_.sym());
+      if (metrics_.enabled()) {
+        add_report_metrics(metrics_.set(), r);
+        metrics_.add_data_quality(s.dq);
+        metrics_.publish(final);
+      }
     }
     if (Status st = final ? flame_.write() : std::nullopt; st && !failed_) failed_ = st;
     if (Status st = final ? pprof_.write() : std::nullopt; st && !failed_) failed_ = st;
@@ -485,6 +495,7 @@ class Reporter {
   const bool wakers_, has_scans_, has_rq_locks_;
   RunFlameGraph flame_;
   RunPprof pprof_;
+  ToolMetrics metrics_{"lockstat"};  // --prometheus/--listen
   std::vector<std::string> start_maps_;
   Names names_;
   std::map<std::string, uint32_t> exes_;  // binary -> a process that runs it (debuginfo hints)
@@ -565,6 +576,7 @@ Status run(const Config& c0) {
                     empty_dq());
   Reporter rep(session, c, uw, res, decl, jvm, *plan, attached.calibrated_cost, window_start);
   rep.set_names(res.names());
+  rep.start_metrics();
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) { rep.poll(timeout_ms); };
   hooks.report = [&](bool final) { rep.report(final); };

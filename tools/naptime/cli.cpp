@@ -34,7 +34,9 @@ const char kExamples[] =
     "  naptime -m 10ms        # only sleeps of at least 10 ms\n"
     "  naptime --summary -d 10  # per-process summary and histogram after 10 s\n"
     "  naptime --summary -i 5   # the same every 5 seconds\n"
-    "  naptime -j -p 181 -d 5   # JSON records for PID 181, for 5 seconds\n";
+    "  naptime -j -p 181 -d 5   # JSON records for PID 181, for 5 seconds\n"
+    "  naptime --summary -i 15 --prometheus /var/lib/node_exporter/naptime.prom\n"
+    "                           # metrics for node_exporter, every 15 s\n";
 
 ToolSpec make_spec() {
   std::vector<OptionSpec> options = {
@@ -48,6 +50,8 @@ ToolSpec make_spec() {
                  "Output"},
       opt::json("NDJSON: naptime.start, a naptime.sleep record per\n"
                 "sleep, naptime.process per process, naptime.summary"),
+      opt::prometheus(),
+      opt::listen(),
       opt::ebpf(),
       opt::help(),
       opt::interval(),
@@ -76,6 +80,8 @@ Config from_cli(const ParsedCli& p) {
   c.tids = p.common.tids;
   c.min_ns = p.common.min_ns.value_or(0);
   c.schedule = p.common.schedule;
+  c.prometheus = p.common.prometheus;
+  c.listen = p.common.listen;
   if (auto n = opt_str(p.raw, "comm")) c.comm = n->substr(0, NAPTIME_COMM_LEN - 1);  // the kernel keeps 15
   return c;
 }

@@ -19,6 +19,7 @@
 
 #include "common/bpf_plan.h"
 #include "common/histogram.h"
+#include "common/metrics.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/report.h"
@@ -35,6 +36,8 @@ struct Config {
   bool help = false;
   bool summary = false;  // --summary: per-process tables instead of a line per sleep
   bool json = false;
+  std::string prometheus;           // --prometheus FILE: metrics at every report (common/metrics.h)
+  std::string listen;               // --listen ADDR:PORT: the same over HTTP
   bool ebpf = false;
   std::vector<uint32_t> pids;  // -p
   std::vector<uint32_t> tids;  // -t
@@ -126,6 +129,9 @@ void render_report(std::ostream& os, const Config& c, const Summary& sum, const 
                    const bpfdiag::Window& w);
 // The "naptime.start" fields: filters and the effective options.
 nlohmann::json start_fields(const Config& c, uint64_t probes);
+
+// --prometheus/--listen (metrics.cpp): one sleep into the counters and the histogram.
+void add_sleep_metrics(bpfdiag::MetricSet& m, const Sleep& s);
 
 bpfdiag::Status run(const Config& c);
 

@@ -40,6 +40,7 @@ struct Tracer {
   Summary sum;        // this report's window
   UserCounts counts;
   DataQuality so_far;  // carried by sleep records: counted since the start
+  ToolMetrics* metrics = nullptr;  // --prometheus/--listen
 };
 
 void on_event(void* cookie, void* data, int size) {
@@ -53,6 +54,7 @@ void on_event(void* cookie, void* data, int size) {
   if (ev.start.flags & NAPTIME_F_BAD_REQUEST) t->counts.unreadable++;
   Sleep s = decode(ev, t->off);
   t->sum.add(s);
+  if (t->metrics) add_sleep_metrics(t->metrics->set(), s);
   if (!t->c.summary) render_sleep(std::cout, t->c, s, t->so_far);
 }
 
@@ -103,7 +105,7 @@ Status run(const Config& c) {
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
-  Tracer t{c, measure_clock_offsets(), {}, {}, DataQuality::with_keys(dq_keys())};
+  Tracer t{c, measure_clock_offsets(), {}, {}, DataQuality::with_keys(dq_keys()), nullptr};
   if (auto st = write_config(session, c, t.off)) return st;
   if (auto st = session.open_perf_buffer("events", on_event, on_lost, &t, 64)) return st;
   const std::vector<std::pair<std::string, std::string>> probes = {
@@ -125,6 +127,11 @@ Status run(const Config& c) {
   announce_attached(std::cout, "naptime", c.json, "Tracing sleeps" + banner_until(c.schedule),
                     start_fields(c, probes.size() + 1), t.so_far);
   if (!c.json && !c.summary) render_header(std::cout);
+  ToolMetrics metrics("naptime");
+  if (metrics.enabled()) {
+    t.metrics = &metrics;
+    metrics.publish_start(DataQuality::with_keys(dq_keys()));
+  }
 
   uint64_t window_start = monotonic_ns(), last_offsets = window_start;
   CounterDeltas deltas;
@@ -159,6 +166,10 @@ Status run(const Config& c) {
     dq.unmatched_begin = in_progress(session, c, t.off);
     if (!c.json && !c.summary) std::cout << "\n";
     render_report(std::cout, c, t.sum, dq, window_ending_now(now - window_start, final));
+    if (metrics.enabled()) {
+      metrics.add_data_quality(dq);
+      metrics.publish(final);
+    }
     window_start = now;
     t.sum = Summary{};
   };

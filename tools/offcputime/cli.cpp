@@ -63,6 +63,8 @@ ToolSpec make_spec() {
                 "per stack, then offcputime.summary (times in ns)"),
       opt::svg("write a flame graph of the whole run to FILE\n(off-CPU colours, times in us)"),
       opt::pprof("write the whole run to FILE as a gzip-compressed\npprof profile (off_cpu in ns, for go tool pprof)"),
+      opt::prometheus(),
+      opt::listen(),
       opt::ebpf(),
       opt::help(),
       OptionSpec{"duration", "TIME", "trace for TIME (default unit s), then report", "Schedule"},
@@ -94,7 +96,8 @@ ToolSpec make_spec() {
       "  offcputime -p 185 5 --svg off.svg  # an interactive flame graph\n"
       "  offcputime -p 185 5 --pprof off.pb.gz  # for go tool pprof\n"
       "  offcputime -p 4242 --jvm-perfmap 10  # a JVM: Java methods named\n"
-      "  offcputime --waker -f -p 185 5  # folded wakee;...;--;...;waker lines\n";
+      "  offcputime --waker -f -p 185 5  # folded wakee;...;--;...;waker lines\n"
+      "  offcputime -i 10 --listen 9464  # metrics at 127.0.0.1:9464/metrics\n";
   s.positional = Positional::Duration;
   return s;
 }

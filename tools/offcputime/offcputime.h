@@ -25,6 +25,7 @@
 #include "common/stack_tool.h"
 #include "common/stacks.h"
 #include "common/declared_waits.h"
+#include "common/metrics.h"
 #include "common/wait_sites.h"
 
 namespace bpfdiag {
@@ -178,6 +179,9 @@ nlohmann::json start_fields(const Config& c, uint64_t probes);
 // What is traced ("off-CPU time (us) of ... by ... stack"), for the banner and --svg.
 std::string traced_text(const Config& c);
 std::string banner(const Config& c);
+
+// --prometheus/--listen (metrics.cpp): one report's entries into the counters.
+void add_report_metrics(bpfdiag::MetricSet& m, const std::vector<Entry>& entries);
 
 bpfdiag::Status run(const Config& c);
 

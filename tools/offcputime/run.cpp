@@ -257,6 +257,8 @@ Status run(const Config& user_config) {
                       1000);
   RunPprof pprof = pprof_output(c);  // --pprof: the same window
   Status svg_failed;
+  ToolMetrics metrics("offcputime");  // --prometheus/--listen
+  if (metrics.enabled()) metrics.publish_start(dq0);
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) { poll_live(session, live, timeout_ms); };
   hooks.report = [&](bool final) {
@@ -295,6 +297,11 @@ Status run(const Config& user_config) {
     if (final) timing_mark("final: render");
     if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
     if (pprof.enabled()) add_pprof(pprof.profile(), rep.entries, live.sym, c.waker);
+    if (metrics.enabled()) {
+      add_report_metrics(metrics.set(), rep.entries);
+      metrics.add_data_quality(rep.dq);
+      metrics.publish(final);
+    }
     if (!final) return;
     for (auto& w : warnings(c, rep.dq)) std::cerr << w << "\n";
     svg_failed = flame.write();

@@ -36,6 +36,7 @@ const char kExamples[] = R"(  pmheld -p 181             # hold times of PID 181'
   pmheld -S p99 -d 5        # all processes for 5 s, worst p99 hold first
   pmheld -p 181 -j -d 10    # NDJSON records per lock after 10 seconds
   pmheld -p 181 -d 10 --pprof held.pb.gz  # for go tool pprof
+  pmheld -p 181 -i 10 --listen 9467  # metrics at 127.0.0.1:9467/metrics
 )";
 
 ToolSpec make_spec() {
@@ -64,6 +65,8 @@ ToolSpec make_spec() {
           opt::json("NDJSON: pmheld.start, then per report one pmheld.lock\nper lock and a pmheld.summary"),
           opt::svg("write a flame graph of the hold times by acquiring\nstack to FILE when the run ends"),
           opt::pprof("write the run's holds by acquiring stack to FILE\nas a gzip-compressed pprof profile (go tool pprof)"),
+          opt::prometheus(),
+          opt::listen(),
       }, "print where each probe was placed"),
       kExamples,
       Positional::None};

@@ -8,6 +8,7 @@
 
 #include "common/bpf_plan.h"
 #include "common/histogram.h"
+#include "common/metrics.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/report.h"
@@ -44,6 +45,8 @@ struct Config {
   bpfdiag::Schedule schedule;  // -i/-c/-d
   std::string svg;             // --svg FILE: flame graph of the run's hold times
   std::string pprof;           // --pprof FILE: the same as a pprof profile
+  std::string prometheus;           // --prometheus FILE: metrics at every report (common/metrics.h)
+  std::string listen;               // --listen ADDR:PORT: the same over HTTP
 };
 
 // The option table (generated --help, USAGE, man page SYNOPSIS).
@@ -98,6 +101,9 @@ bpfdiag::Status configure(bpfdiag::Table<LockHold>& t, const Config& c);
 // order (sorted here). With --csv the data-quality line goes to `err`.
 void render(std::ostream& os, std::ostream& err, const Config& c, std::vector<LockHold> locks,
             const bpfdiag::DataQuality& dq, const bpfdiag::Window& w);
+
+// --prometheus/--listen (metrics.cpp): one report's holds into the counters.
+void add_report_metrics(bpfdiag::MetricSet& m, const std::vector<LockHold>& locks);
 
 bpfdiag::Status run(const Config& c);
 

@@ -293,10 +293,17 @@ Status run(const Config& c) {
                               FlamePalette::OffCpu});  // --svg: the holds of every report
   RunPprof pprof = pprof_output(c);  // --pprof: the same window
   Status svg_failed;
+  ToolMetrics metrics("pmheld");  // --prometheus/--listen
+  if (metrics.enabled()) metrics.publish_start(empty_dq());
   RunHooks hooks;
   hooks.report = [&](bool final) {
     DataQuality dq = empty_dq();
     auto locks = col.collect(dq);
+    if (metrics.enabled()) {
+      add_report_metrics(metrics.set(), locks);
+      metrics.add_data_quality(dq);
+      metrics.publish(final);
+    }
     if (flame.enabled()) add_folded_holds(locks, flame.stacks());
     if (pprof.enabled()) add_pprof(pprof.profile(), locks, col.sym());
     if (final) svg_failed = flame.write();

@@ -42,6 +42,8 @@ ToolSpec make_spec() {
                 "stack, then profile.summary"),
       opt::svg(),
       opt::pprof("write the final report's samples to FILE as a\ngzip-compressed pprof profile (go tool pprof)"),
+      opt::prometheus(),
+      opt::listen(),
       opt::ebpf(),
       opt::help(),
       OptionSpec{"F,frequency", "HZ", "sample frequency per CPU (1-10000, default 49)", "Sampling"},
@@ -64,7 +66,8 @@ ToolSpec make_spec() {
       "  profile -p 4242 --jvm-perfmap -f 10  # a JVM: Java methods named\n"
       "  profile -p 185 5 --svg cpu.svg    # an interactive flame graph\n"
       "  profile -p 185 5 --pprof cpu.pb.gz  # for go tool pprof -top cpu.pb.gz\n"
-      "  profile -j -d 5        # NDJSON: every stack with its sample_count\n";
+      "  profile -j -d 5        # NDJSON: every stack with its sample_count\n"
+      "  profile -i 10 --listen 9464 >/dev/null  # metrics at 127.0.0.1:9464/metrics\n";
   s.positional = Positional::Duration;
   return s;
 }

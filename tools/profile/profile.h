@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bpf_plan.h"
+#include "common/metrics.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/report.h"
@@ -91,6 +92,9 @@ nlohmann::json start_fields(const Config& c, uint64_t cpus);
 // What is sampled ("99 Hertz of ... by ... stack"), for the banner and --svg.
 std::string traced_text(const Config& c);
 std::string banner(const Config& c);
+
+// --prometheus/--listen (metrics.cpp): one report's samples into the counters.
+void add_report_metrics(bpfdiag::MetricSet& m, const Report& rep);
 
 bpfdiag::Status run(const Config& c);
 

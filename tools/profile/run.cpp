@@ -124,6 +124,8 @@ Status run(const Config& c) {
                               FlamePalette::OnCpu});  // --svg
   RunPprof pprof = pprof_output(c);                      // --pprof: the same window
   Status failure;
+  ToolMetrics metrics("profile");  // --prometheus/--listen
+  if (metrics.enabled()) metrics.publish_start(dq0);
   RunHooks hooks;
   hooks.poll = [&](int timeout_ms) {
     uint64_t now = monotonic_ns();
@@ -158,6 +160,11 @@ Status run(const Config& c) {
     render(std::cout, std::cerr, c, rep);
     if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
     if (pprof.enabled()) add_pprof(pprof.profile(), c, rep.entries, sym);
+    if (metrics.enabled()) {
+      add_report_metrics(metrics.set(), rep);
+      metrics.add_data_quality(rep.dq);
+      metrics.publish(final);
+    }
     if (!final) {
       forget_reported(session, sym);
       return;

@@ -36,11 +36,12 @@ bool has_option(const ToolSpec& s, const std::string& name) {
 
 // Options a runbook file may not give: runbook sets the output format, the target and
 // the schedule itself, and names every file it writes (no option naming a file or
-// directory, for reading or writing, is passed through).
+// directory, for reading or writing, is passed through; nor --prometheus/--listen: a
+// runbook's window is not continuous mode, and a runbook file may not open a port).
 bool forbidden(const OptionSpec& o) {
   static const std::set<std::string> kSetByRunbook{"json",     "csv",  "folded", "pid", "tid",     "interval",
                                                    "count",    "duration", "help", "ebpf", "svg", "children",
-                                                   "version",  "pprof"};
+                                                   "version",  "pprof", "prometheus", "listen"};
   if (kSetByRunbook.count(long_name(o))) return true;
   for (const char* word : {"FILE", "DIR", "PATH"})
     if (o.arg.find(word) != std::string::npos) return true;

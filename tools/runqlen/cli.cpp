@@ -44,6 +44,8 @@ const ToolSpec& tool_spec() {
           opt::interval(),
           opt::count(),
           opt::duration(),
+          opt::prometheus(),
+          opt::listen(),
           opt::ebpf(),
           opt::help(),
       },
@@ -53,7 +55,8 @@ const ToolSpec& tool_spec() {
       "  runqlen -O 5       # run queue occupancy every 5 seconds\n"
       "  runqlen -C         # a histogram per CPU\n"
       "  runqlen -F 999 -d 10   # sample at 999 Hz for 10 seconds\n"
-      "  runqlen -j -i 1 -c 3   # three 1-second JSON reports\n",
+      "  runqlen -j -i 1 -c 3   # three 1-second JSON reports\n"
+      "  runqlen -i 5 --listen 9465 >/dev/null  # metrics at 127.0.0.1:9465/metrics\n",
       Positional::IntervalCount};
   return spec;
 }
@@ -71,6 +74,8 @@ Result<Config> parse_args(int argc, char** argv) {
   c.ebpf = r->common.ebpf;
   c.timestamp = r->common.timestamp;
   c.schedule = r->common.schedule;
+  c.prometheus = r->common.prometheus;
+  c.listen = r->common.listen;
   c.per_cpu = raw.count("cpus");
   c.occupancy = raw.count("runqocc");
   c.cfs_only = raw.count("cfs");

@@ -99,6 +99,8 @@ Status run(const Config& c) {
   announce_attached(std::cout, "runqlen", c.json, "Sampling run queue length... Hit Ctrl-C to end.",
                     {{"probes", 2}, {"options", effective_options(c)}}, empty_quality());
   Status failure;
+  ToolMetrics metrics("runqlen");  // --prometheus/--listen
+  if (metrics.enabled()) metrics.publish_start(empty_quality());
   RunHooks hooks;
   hooks.report = [&](bool final) {
     PerCpu busy;
@@ -109,6 +111,11 @@ Status run(const Config& c) {
     if (auto st = add_bpf_counters(session, counter_table(), dq, &counter_deltas)) failure = st;
     if (!c.json && c.schedule.interval_ns && !c.timestamp && !c.per_cpu) std::cout << "\n";
     render(std::cout, c, samples, dq, window_ending_now(now - last, final));
+    if (metrics.enabled()) {
+      add_report_metrics(metrics.set(), samples);
+      metrics.add_data_quality(dq);
+      metrics.publish(final);
+    }
     last = now;
   };
   TargetWatch system_wide({});

@@ -10,6 +10,7 @@
 
 #include "common/bpf_plan.h"
 #include "common/bpf_counters.h"
+#include "common/metrics.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/report.h"
@@ -25,6 +26,8 @@ struct Config {
   bool timestamp = false;  // -T
   bool cfs_only = false;   // --cfs: BCC's view (the task's own cfs_rq)
   bool json = false;
+  std::string prometheus;           // --prometheus FILE: metrics at every report (common/metrics.h)
+  std::string listen;               // --listen ADDR:PORT: the same over HTTP
   bool ebpf = false;
   uint64_t freq_hz = 99;  // -F (BCC profile's letter; -f kept as a hidden alias)
   bpfdiag::Schedule schedule;
@@ -70,6 +73,9 @@ void render(std::ostream& os, const Config& c, const PerCpu& samples, const bpfd
 
 // The "options" object of the runqlen.start record.
 nlohmann::json effective_options(const Config& c);
+
+// --prometheus/--listen (metrics.cpp): one report's samples into the histogram.
+void add_report_metrics(bpfdiag::MetricSet& m, const PerCpu& samples);
 
 bpfdiag::Status run(const Config& c);
 

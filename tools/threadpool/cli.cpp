@@ -71,6 +71,8 @@ const ToolSpec& tool_spec() {
           opt::interval(),
           opt::count(),
           opt::duration(),
+          opt::prometheus(),
+          opt::listen(),
           opt::ebpf(),
           opt::help(),
       },
@@ -82,7 +84,8 @@ const ToolSpec& tool_spec() {
       "  threadpool -p 1234 --map-entries 16384 -i 5   # maps for 16384 threads\n"
       "  threadpool -p 1234 -j -i 1 -d 30      # NDJSON every second for 30 seconds\n"
       "  threadpool -p 100,101,102 -d 10       # nginx master + 2 workers, one pool\n"
-      "  threadpool -p 100 --children -d 10    # a parent and its children, one pool\n",
+      "  threadpool -p 100 --children -d 10    # a parent and its children, one pool\n"
+      "  threadpool -p 1234 -i 10 --listen 9466  # metrics at 127.0.0.1:9466/metrics\n",
       Positional::None};
   return spec;
 }
@@ -101,6 +104,8 @@ Result<Config> parse_args(int argc, char** argv) {
   c.json = r->common.json;
   c.ebpf = r->common.ebpf;
   c.schedule = r->common.schedule;
+  c.prometheus = r->common.prometheus;
+  c.listen = r->common.listen;
   if (auto m = r->value("map-entries")) {
     auto v = parse_uint(*m, "--map-entries", 64, 1048576);
     if (!v) return Error{v.error()};

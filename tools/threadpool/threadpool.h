@@ -25,6 +25,7 @@
 #include "common/bpf_plan.h"
 #include "common/bpf_counters.h"
 #include "common/histogram.h"
+#include "common/metrics.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/report.h"
@@ -36,6 +37,8 @@ namespace threadpool {
 struct Config {
   bool help = false;
   bool json = false;
+  std::string prometheus;           // --prometheus FILE: metrics at every report (common/metrics.h)
+  std::string listen;               // --listen ADDR:PORT: the same over HTTP
   bool ebpf = false;
   bool timestamp = false;   // -T
   bool per_thread = false;  // -P
@@ -274,6 +277,9 @@ struct ReportMeta {
 // Text, or NDJSON: a threadpool.group record per group, then threadpool.summary.
 void render(std::ostream& os, const Config& c, const ReportMeta& m,
             const std::vector<GroupReport>& groups, const bpfdiag::DataQuality& dq);
+
+// --prometheus/--listen (metrics.cpp): one report's groups into the metrics.
+void add_report_metrics(bpfdiag::MetricSet& m, const std::vector<GroupReport>& groups);
 
 // The BPF data-quality counters -> data_quality keys; a report's fixed key set.
 const std::vector<bpfdiag::CounterSlot>& counter_table();

@@ -55,6 +55,7 @@ Status Tracer::init() {
   seeded_ = requests_.seed(pool_.pids());  // connections accepted before tracing
   start_ = last_ = monotonic_ns();
   refresh_inference();
+  if (metrics_.enabled()) metrics_.publish_start(empty_quality());
   return std::nullopt;
 }
 
@@ -193,6 +194,11 @@ Status Tracer::report(bool final) {
     // the last interval report is not the final one: the whole-run report follows it
     m.window = window_ending_now(now - last_, false);
     render(std::cout, c_, m, groups, dq->interval);
+  }
+  if (metrics_.enabled()) {  // every report's groups: the interval's, also without -i
+    add_report_metrics(metrics_.set(), groups);
+    metrics_.add_data_quality(dq->interval);
+    metrics_.publish(final);
   }
   for (auto& g : groups) {
     auto& acc = acc_[g.name];

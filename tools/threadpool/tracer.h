@@ -258,6 +258,7 @@ class Tracer {
   size_t alive_ = 0;           // the process's threads at the last sweep
   uint64_t start_ = 0, last_ = 0, last_rescan_ = 0, last_sample_ = 0;
   uint64_t boundaries_ = 0;  // bpfdiag::report_boundaries() at the summary's start
+  bpfdiag::ToolMetrics metrics_{"threadpool"};  // --prometheus/--listen
 };
 
 }  // namespace threadpool
