@@ -2,12 +2,14 @@
 // Files: cli.cpp (option table, BPF flags), model.cpp (time weighting, statistics),
 // render.cpp (text and NDJSON), run.cpp (attach, read the maps, run loop).
 #pragma once
+#include <optional>
 #include <cstdint>
 #include <map>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "common/cgroup.h"
 #include "common/bpf_plan.h"
 #include "common/bpf_counters.h"
 #include "common/options.h"
@@ -27,6 +29,7 @@ struct Config {
   bool json = false;
   bool ebpf = false;
   uint64_t freq_hz = 99;  // -F (BCC profile's letter; -f kept as a hidden alias)
+  std::optional<bpfdiag::CgroupTarget> cgroup;  // --cgroup/--container: that cgroup's waiting tasks
   bpfdiag::Schedule schedule;
 };
 
