@@ -48,7 +48,8 @@ BPF_HASH(cg_queued, u32, u32, CG_QUEUED_SIZE); /* tid -> the CPU it waits for */
 BPF_ARRAY(cg_len, s64, CG_NCPUS);             /* the cgroup's waiting tasks per CPU */
 
 static inline void cg_add(u32 cpu, s64 d) {
-  s64 *v = cg_len.lookup(&cpu);
+  int k = cpu;
+  s64 *v = cg_len.lookup(&k);
   if (v)
     __sync_fetch_and_add(v, d);
 }
@@ -146,7 +147,7 @@ int do_perf_event(struct bpf_perf_event_data *ctx) {
     u32 me = (u32)bpf_get_current_pid_tgid();
     if (cg_dequeue(me)) /* running, so not waiting: its switch-in was not seen */
       dq_count(RUNQLEN_CNT_CG_UNSEEN);
-    u32 cpu = bpf_get_smp_processor_id();
+    int cpu = bpf_get_smp_processor_id();
     s64 *n = cg_len.lookup(&cpu);
     s64 q = n && *n > 0 ? *n : 0;
     int qlen = q > RUNQLEN_MAX_LEN ? RUNQLEN_MAX_LEN : (int)q;

@@ -232,8 +232,8 @@ Result<std::optional<CgroupTarget>> resolve_cgroup_options(const CommonOptions& 
   }
   if (!t) return Error{t.error()};
   if (!pids.empty() && std::none_of(pids.begin(), pids.end(), [&](uint32_t p) { return pid_in_cgroup(p, *t); }))
-    return Error{std::string(pids.size() == 1 ? "PID " + std::to_string(pids[0]) + " is" : "none of the -p PIDs is") +
-                 " not in cgroup " + t->path + " (-p and " + (o.cgroup.empty() ? "--container" : "--cgroup") +
+    return Error{(pids.size() == 1 ? "PID " + std::to_string(pids[0]) + " is not" : std::string("no -p PID is")) +
+                 " in cgroup " + t->path + " (-p and " + (o.cgroup.empty() ? "--container" : "--cgroup") +
                  " must both match)"};
   return std::optional<CgroupTarget>(*t);
 }

@@ -14,12 +14,11 @@
 // /sys/fs/cgroup/unified) the v2 hierarchy still holds every task and is the one used.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 

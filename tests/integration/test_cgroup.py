@@ -120,12 +120,18 @@ def offcpu_stacks(out):
     return [r for r in recs if r["type"] == "offcputime.stack"], recs
 
 
-def blockers_ok(label, truth, stacks):
-    """Each blocker thread's off-CPU time in interruptible sleep vs what it measured."""
+def blockers_ok(label, truth, stacks, steal):
+    """Each blocker thread's off-CPU time in interruptible sleep (--state 1: no
+    preemption) vs what it measured around its blocking calls: within 5% (the mutex
+    thread 10%: its lock calls also run), or below by at most the hypervisor's steal,
+    which only inflates the workload's own clock readings."""
     for t in truth["threads"]:
         got = sum(s["offcpu_total_ns"] for s in stacks if s["tid"] == t["tid"])
-        check(within(got, t["blocked_ns"], rel=0.05),
-              "%s: %s off-CPU %.1f ms vs measured %.1f ms (5%%)" % (label, t["name"], got / 1e6, t["blocked_ns"] / 1e6))
+        want = t["blocked_ns"]
+        tol = 0.10 if t["name"] == "blk_mutex" else 0.05
+        check(within(got, want, rel=tol) or want - steal * 1.05 <= got <= want,
+              "%s: %s off-CPU %.1f ms vs measured %.1f ms (%d%%)" % (label, t["name"], got / 1e6, want / 1e6,
+                                                                    tol * 100))
 
 
 try:
@@ -136,6 +142,7 @@ try:
     wa = spawn([WL, "25", "20", "-1"], A, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     wb = spawn([WL, "25", "20", "-1"], B, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     rel_a = os.path.relpath(A, MOUNT)  # relative to the mount, as a user may give it
+    steal0 = steal_ns()
     oa = start([OC, "-j", "--state", "1", "--cgroup", rel_a])
     oall = start([OC, "-j", "--state", "1"])
     sa, sall = read_start(oa, "offcputime --cgroup"), read_start(oall, "offcputime")
@@ -144,6 +151,7 @@ try:
     check("cgroup" not in sall, "no cgroup in the unfiltered start record")
     truth_a = json.loads(wa.communicate(input="go\n", timeout=60)[0])
     truth_b = json.loads(wb.communicate(input="go\n", timeout=60)[0])
+    steal = steal_ns() - steal0
     out_a, err_a, rc_a = stop(oa)
     out_all, _, rc_all = stop(oall)
     st_a, _ = offcpu_stacks(out_a)
@@ -151,10 +159,10 @@ try:
     check(rc_a == 0 and rc_all == 0, "both offcputime runs exit 0 (%d, %d; %r)" % (rc_a, rc_all, err_a.strip()[-200:]))
     pids_a = {s["pid"] for s in st_a}
     check(pids_a == {wa.pid}, "--cgroup A: only A's PID %d in the stacks (%s)" % (wa.pid, sorted(pids_a)[:10]))
-    blockers_ok("--cgroup A", truth_a, st_a)
+    blockers_ok("--cgroup A", truth_a, st_a, steal)
     pids_all = {s["pid"] for s in st_all}
     check({wa.pid, wb.pid} <= pids_all, "unfiltered: both A's and B's PIDs appear")
-    blockers_ok("unfiltered, B", truth_b, [s for s in st_all if s["pid"] == wb.pid])
+    blockers_ok("unfiltered, B", truth_b, [s for s in st_all if s["pid"] == wb.pid], steal)
     usage_error([OC, "-p", str(os.getpid()), "--cgroup", A])  # -p outside the cgroup
 
     # --- 2. runqlen --cgroup A: A's waiting tasks vs their run_delay ------------------------
@@ -173,15 +181,17 @@ try:
 
     rq = start([RQ, "-j", "-F", "499", "--cgroup", A, "-d", "3"])
     rs = read_start(rq, "runqlen --cgroup")
-    d0 = run_delay(la.pid)
+    d0, t0 = run_delay(la.pid), time.monotonic()
     out, err, rc = stop(rq, sig=None, timeout=30)
-    d1 = run_delay(la.pid)
+    d1, t1 = run_delay(la.pid), time.monotonic()
     recs = [rs] + ndjson(out)
     validate("runqlen", recs)
     alls = [r for r in recs if r["type"] == "runqlen.all"]
     if check(rc == 0 and len(alls) == 1, "runqlen --cgroup: one report (rc %d, %r)" % (rc, err.strip()[-200:])):
         ncpu = os.cpu_count()
-        truth = (d1 - d0) / alls[0]["interval_ns"] / ncpu
+        # the loops' summed run_delay per second is the mean number of them waiting
+        # (Little's law); per CPU, as runqlen_avg is, over the same stretch of time
+        truth = (d1 - d0) / ((t1 - t0) * 1e9) / ncpu
         got = alls[0]["runqlen_avg"]
         check(within(got, truth, rel=0.15, abs_=0.1),
               "runqlen --cgroup A: %.2f of A's tasks wait per CPU vs %.2f from their run_delay" % (got, truth))
@@ -199,6 +209,7 @@ try:
     wait_for(lambda: os.path.exists("/proc/%d/exe" % wc.pid) and
              os.readlink("/proc/%d/exe" % wc.pid).endswith("/cgwl"), 10, "the container's workload started")
     check(not os.path.exists(os.path.join(nsdir, "cgwl")), "its binary does not exist outside its namespace")
+    steal0 = steal_ns()
     oc = start([OC, "-j", "--state", "1", "--container", CID[:12]])
     sc = read_start(oc, "offcputime --container")
     check(cgroup_of(sc) == {"path": C, "id": ino(C), "container": CID},
@@ -207,7 +218,7 @@ try:
     out, err, rc = stop(oc)
     st_c, _ = offcpu_stacks(out)
     check({s["pid"] for s in st_c} == {wc.pid}, "--container: only its PID")
-    blockers_ok("--container", truth_c, st_c)
+    blockers_ok("--container", truth_c, st_c, steal_ns() - steal0)
     frames = {f for s in st_c for f in s["user_stack"]}
     for fn in ("block_in_sleep", "block_in_pipe_read"):
         check(fn in frames, "--container: %s named from the namespace-only binary" % fn)
@@ -229,7 +240,7 @@ try:
     lc.kill()
 
     # --- 4. threadpool and runbook take the cgroup ----------------------------------------
-    wt = spawn([WL, "40", "20", "0"], A, stdout=subprocess.PIPE, text=True)
+    wt = spawn([WL, "1000", "20", "0"], A, stdout=subprocess.PIPE, text=True)
     wait_for(lambda: len(os.listdir("/proc/%d/task" % wt.pid)) >= 4, 10, "a pool in A")
     r = run([TP, "-j", "--cgroup", A, "-d", "1"], timeout=60)
     recs = ndjson(r.stdout)

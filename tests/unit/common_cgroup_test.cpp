@@ -1,5 +1,4 @@
 #include <doctest/doctest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,17 +33,17 @@ TEST_CASE("cgroup2_mount_from_mountinfo: the cgroup2 hierarchy's root mount, une
 }
 
 TEST_CASE("cgroup_v2_path reads the 0:: line of /proc/PID/cgroup") {
-  CHECK(cgroup_v2_path("0::/system.slice/nginx.service\n") == std::optional<std::string>("/system.slice/nginx.service"));
+  CHECK(cgroup_v2_path("0::/system.slice/nginx.service\n") ==
+        std::optional<std::string>("/system.slice/nginx.service"));
   CHECK(cgroup_v2_path("9:name=systemd:/\n4:memory:/x\n0::/\n") == std::optional<std::string>("/"));
   CHECK(!cgroup_v2_path("4:memory:/x\n1:cpu:/\n"));
   CHECK(!cgroup_v2_path(""));
 }
 
 TEST_CASE("match_container finds a 64-hex ID in the runtimes' cgroup names") {
-  for (const std::string& path :
-       {"/system.slice/docker-" + kId + ".scope", "/docker/" + kId,
-        "/kubepods.slice/kubepods-pod1.slice/cri-containerd-" + kId + ".scope", "/machine.slice/libpod-" + kId + ".scope",
-        "/kubepods/burstable/pod12/crio-" + kId}) {
+  for (const std::string& path : {"/system.slice/docker-" + kId + ".scope", "/docker/" + kId,
+                                  "/kubepods.slice/kubepods-pod1.slice/cri-containerd-" + kId + ".scope",
+                                  "/machine.slice/libpod-" + kId + ".scope", "/kubepods/burstable/pod12/crio-" + kId}) {
     CAPTURE(path);
     auto m = match_container(path, "3f2a9c1d8e7b");
     REQUIRE(m);
@@ -55,9 +54,9 @@ TEST_CASE("match_container finds a 64-hex ID in the runtimes' cgroup names") {
   auto m = match_container("/system.slice/docker-" + kId + ".scope/init", "3f2a9c1d8e7b");
   REQUIRE(m);
   CHECK(m->path == "/system.slice/docker-" + kId + ".scope");
-  CHECK(!match_container("/system.slice/docker-" + kId + ".scope", "3f2a9c1d8e7c"));  // another ID
+  CHECK(!match_container("/system.slice/docker-" + kId + ".scope", "3f2a9c1d8e7c"));                // another ID
   CHECK(!match_container("/system.slice/docker-" + kId.substr(0, 63) + ".scope", "3f2a9c1d8e7b"));  // 63 digits
-  CHECK(!match_container("/system.slice/docker-" + kId + "0.scope", "3f2a9c1d8e7b"));  // 65 digits
+  CHECK(!match_container("/system.slice/docker-" + kId + "0.scope", "3f2a9c1d8e7b"));               // 65 digits
   CHECK(!match_container("/", "3f2a9c1d8e7b"));
 }
 
@@ -65,7 +64,7 @@ TEST_CASE("parse_container_id: 12 to 64 hex digits, lowercased") {
   CHECK(*parse_container_id("3F2A9C1D8E7B") == "3f2a9c1d8e7b");
   CHECK(*parse_container_id(kId) == kId);
   CHECK(!parse_container_id("3f2a9c1d8e7"));  // 11
-  CHECK(!parse_container_id(kId + "a"));       // 65
+  CHECK(!parse_container_id(kId + "a"));      // 65
   CHECK(!parse_container_id("3f2a9c1d8e7g"));
   CHECK(!parse_container_id("../../etc/xx"));
 }

@@ -116,7 +116,7 @@ Result<Config> parse_args(int argc, char** argv) {
   auto cg = resolve_cgroup_options(r->common, r->common.pids);
   if (!cg) return Error{cg.error()};
   c.cgroup = *cg;
-  if (r->common.pids.empty() && !c.cgroup) return Error{"-p PID (or --cgroup/--container) is required"};
+  if (r->common.pids.empty() && !c.cgroup) return Error{"-p PID is required (or --cgroup/--container)"};
   c.pids = r->common.pids;
   if (c.cgroup && c.pids.empty()) {
     c.pids = cgroup_pids(*c.cgroup, kMaxIdList);
