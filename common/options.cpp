@@ -19,13 +19,15 @@ OptionSpec tid(std::string help) { return make("t,tid", "TID[,TID]", std::move(h
 OptionSpec cgroup() {
   return make("cgroup", "PATH",
               "only tasks in this cgroup v2 directory or below it\n"
-              "(absolute, or under the cgroup2 mount: system.slice/x.service)",
+              "(absolute, or under the cgroup2 mount:\n"
+              "system.slice/x.service)",
               "Filters");
 }
 OptionSpec container() {
   return make("container", "ID",
-              "only tasks in this container's cgroup (docker, podman,\n"
-              "containerd, cri-o; ID or a unique prefix of 12+ hex digits)",
+              "only tasks in this container's cgroup (docker,\n"
+              "podman, containerd, cri-o; its ID or a unique\n"
+              "prefix of 12+ hex digits)",
               "Filters");
 }
 OptionSpec user_stacks_only(std::string help) { return make("U,user-stacks-only", "", std::move(help), "Output"); }
