@@ -17,6 +17,22 @@
 #define TID_OK(x) bpfdiag_tid_ok_ids(x)
 #endif
 
+/* --cgroup / --container (common/cgroup.h): CGROUP_OK() passes when the current task is
+ * in the cgroup or below it (bpf_current_task_under_cgroup on a cgroup array the loader
+ * fills); CGROUP_TASK_OK(task) decides any task by walking its cgroup's parents to the
+ * cgroup's id (for tasks that are not current: one being switched in or woken up; it
+ * needs the OFF_* defines of common/cgroup.cpp's task walk). The maps and functions are
+ * put at the top of the program text by common/filters.cpp's cgroup_prelude(). */
+#ifdef BPFDIAG_CGROUP
+#define CGROUP_OK() bpfdiag_cgroup_current()
+#ifdef OFF_CGROUP_KN
+#define CGROUP_TASK_OK(t) bpfdiag_cgroup_task(t)
+#endif
+#else
+#define CGROUP_OK() (1)
+#define CGROUP_TASK_OK(t) (1)
+#endif
+
 #ifndef TGID_OK
 #define TGID_OK(x) (1)
 #endif

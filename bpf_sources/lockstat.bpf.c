@@ -59,11 +59,11 @@ BPF_HASH(addr_filter, u64, u8, ADDR_FILTER_ENTRIES);
  * compiled program is the same for every run (common/bpf_object.h's cache) */
 BPF_ARRAY(self_pid, u32, 1);
 
-/* lockstat itself, or a thread -p/-t leave out */
+/* lockstat itself, or a thread -p/-t/--cgroup leave out (the current thread's) */
 static inline int untraced(u32 pid, u32 tid) {
   u32 zero = 0;
   u32 *self = self_pid.lookup(&zero);
-  return (self && pid == *self) || !TGID_OK(pid) || !TID_OK(tid);
+  return (self && pid == *self) || !TGID_OK(pid) || !TID_OK(tid) || !CGROUP_OK();
 }
 
 static inline int filtered_out(u32 pid, u32 tid, u64 addr) {

@@ -38,7 +38,7 @@ BPF_PERF_OUTPUT(events);
 
 static __always_inline int wanted(u64 id) {
   u32 tgid = id >> 32, tid = (u32)id;
-  if (!TGID_OK(tgid) || !TID_OK(tid))
+  if (!TGID_OK(tgid) || !TID_OK(tid) || !CGROUP_OK())
     return 0;
 #ifdef FILTER_COMM
   {

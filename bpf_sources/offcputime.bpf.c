@@ -9,6 +9,7 @@
  * Injected by the front-end (-D):
  *   OFF_TASK_PID, OFF_TASK_TGID, OFF_TASK_FLAGS, OFF_TASK_STATE  (BTF offsets)
  *   TGID_OK(t), TID_OK(t)     process/thread filters (default: 1)
+ *   BPFDIAG_CGROUP            --cgroup/--container: CGROUP_OK(), CGROUP_TASK_OK(t) (filters.h)
  *   USER_THREADS_ONLY / KERNEL_THREADS_ONLY
  *   STATE_EQ=v (state == v) or STATE_MASK=m (state & m): task state filter; a
  *                             preempted task counts as state 0 (TASK_RUNNING)
@@ -151,7 +152,7 @@ BPF_HASH(decl_now, u32, struct decl_state, START_SIZE);
 static inline int on_declared_begin(struct pt_regs *ctx, u32 slot) {
   u64 id = bpf_get_current_pid_tgid();
   u32 tid = (u32)id, tgid = id >> 32;
-  if (!TGID_OK(tgid) || !TID_OK(tid))
+  if (!TGID_OK(tgid) || !TID_OK(tid) || !CGROUP_OK())
     return 0;
   u64 sp = PT_REGS_SP(ctx);
   u64 raw = declared_raw(ctx, slot, tgid, OFFCPU_CNT_COUNTS_FULL);
@@ -255,8 +256,10 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now,
   struct offcpu_start *sp = start.lookup(&ntid);
   if (!sp) {
     /* Count only threads we would have tracked: off-CPU since before tracing
-     * started, or whose switch-out was dropped. */
-    if (thread_kind_ok(next))
+     * started, or whose switch-out was dropped. (--cgroup: next is not current, so its
+     * cgroup is found by walking up from its own; only here, for threads with no
+     * period open, which every tracked thread has.) */
+    if (thread_kind_ok(next) && CGROUP_TASK_OK(next))
       dq_count(OFFCPU_CNT_UNMATCHED_IN);
 #ifdef WAKER
     wakers.delete(&ntid); /* a wakeup of a period we did not see begin */
@@ -333,6 +336,9 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 #else
   prev_ok = tid != 0 && TGID_OK(tgid) && TID_OK(tid);
 #endif
+  /* --cgroup: prev is current, so the kernel's own test (CGROUP_OK) decides it; a
+   * thread outside the cgroup never opens a period, so its switch-in finds none */
+  prev_ok = prev_ok && CGROUP_OK();
   u64 now = 0; /* read once, when a tracked thread needs it */
   /* next first: the switch-out part may end in a tail call (--unwind=dwarf) */
 #ifdef FILTER_SLOT

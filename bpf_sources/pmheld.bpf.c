@@ -15,6 +15,7 @@
  *                      cond-wait return probes tail-call; keyed by their hash
  */
 #include <uapi/linux/ptrace.h>
+#include "filters.h" /* CGROUP_OK(): --cgroup/--container, tested at each entry probe */
 #include "hist.h"
 #include "pmheld_shared.h"
 #define DQ_NCOUNTERS PMHELD_NCOUNTERS
@@ -178,6 +179,8 @@ static inline int take_pending(u64 *lock) {
 
 /* pthread_mutex_lock/trylock/timedlock/clocklock entry: remember the mutex. */
 int lock_entry(struct pt_regs *ctx) {
+  if (!CGROUP_OK())
+    return PASS;
   set_pending(PT_REGS_PARM1(ctx));
   return PASS;
 }
@@ -198,6 +201,8 @@ int lock_return(struct pt_regs *ctx) {
 
 /* pthread_mutex_unlock(mutex) entry: the hold ends. */
 int unlock_entry(struct pt_regs *ctx) {
+  if (!CGROUP_OK())
+    return PASS;
   released(PT_REGS_PARM1(ctx));
   return PASS;
 }
@@ -205,6 +210,8 @@ int unlock_entry(struct pt_regs *ctx) {
 /* pthread_cond_*wait(cond, mutex) entry: the mutex is released while waiting. */
 int cond_entry(struct pt_regs *ctx) {
   u64 lock = PT_REGS_PARM2(ctx);
+  if (!CGROUP_OK())
+    return PASS;
   dq_count(PMHELD_C_COND_WAITS);
   released(lock);
   set_pending(lock);

@@ -62,6 +62,8 @@ int do_perf_event(struct bpf_perf_event_data *ctx) {
   } else if (!(TGID_OK(tgid) && TID_OK(tid))) {
     return 0;
   }
+  if (!CGROUP_OK()) /* --cgroup: the sampled (current) task's cgroup, by the kernel */
+    return 0;
   struct profile_key key = {};
   key.tgid = tgid;
   key.tid = tid;

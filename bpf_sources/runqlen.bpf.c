@@ -24,12 +24,92 @@
  * and waits for nothing (no run_delay accrues). Both views leave such tasks out.
  * CFS_ONLY selects BCC's view: the sampled task's own cfs_rq, which inside a cgroup
  * is the group's queue, not the CPU's.
+ *
+ * --cgroup / --container (BPFDIAG_CGROUP): how many of the cgroup's tasks wait for each
+ * CPU. No run queue holds that count without the cpu controller (and on a hybrid
+ * system cgroup v2 has none), so it is kept here: a task of the cgroup (CGROUP_TASK_OK,
+ * filters.h) waits from its wakeup (sched_wakeup/_new, on the CPU it was queued on:
+ * task->cpu) or its preemption (sched_switch, prev still runnable) until it is switched
+ * in; sched_migrate_task moves it. cg_queued holds those tasks and their CPU, cg_len
+ * the count per CPU that samples read. A task found running while counted (its
+ * switch-in went unseen: arrival.h) is taken off at once and counted
+ * (RUNQLEN_CNT_CG_UNSEEN). Extra -D: OFF_TASK_ON_CPU, OFF_TASK_CPU, OFF_TASK_STATE,
+ * CG_NCPUS, CG_QUEUED_SIZE.
  */
 #include <uapi/linux/bpf_perf_event.h>
 #include "runqlen_shared.h"
 #define DQ_NCOUNTERS RUNQLEN_NCOUNTERS
 #include "common.h"
 #include "arrival.h" /* task_rq, rq_stamp_ns */
+#include "filters.h" /* CGROUP_OK, CGROUP_TASK_OK */
+
+#ifdef BPFDIAG_CGROUP
+BPF_HASH(cg_queued, u32, u32, CG_QUEUED_SIZE); /* tid -> the CPU it waits for */
+BPF_ARRAY(cg_len, s64, CG_NCPUS);             /* the cgroup's waiting tasks per CPU */
+
+static inline void cg_add(u32 cpu, s64 d) {
+  int k = cpu;
+  s64 *v = cg_len.lookup(&k);
+  if (v)
+    __sync_fetch_and_add(v, d);
+}
+
+/* Task `tid` of the cgroup waits for `cpu`. */
+static inline void cg_enqueue(u32 tid, u32 cpu) {
+  u32 *old = cg_queued.lookup(&tid);
+  if (old) {
+    u32 was = *old;
+    if (was == cpu)
+      return;
+    *old = cpu;
+    cg_add(was, -1);
+    cg_add(cpu, 1);
+    return;
+  }
+  if (cg_queued.update(&tid, &cpu)) {
+    dq_count(RUNQLEN_CNT_CG_FULL);
+    return;
+  }
+  cg_add(cpu, 1);
+}
+
+/* Task `tid` runs: it waits no more. 1 when it was counted as waiting. */
+static inline int cg_dequeue(u32 tid) {
+  u32 *old = cg_queued.lookup(&tid);
+  if (!old)
+    return 0;
+  u32 was = *old;
+  if (cg_queued.delete(&tid) == 0) /* one CPU wins a race: one decrement */
+    cg_add(was, -1);
+  return 1;
+}
+
+/* A woken task is queued on task->cpu; one still on a CPU (woken before it got off
+ * it) does not wait. */
+static inline int cg_wakeup(void *p) {
+  u32 on_cpu = 0, tid = 0, cpu = 0;
+  bpf_probe_read_kernel(&on_cpu, sizeof(on_cpu), p + OFF_TASK_ON_CPU);
+  if (on_cpu || !CGROUP_TASK_OK(p))
+    return 0;
+  bpf_probe_read_kernel(&tid, sizeof(tid), p + OFF_TASK_PID);
+  bpf_probe_read_kernel(&cpu, sizeof(cpu), p + OFF_TASK_CPU);
+  if (tid)
+    cg_enqueue(tid, cpu);
+  return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sched_wakeup) { return cg_wakeup((void *)ctx->args[0]); }
+RAW_TRACEPOINT_PROBE(sched_wakeup_new) { return cg_wakeup((void *)ctx->args[0]); }
+
+/* args: [0] task_struct *p, [1] int dest_cpu */
+RAW_TRACEPOINT_PROBE(sched_migrate_task) {
+  u32 tid = 0;
+  bpf_probe_read_kernel(&tid, sizeof(tid), (void *)ctx->args[0] + OFF_TASK_PID);
+  if (tid && cg_queued.lookup(&tid))
+    cg_enqueue(tid, (u32)ctx->args[1]);
+  return 0;
+}
+#endif
 
 /* Per-CPU cumulative counts indexed by queue length: no atomics, cannot fill up;
  * user space reports per-interval deltas, so nothing is lost between reports. */
@@ -62,6 +142,21 @@ int do_perf_event(struct bpf_perf_event_data *ctx) {
   /* The idle task's time is measured by sched_switch below, not sampled. */
   if ((u32)bpf_get_current_pid_tgid() == 0)
     return 0;
+#ifdef BPFDIAG_CGROUP
+  {
+    u32 me = (u32)bpf_get_current_pid_tgid();
+    if (cg_dequeue(me)) /* running, so not waiting: its switch-in was not seen */
+      dq_count(RUNQLEN_CNT_CG_UNSEEN);
+    int cpu = bpf_get_smp_processor_id();
+    s64 *n = cg_len.lookup(&cpu);
+    s64 q = n && *n > 0 ? *n : 0;
+    int qlen = q > RUNQLEN_MAX_LEN ? RUNQLEN_MAX_LEN : (int)q;
+    v = dist.lookup(&qlen);
+    if (v)
+      (*v)++;
+    return 0;
+  }
+#endif
   if (bpf_probe_read_kernel(&cfs_rq, sizeof(cfs_rq), task + OFF_TASK_SE + OFF_SE_CFS_RQ) || !cfs_rq)
     goto fail;
 #ifdef CFS_ONLY
@@ -140,6 +235,21 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
   }
   bpf_probe_read_kernel(&next_pid, sizeof(next_pid), (void *)ctx->args[2] + OFF_TASK_PID);
   st->idle_since = next_pid == 0 ? now : 0;
+#ifdef BPFDIAG_CGROUP
+  {
+    u32 prev_tid = (u32)bpf_get_current_pid_tgid();
+    if (prev_tid) {
+      if (cg_dequeue(prev_tid)) /* it ran, yet was counted as waiting */
+        dq_count(RUNQLEN_CNT_CG_UNSEEN);
+      unsigned int state = 0;
+      bpf_probe_read_kernel(&state, sizeof(state), (void *)ctx->args[1] + OFF_TASK_STATE);
+      if ((ctx->args[0] || state == 0) && CGROUP_OK()) /* preempted or yielded: it waits here */
+        cg_enqueue(prev_tid, bpf_get_smp_processor_id());
+    }
+    if (next_pid)
+      cg_dequeue(next_pid);
+  }
+#endif
   st->last = now;
   return 0;
 }

@@ -13,7 +13,10 @@
 #define RUNQLEN_CNT_DELAYED_SAMPLES 3 /* a sample whose queue held sleeping tasks the
                                           kernel keeps queued (delayed dequeue), left out */
 #define RUNQLEN_CNT_DELAYED_TASKS 4 /* those tasks, summed over the samples */
-#define RUNQLEN_NCOUNTERS 5
+#define RUNQLEN_CNT_CG_UNSEEN 5 /* --cgroup: a task counted as waiting found running (its
+                                     switch-in was never seen): taken off its queue */
+#define RUNQLEN_CNT_CG_FULL 6   /* --cgroup: a waiting task not counted (cg_queued full) */
+#define RUNQLEN_NCOUNTERS 7
 
 /* One CPU's idle time (CLOCK_MONOTONIC ns, as bpf_ktime_get_ns). */
 struct runqlen_idle {

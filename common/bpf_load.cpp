@@ -3,6 +3,8 @@
 // programs ahead of their attach.
 #include <bcc/libbpf.h>
 #include <bpf/bpf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -119,6 +121,25 @@ Status BpfSession::fill_id_maps(const std::vector<IdMapFilter>& maps) {
   return std::nullopt;
 }
 
+Status BpfSession::fill_cgroup_maps(const CgroupFilter& cg) {
+  int dir = open(cg.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return Error{"cannot open cgroup " + cg.path + ": " + std::strerror(errno) + "; was it removed?"};
+  struct stat st;
+  if (fstat(dir, &st) != 0 || st.st_ino != cg.id) {
+    close(dir);
+    return Error{"cgroup " + cg.path + " was replaced since it was named (id " + std::to_string(cg.id) + ")"};
+  }
+  int zero = 0;
+  int rc = bpf_update_elem(table(kCgroupArrayMap).fd, &zero, &dir, BPF_ANY);
+  int err = errno;
+  close(dir);  // the map holds its own reference to the cgroup
+  if (rc != 0) return Error{"cannot fill the cgroup filter map: " + std::string(std::strerror(err))};
+  uint64_t id = cg.id;
+  if (bpf_update_elem(table(kCgroupIdMap).fd, &zero, &id, BPF_ANY) != 0)
+    return Error{"cannot fill the cgroup id map: " + std::string(std::strerror(errno))};
+  return std::nullopt;
+}
+
 Result<std::unique_ptr<BpfSession>> BpfSession::load(const BpfPlan& plan) {
   auto rendered = render_plan(plan);
   if (!rendered) return Error{rendered.error()};
@@ -166,6 +187,8 @@ Result<std::unique_ptr<BpfSession>> BpfSession::load(const BpfPlan& plan) {
   // -p/-t lists too long for a constant expression: their maps, filled before any
   // program is attached, so no event is filtered against an empty map
   if (auto st = s->fill_id_maps(rendered->id_maps)) return Error{st->message};
+  if (rendered->cgroup)
+    if (auto st = s->fill_cgroup_maps(*rendered->cgroup)) return Error{st->message};
   timing_mark("id filter maps");
   return s;
 }

@@ -29,8 +29,14 @@ BpfPlan& BpfPlan::id_filter(const std::string& macro, const std::vector<uint32_t
   return *this;
 }
 
+BpfPlan& BpfPlan::cgroup_filter(const std::string& path, uint64_t id) {
+  cgroup_ = CgroupFilter{path, id};
+  return *this;
+}
+
 BpfPlan& BpfPlan::merge(const BpfPlan& other) {
   for (const auto& [k, v] : other.defines_) defines_[k] = v;
+  if (other.cgroup_) cgroup_ = other.cgroup_;
   for (const auto& f : other.id_filters_) id_filter(f.macro, f.ids);
   return *this;
 }
@@ -53,6 +59,7 @@ std::map<std::string, std::string> all_defines(const BpfPlan& plan, std::vector<
       d[f.macro + "(x)"] = id_filter_expression(f.ids);
     }
   }
+  if (plan.cgroup()) d[kCgroupDefine] = "1";  // the same whatever the cgroup
   return d;
 }
 }  // namespace
@@ -67,7 +74,8 @@ Result<RenderedPlan> render_plan(const BpfPlan& plan) {
       return Error{"internal error: BPF define contains white space: " + f};
     r.cflags.push_back(f);
   }
-  r.text = id_map_prelude(r.id_maps) + plan.text;
+  r.cgroup = plan.cgroup();
+  r.text = id_map_prelude(r.id_maps) + (r.cgroup ? cgroup_prelude() : "") + plan.text;
   return r;
 }
 
@@ -77,8 +85,11 @@ std::string ebpf_listing(const BpfPlan& plan) {
   auto defines = all_defines(plan, &maps);
   for (const auto& m : maps)
     os << "/* " << m.macro << ": " << m.ids.size() << " IDs, loaded into map " << m.map << " */\n";
+  if (plan.cgroup())
+    os << "/* cgroup filter: " << plan.cgroup()->path << " (id " << plan.cgroup()->id << "), loaded into maps "
+       << kCgroupArrayMap << " and " << kCgroupIdMap << " */\n";
   for (const auto& [name, v] : defines) os << "#define " << name << (v.empty() ? "" : " " + v) << "\n";
-  os << id_map_prelude(maps) << plan.text;
+  os << id_map_prelude(maps) << (plan.cgroup() ? cgroup_prelude() : "") << plan.text;
   return os.str();
 }
 

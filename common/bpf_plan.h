@@ -35,6 +35,11 @@ class BpfPlan {
   BpfPlan& expression(const std::string& name, const std::string& expr);
   // The -p/-t filter MACRO over `ids` (replaces an earlier one of the same macro).
   BpfPlan& id_filter(const std::string& macro, const std::vector<uint32_t>& ids);
+  // --cgroup/--container (common/cgroup.h): CGROUP_OK() / CGROUP_TASK_OK(task) in
+  // bpf_sources/filters.h pass the tasks of the cgroup at `path` (id `id`) and its
+  // descendants. A cgroup array and an id array, filled at load: the compiled program is
+  // the same for every cgroup.
+  BpfPlan& cgroup_filter(const std::string& path, uint64_t id);
   // Every define and filter of `other` (text and tracepoints stay).
   BpfPlan& merge(const BpfPlan& other);
   void erase(const std::string& name) { defines_.erase(name); }
@@ -44,10 +49,12 @@ class BpfPlan {
   std::optional<std::string> value(const std::string& name) const;
   const std::map<std::string, std::string>& defines() const { return defines_; }
   const std::vector<IdFilter>& id_filters() const { return id_filters_; }
+  const std::optional<CgroupFilter>& cgroup() const { return cgroup_; }
 
  private:
   std::map<std::string, std::string> defines_;  // name -> value ("" for a flag)
   std::vector<IdFilter> id_filters_;
+  std::optional<CgroupFilter> cgroup_;
 };
 
 // The plan as the compiler sees it.
@@ -55,6 +62,7 @@ struct RenderedPlan {
   std::string text;                  // the ID maps' prelude (id_map_prelude), then the program
   std::vector<std::string> cflags;   // -DNAME[=VALUE], sorted by name
   std::vector<IdMapFilter> id_maps;  // maps BpfSession::load fills before any attach
+  std::optional<CgroupFilter> cgroup;  // the cgroup maps BpfSession::load fills
 };
 // Filters over TGID_OK/TID_OK with IDs become hash maps (the compiled program is the
 // same for every list, so the compiled-object cache serves every -p run); others are

@@ -110,6 +110,7 @@ class BpfSession {
                               int pid, const std::string& what, uint32_t ref_ctr_offset = 0);
   void close_probe(Probe& p);
   Status fill_id_maps(const std::vector<IdMapFilter>& maps);
+  Status fill_cgroup_maps(const CgroupFilter& cg);
 
   std::string license_;
   uint32_t kern_version_ = 0;

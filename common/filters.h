@@ -35,4 +35,19 @@ IdMapFilter id_map_filter(const std::string& macro, const std::vector<uint32_t>&
 // keep the program's own line numbers. "" if `maps` is empty.
 std::string id_map_prelude(const std::vector<IdMapFilter>& maps);
 
+// The --cgroup/--container filter (common/cgroup.h): the cgroup v2 directory and its id.
+struct CgroupFilter {
+  std::string path;
+  uint64_t id = 0;
+};
+// The maps the filter reads (kCgroupArrayMap: BPF_CGROUP_ARRAY holding the directory's
+// fd at index 0; kCgroupIdMap: BPF_ARRAY of its id) and bpfdiag_cgroup_current() /
+// bpfdiag_cgroup_task(task) (the latter only with the OFF_* defines of
+// add_cgroup_filter's task walk), then "#line 1". Always the same text.
+constexpr const char* kCgroupArrayMap = "bpfdiag_cgroup";
+constexpr const char* kCgroupIdMap = "bpfdiag_cgroup_id";
+std::string cgroup_prelude();
+// The define that switches bpf_sources/filters.h to the cgroup maps.
+constexpr const char* kCgroupDefine = "BPFDIAG_CGROUP";
+
 }  // namespace bpfdiag

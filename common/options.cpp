@@ -18,6 +18,20 @@ OptionSpec make(std::string flags, std::string arg, std::string help, std::strin
 namespace opt {
 OptionSpec pid(std::string help) { return make("p,pid", "PID[,PID]", std::move(help), "Filters"); }
 OptionSpec tid(std::string help) { return make("t,tid", "TID[,TID]", std::move(help), "Filters"); }
+OptionSpec cgroup() {
+  return make("cgroup", "PATH",
+              "only tasks in this cgroup v2 directory or below it\n"
+              "(absolute, or under the cgroup2 mount:\n"
+              "system.slice/x.service)",
+              "Filters");
+}
+OptionSpec container() {
+  return make("container", "ID",
+              "only tasks in this container's cgroup (docker,\n"
+              "podman, containerd, cri-o; its ID or a unique\n"
+              "prefix of 12+ hex digits)",
+              "Filters");
+}
 OptionSpec user_stacks_only(std::string help) { return make("U,user-stacks-only", "", std::move(help), "Output"); }
 OptionSpec kernel_stacks_only(std::string help) {
   return make("K,kernel-stacks-only", "", std::move(help), "Output");
@@ -273,6 +287,9 @@ Result<ParsedCli> parse_tool_cli(const ToolSpec& spec, int argc, char** argv) {
     if (!v) return Error{v.error()};
     c.tids = *v;
   }
+  if (auto s = str("cgroup")) c.cgroup = *s;
+  if (auto s = str("container")) c.container = *s;
+  if (!c.cgroup.empty() && !c.container.empty()) return Error{"--cgroup and --container exclude each other"};
   if (auto s = str("svg")) c.svg = *s;
   if (auto s = str("pprof")) c.pprof = *s;
   if (auto s = str("prometheus")) c.prometheus = *s;

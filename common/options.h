@@ -62,6 +62,10 @@ struct ToolSpec {
 namespace opt {
 OptionSpec pid(std::string help = "only these processes");
 OptionSpec tid(std::string help = "only these threads");
+// --cgroup PATH, --container ID (group "Filters"): only tasks in this cgroup v2 directory
+// (or below it) / in this container's cgroup; resolved by common/cgroup.h.
+OptionSpec cgroup();
+OptionSpec container();
 OptionSpec user_stacks_only(std::string help = "user space stacks only");
 OptionSpec kernel_stacks_only(std::string help = "kernel stacks only");
 OptionSpec folded(std::string help = "folded output for flame graphs (flamegraph.pl, speedscope)");
@@ -120,6 +124,8 @@ struct CommonOptions {
   bool kernel_stacks_only = false;
   std::vector<uint32_t> pids;
   std::vector<uint32_t> tids;
+  std::string cgroup;     // --cgroup PATH as given ("": none); common/cgroup.h resolves it
+  std::string container;  // --container ID as given ("": none)
   std::string sort;    // empty: the tool's default
   std::string fields;  // empty: the tool's default
   std::optional<uint64_t> entries;

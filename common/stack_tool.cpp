@@ -12,6 +12,10 @@ Result<ParsedCli> parse_stack_tool_cli(const ToolSpec& spec, int argc, char** ar
   c.user_stacks_only = co.user_stacks_only;
   c.kernel_stacks_only = co.kernel_stacks_only;
   c.delimiter = r->raw.count("delimited");
+  if (c.help) return r;
+  auto cg = resolve_cgroup_options(co, c.pids);
+  if (!cg) return Error{cg.error()};
+  c.cgroup = *cg;
   return r;
 }
 
@@ -24,9 +28,9 @@ std::string id_list(const std::vector<uint32_t>& v) {
 }  // namespace
 
 std::string stack_targets_text(const StackToolConfig& c) {
-  if (!c.tids.empty()) return "TID " + id_list(c.tids);
-  if (!c.pids.empty()) return "PID " + id_list(c.pids);
-  return "all threads";
+  if (!c.tids.empty()) return "TID " + id_list(c.tids) + cgroup_banner(c.cgroup);
+  if (!c.pids.empty()) return "PID " + id_list(c.pids) + cgroup_banner(c.cgroup);
+  return (c.cgroup ? "threads" : "all threads") + cgroup_banner(c.cgroup);
 }
 
 std::string stack_parts_text(const StackToolConfig& c) {

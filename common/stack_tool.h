@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cgroup.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/result.h"
@@ -27,6 +28,7 @@ struct StackToolConfig {
   bool help = false;
   std::vector<uint32_t> pids;       // -p: processes (tgids)
   std::vector<uint32_t> tids;       // -t: threads
+  std::optional<CgroupTarget> cgroup;  // --cgroup / --container (resolved)
   bool user_stacks_only = false;    // -U
   bool kernel_stacks_only = false;  // -K
   bool delimiter = false;           // "delimited": "--" between kernel and user frames
@@ -49,7 +51,8 @@ struct StackToolConfig {
 // options; its common part what a tool reads under its own rules (e.g. -m/-M).
 Result<ParsedCli> parse_stack_tool_cli(const ToolSpec& spec, int argc, char** argv, StackToolConfig& c);
 
-// The banner's target: "all threads", "TID 1,2" (-t wins) or "PID 3".
+// The banner's target: "all threads", "TID 1,2" (-t wins) or "PID 3", then the cgroup
+// (" in cgroup PATH (id N)").
 std::string stack_targets_text(const StackToolConfig& c);
 // The banner's stack kind: "user", "kernel" or "user + kernel".
 std::string stack_parts_text(const StackToolConfig& c);

@@ -18,6 +18,7 @@
 #include <fstream>
 
 #include "common/elf_symbols.h"
+#include "common/jvm_attach.h"
 #include "common/proc.h"
 #include "common/runloop.h"
 #include "common/target.h"
@@ -212,8 +213,15 @@ static void load_perfmap(uint32_t pid, std::vector<PerfMapSym>& out) {
   std::string shown = path;
   UntrustedOpen r = open_untrusted(path, pol);
   if (!r.file && r.refused.empty() && r.err == ENOENT) {  // in a container's own /tmp?
-    r = open_in_proc_root(pid, path, pol);
-    shown = "/proc/" + std::to_string(pid) + "/root" + path;
+    // named by its PID in its own PID namespace (a container's JVM writes perf-1.map)
+    auto ids = jvm_ids(pid);
+    const std::string nspath = "/tmp/perf-" + std::to_string(ids ? ids->nspid : pid) + ".map";
+    r = open_in_proc_root(pid, nspath, pol);
+    shown = "/proc/" + std::to_string(pid) + "/root" + nspath;
+    if (!r.file && r.refused.empty() && r.err == ENOENT && nspath != path) {
+      r = open_in_proc_root(pid, path, pol);
+      shown = "/proc/" + std::to_string(pid) + "/root" + path;
+    }
   }
   if (!r.file) {
     warn_if_refused(shown, r);

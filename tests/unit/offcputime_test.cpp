@@ -148,7 +148,7 @@ TEST_CASE("offcputime: bad input is one clear error") {
 TEST_CASE("offcputime: generated help") {
   std::string h = bpfdiag::render_help(tool_spec());
   CHECK(h.find("USAGE: " + bpfdiag::usage_line(tool_spec()) + "\n") != std::string::npos);
-  CHECK(bpfdiag::usage_line(tool_spec()).rfind("offcputime [-p PID[,PID]] [-t TID[,TID]] [-u] [-k]", 0) == 0);
+  CHECK(bpfdiag::usage_line(tool_spec()).rfind("offcputime [-p PID[,PID]] [-t TID[,TID]] [--cgroup PATH] [--container ID] [-u] [-k]", 0) == 0);
   CHECK(h.find("  -d, --delimited") != std::string::npos);
   CHECK(h.find("      --duration TIME") != std::string::npos);
   CHECK(h.find("      --map-entries N") != std::string::npos);

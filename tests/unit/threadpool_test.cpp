@@ -68,7 +68,7 @@ TEST_CASE("parse_args: pid, pattern, interval and duration") {
 }
 
 TEST_CASE("parse_args: errors are values") {
-  CHECK(parse({}).error() == "-p PID is required");
+  CHECK(parse({}).error() == "-p PID is required (or --cgroup/--container)");
   CHECK(!parse({"-p", "0"}).ok());
   CHECK(!parse({"-p", "12x"}).ok());
   CHECK(!parse({"-p", "5000000"}).ok());
@@ -87,14 +87,14 @@ TEST_CASE("parse_args: errors are values") {
   CHECK(list->pids == std::vector<uint32_t>{1, static_cast<uint32_t>(getpid())});
   CHECK(parse({"-p", "1", "--children"})->children);
   CHECK(!parse({"-p", "1", "--children", "2"}).ok());  // a flag: the parent is -p's
-  CHECK(parse({"--children"}).error() == "-p PID is required");
+  CHECK(parse({"--children"}).error() == "-p PID is required (or --cgroup/--container)");
   CHECK(!parse({"-p", "1", "--bogus"}).ok());
   CHECK(parse({"-h"})->help);
 }
 
 TEST_CASE("help has usage, options and examples") {
   std::string h = help_text();
-  CHECK(h.find("USAGE: threadpool [-p PID[,PID]] [--children] [--threads PATTERN] [-a] [-T] [-P] [-H] [-j] [--map-entries N] [-v] "
+  CHECK(h.find("USAGE: threadpool [-p PID[,PID]] [--cgroup PATH] [--container ID] [--children] [--threads PATTERN] [-a] [-T] [-P] [-H] [-j] [--map-entries N] [-v] "
                "[-i TIME] [-c N] [-d TIME] [--ebpf] [-h] [--version]\n") != std::string::npos);
   CHECK(h.find("OPTIONS:") != std::string::npos);
   CHECK(h.find("--max-threads") == std::string::npos);  // the older name is hidden

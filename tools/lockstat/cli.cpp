@@ -67,6 +67,7 @@ const char kExamples[] = R"(  lockstat                       # rank lock waits (
   lockstat -p 1234 -L cache_lock # only the lock named cache_lock in PID 1234
   lockstat -K -s 5 -d 10         # kernel locks, 5 call sites each, 10 s
   lockstat -P -p 1234            # which threads wait the most
+  lockstat --container 3f2a9c1d8e7b -d 5  # lock waits inside one container
   lockstat -S max -n 5           # the 5 locks with the longest single wait
   lockstat --fields +avg,p90 --csv  # CSV with average and p90 added
   lockstat -m 1ms -H             # waits >= 1 ms only, with histograms
@@ -94,6 +95,8 @@ ToolSpec make_spec() {
                      "Sources"},
           opt::pid(),
           opt::tid(),
+          opt::cgroup(),
+          opt::container(),
           opt::unwind(),
           OptionSpec{"L,lock", "LOCK[,LOCK]",
                      "only these locks: an address (0x...) or a data\n"
@@ -156,6 +159,9 @@ Result<Config> parse_args(int argc, char** argv) {
   if (!raw) return Error{raw.error()};
   if (c.help) return c;
   const auto& r = *raw;
+  auto cg = resolve_cgroup_options(o, c.pids);
+  if (!cg) return Error{cg.error()};
+  c.cgroup = *cg;
   c.hist = r.count("hist");
   c.uprobes = r.count("uprobes");
   c.kernel_only = r.count("kernel-only");
@@ -270,6 +276,7 @@ Result<BpfPlan> bpf_plan(const Config& c, bool btf) {
   }
   if (!c.user_only) p.flag("KERNEL_LOCKS");
   p.id_filter("TGID_OK", c.pids).id_filter("TID_OK", c.tids);
+  add_cgroup_filter(p, c.cgroup, false);
   // symbolic names that are not addresses (mmap_lock, ...) are filtered after the fact;
   // the address map holds every address given (a kernel symbol can have several)
   if (!c.lock_addrs.empty() && c.lock_names.empty()) {

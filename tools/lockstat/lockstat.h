@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/bpf_plan.h"
+#include "common/cgroup.h"
 #include "common/declared_waits.h"
 #include "common/histogram.h"
 #include "common/metrics.h"
@@ -48,6 +49,7 @@ struct Config {
   bool unwind_dwarf = false;  // --unwind=dwarf (default with -p/-t): user stacks from .eh_frame
   std::vector<uint32_t> pids;            // -p
   std::vector<uint32_t> tids;            // -t
+  std::optional<bpfdiag::CgroupTarget> cgroup;  // --cgroup / --container
   std::vector<uint64_t> lock_addrs;      // -L 0x...
   std::vector<std::string> lock_names;   // -L name
   uint64_t min_wait_ns = 0;              // -m

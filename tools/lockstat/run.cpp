@@ -206,6 +206,7 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
                         {"map_entries", c.map_entries}}}};
   if (!c.pids.empty()) j["pid"] = c.pids;
   if (!c.tids.empty()) j["tid"] = c.tids;
+  if (c.cgroup) j["cgroup"] = cgroup_json(c.cgroup);
   return j;
 }
 
@@ -572,7 +573,7 @@ Status run(const Config& c0) {
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
   if (!decl.empty()) fields["declared_waits"] = decl.start_fields();
   if (!jvm.empty()) fields["jvms"] = jvm.start_fields();
-  announce_attached(std::cout, "lockstat", c.json, "Tracing " + attached.what + banner_until(c.schedule), fields,
+  announce_attached(std::cout, "lockstat", c.json, "Tracing " + attached.what + cgroup_banner(c.cgroup) + banner_until(c.schedule), fields,
                     empty_dq());
   Reporter rep(session, c, uw, res, decl, jvm, *plan, attached.calibrated_cost, window_start);
   rep.set_names(res.names());

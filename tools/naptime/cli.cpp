@@ -2,6 +2,7 @@
 // positional form, as the suite's tools without a BCC namesake), parsing, BPF cflags.
 #include "common/bpf_text.h"
 #include "common/btf.h"
+#include "common/cgroup.h"
 #include "common/cli.h"
 #include "common/embedded.h"
 #include "common/filters.h"
@@ -32,6 +33,7 @@ const char kExamples[] =
     "  naptime -p 181         # only sleeps of PID 181\n"
     "  naptime --comm java    # only tasks named java\n"
     "  naptime -m 10ms        # only sleeps of at least 10 ms\n"
+    "  naptime --cgroup system.slice/nginx.service  # only that service's sleeps\n"
     "  naptime --summary -d 10  # per-process summary and histogram after 10 s\n"
     "  naptime --summary -i 5   # the same every 5 seconds\n"
     "  naptime -j -p 181 -d 5   # JSON records for PID 181, for 5 seconds\n"
@@ -42,6 +44,8 @@ ToolSpec make_spec() {
   std::vector<OptionSpec> options = {
       opt::pid("only these processes"),
       opt::tid("only these threads"),
+      opt::cgroup(),
+      opt::container(),
       OptionSpec{"comm", "NAME", "only tasks with this command name (first 15 characters)", "Filters"},
       opt::min("only sleeps requesting at least TIME (default unit us,\nor with a unit: 10ms, 1.5s)"),
       OptionSpec{"summary", "",
@@ -93,6 +97,9 @@ Result<Config> parse_args(int argc, char** argv) {
   Config c = from_cli(*r);
   if (c.help) return c;
   if (auto st = check_pids_exist(c.pids)) return *st;
+  auto cg = resolve_cgroup_options(r->common, c.pids);
+  if (!cg) return Error{cg.error()};
+  c.cgroup = *cg;
   for (auto t : c.tids)
     if (!pid_exists(t)) return Error{"no thread with TID " + std::to_string(t)};
   return c;
@@ -117,6 +124,7 @@ BpfPlan filter_plan(const Config& c) {
   p.id_filter("TGID_OK", c.pids).id_filter("TID_OK", c.tids);
   if (!c.comm.empty()) p.flag("FILTER_COMM");
   if (c.min_ns) p.integer("MIN_NS", c.min_ns, "ULL");
+  add_cgroup_filter(p, c.cgroup, false);  // no BTF needed without the task walk
   return p;
 }
 
@@ -135,13 +143,15 @@ Result<BpfPlan> bpf_plan(const Config& c) {
 
 nlohmann::json start_fields(const Config& c, uint64_t probes) {
   auto opt_ns = [](const std::optional<uint64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-  return start_record_fields(c.pids, c.tids, probes,
+  nlohmann::json f = start_record_fields(c.pids, c.tids, probes,
                              {{"comm", c.comm.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.comm)},
                               {"min_ns", c.min_ns},
                               {"summary", c.summary},
                               {"interval_ns", opt_ns(c.schedule.interval_ns)},
                               {"count", opt_ns(c.schedule.count)},
                               {"duration_ns", opt_ns(c.schedule.duration_ns)}});
+  if (c.cgroup) f["cgroup"] = cgroup_json(c.cgroup);
+  return f;
 }
 
 }  // namespace naptime

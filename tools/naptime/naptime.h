@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bpf_plan.h"
+#include "common/cgroup.h"
 #include "common/histogram.h"
 #include "common/metrics.h"
 #include "common/options.h"
@@ -41,6 +42,7 @@ struct Config {
   bool ebpf = false;
   std::vector<uint32_t> pids;  // -p
   std::vector<uint32_t> tids;  // -t
+  std::optional<bpfdiag::CgroupTarget> cgroup;  // --cgroup / --container
   std::string comm;            // --comm (at most 15 characters, as the kernel keeps)
   uint64_t min_ns = 0;         // -m: minimum requested length
   bpfdiag::Schedule schedule;  // -d, -i, -c

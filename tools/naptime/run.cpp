@@ -124,7 +124,7 @@ Status run(const Config& c) {
     if (auto st = session.attach_tracepoint(it->first, it->second))
       return Error{st->message + "; are syscall tracepoints enabled (CONFIG_FTRACE_SYSCALLS)?"};
   attach_phase_done();
-  announce_attached(std::cout, "naptime", c.json, "Tracing sleeps" + banner_until(c.schedule),
+  announce_attached(std::cout, "naptime", c.json, "Tracing sleeps" + cgroup_banner(c.cgroup) + banner_until(c.schedule),
                     start_fields(c, probes.size() + 1), t.so_far);
   if (!c.json && !c.summary) render_header(std::cout);
   ToolMetrics metrics("naptime");

@@ -37,6 +37,8 @@ ToolSpec make_spec() {
   s.options = {
       opt::pid("trace these processes only"),
       opt::tid("trace these threads only"),
+      opt::cgroup(),
+      opt::container(),
       OptionSpec{"u,user-threads-only", "", "user threads only (no kernel threads)", "Filters"},
       OptionSpec{"k,kernel-threads-only", "", "kernel threads only (no user threads)", "Filters"},
       OptionSpec{"state", "STATE",
@@ -85,6 +87,8 @@ ToolSpec make_spec() {
       "  offcputime -M 10ms     # trace only blocks of at most 10 ms\n"
       "  offcputime -p 185      # only trace threads of PID 185\n"
       "  offcputime -t 188      # only trace thread 188\n"
+      "  offcputime --cgroup system.slice/nginx.service 5  # one service\n"
+      "  offcputime --container 3f2a9c1d8e7b -f 5  # one container, folded\n"
       "  offcputime -u          # only trace user threads (no kernel threads)\n"
       "  offcputime -k          # only trace kernel threads\n"
       "  offcputime -U          # only show user space stacks (no kernel)\n"
@@ -181,6 +185,7 @@ Result<BpfPlan> bpf_plan(const Config& c) {
   if (st) return Error{st->message};
   add_arrival_offsets(p);
   p.id_filter("TGID_OK", c.pids).id_filter("TID_OK", c.tids);
+  if (auto cst = add_cgroup_filter(p, c.cgroup, true)) return Error{cst->message};
   if (c.user_threads_only) p.flag("USER_THREADS_ONLY");
   if (c.kernel_threads_only) p.flag("KERNEL_THREADS_ONLY");
   if (c.waker) {  // sched_waking; the user registers at the top of the waker's kernel stack

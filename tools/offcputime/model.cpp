@@ -211,7 +211,7 @@ std::vector<std::string> warnings(const Config& c, const DataQuality& dq) {
 nlohmann::json start_fields(const Config& c, uint64_t probes) {
   auto opt_ns = [](uint64_t v, bool set) { return set ? nlohmann::json(v) : nlohmann::json(nullptr); };
   const Schedule& s = c.schedule;
-  return start_record_fields(c.pids, c.tids, probes,
+  nlohmann::json f = start_record_fields(c.pids, c.tids, probes,
                              {{"user_threads_only", c.user_threads_only},
                               {"kernel_threads_only", c.kernel_threads_only},
                               {"user_stacks_only", c.user_stacks_only},
@@ -225,6 +225,8 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
                               {"waker", c.waker},
                               {"interval_ns", opt_ns(s.interval_ns.value_or(0), s.interval_ns.has_value())},
                               {"duration_ns", opt_ns(s.duration_ns.value_or(0), s.duration_ns.has_value())}});
+  if (c.cgroup) f["cgroup"] = cgroup_json(c.cgroup);
+  return f;
 }
 
 std::string traced_text(const Config& c) {

@@ -34,6 +34,7 @@ const char kExamples[] = R"(  pmheld -p 181             # hold times of PID 181'
   pmheld -p 181 -i 5        # a report every 5 seconds
   pmheld -p 181 -s 0 -n 3   # top 3 locks, no stacks (lower overhead)
   pmheld -S p99 -d 5        # all processes for 5 s, worst p99 hold first
+  pmheld --cgroup system.slice/mysql.service -d 5  # one service's mutexes
   pmheld -p 181 -j -d 10    # NDJSON records per lock after 10 seconds
   pmheld -p 181 -d 10 --pprof held.pb.gz  # for go tool pprof
   pmheld -p 181 -i 10 --listen 9467  # metrics at 127.0.0.1:9467/metrics
@@ -46,6 +47,8 @@ ToolSpec make_spec() {
       kDescription,
       with_standard_options({
           opt::pid("trace only these processes (default: every process\nusing this machine's libc)"),
+          opt::cgroup(),
+          opt::container(),
           opt::stacks("acquiring stacks shown per lock (default 3; 0: do\nnot record stacks, which is cheaper)"),
           opt::unwind("acquiring stacks: dwarf (.eh_frame tables; the\n"
                       "default with -p) or fp (frame pointers; the\n"
@@ -79,10 +82,14 @@ const char* help_text() { return help_cstr(spec()); }
 
 Result<Config> parse_args(int argc, char** argv) {
   Config c;
-  auto raw = parse_into(spec(), argc, argv, c);
+  CommonOptions o;
+  auto raw = parse_into(spec(), argc, argv, c, &o);
   if (!raw) return Error{raw.error()};
   if (c.help) return c;
   const auto& r = *raw;
+  auto cg = resolve_cgroup_options(o, c.pids);
+  if (!cg) return Error{cg.error()};
+  c.cgroup = *cg;
   c.no_hist = r.count("no-hist");
   c.at_symbol = r.count("probe-at-symbol");
   if (auto s = opt_str(r, "stack-storage-size")) {
@@ -115,6 +122,7 @@ BpfPlan bpf_plan(const Config& c) {
     p.flag("NO_STACKS");
   else
     p.integer("STACK_ENTRIES", c.stack_storage_size);
+  add_cgroup_filter(p, c.cgroup, false);
   return p;
 }
 

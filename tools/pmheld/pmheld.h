@@ -2,11 +2,13 @@
 // glibc's pthread_mutex_* and pthread_cond_*wait functions.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "common/bpf_plan.h"
+#include "common/cgroup.h"
 #include "common/histogram.h"
 #include "common/metrics.h"
 #include "common/options.h"
@@ -29,6 +31,8 @@ using bpfdiag::hex_addr;  // "0x55d0c0a4a040"
 struct Config {
   bool help = false;
   std::vector<uint32_t> pids;  // -p; empty: every process using this machine's libc
+  std::optional<bpfdiag::CgroupTarget> cgroup;  // --cgroup / --container: without -p, the libc
+                                                // files its processes map are probed
   bool json = false;
   bool csv = false;
   bool ebpf = false;

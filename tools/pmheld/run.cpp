@@ -222,13 +222,25 @@ Result<std::vector<Target>> find_targets(const Config& c) {
                                       PthreadFn::CondTimedwait, PthreadFn::CondClockwait};
   std::vector<Target> targets;
   std::vector<uint32_t> pids = c.pids.empty() ? std::vector<uint32_t>{0} : c.pids;
+  // --cgroup without -p: the libc files the cgroup's processes map (a container's own
+  // libc is not this machine's), each probed once for every process mapping it; the
+  // BPF side keeps the cgroup's threads
+  const bool by_cgroup = c.pids.empty() && c.cgroup;
+  if (by_cgroup) pids = cgroup_pids(*c.cgroup, 4096);
+  std::set<std::string> libs_seen;
   for (uint32_t pid : c.ebpf ? std::vector<uint32_t>{} : pids) {
     auto lib = find_pthread_lib(pid);
+    if (by_cgroup) {
+      if (!lib || !lib->file || !libs_seen.insert(lib->file->identity()).second) continue;  // kernel thread, gone, static
+      lib.value().pid = -1;
+    }
     if (!lib) return Error{lib.error()};
     auto pts = resolve_pthread_probes(*lib, fns, ProbeOptions{c.at_symbol});
     if (!pts) return Error{pts.error()};
     targets.push_back({*lib, *pts});
   }
+  if (by_cgroup && targets.empty() && !c.ebpf)
+    return Error{"no process in cgroup " + c.cgroup->path + " maps libc.so.6 (or it is empty); name one with -p"};
   return targets;
 }
 
@@ -243,6 +255,7 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
                             {"probe_at_symbol", c.at_symbol},
                             {"unwind", c.unwind_dwarf ? "dwarf" : "fp"}}}};
   if (!c.pids.empty()) start["pid"] = c.pids;
+  if (c.cgroup) start["cgroup"] = cgroup_json(c.cgroup);
   return start;
 }
 
@@ -284,7 +297,7 @@ Status run(const Config& c) {
   announce_attached(std::cout, "pmheld", c.json,
                     "Tracing pthread mutex hold times in " +
                         (c.pids.empty() ? std::string("every process") : "PID " + pid_list_text(c.pids)) +
-                        banner_until(c.schedule),
+                        cgroup_banner(c.cgroup) + banner_until(c.schedule),
                     start, empty_dq());
 
   uint64_t last = monotonic_ns();

@@ -30,6 +30,8 @@ ToolSpec make_spec() {
   s.options = {
       opt::pid("sample these processes only"),
       opt::tid("sample these threads only"),
+      opt::cgroup(),
+      opt::container(),
       OptionSpec{"I,include-idle", "", "include the idle task (pid 0) in the samples", "Filters"},
       opt::user_stacks_only("show user space stacks only (no kernel)"),
       opt::kernel_stacks_only("show kernel space stacks only (no user)"),
@@ -59,6 +61,7 @@ ToolSpec make_spec() {
       "  profile -F 99 10       # sample at 99 Hz for 10 seconds\n"
       "  profile -p 185 -d 5    # only PID 185, for 5 seconds\n"
       "  profile -t 188         # only thread 188\n"
+      "  profile --container 3f2a9c1d8e7b -d 5  # one container's CPU time\n"
       "  profile -U             # user space stacks only (no kernel)\n"
       "  profile -K             # kernel space stacks only (no user)\n"
       "  profile -I 5           # include the idle task\n"
@@ -120,6 +123,7 @@ BpfPlan bpf_plan(const Config& c) {
   BpfPlan p;
   p.text = bpf_text();
   p.id_filter("TGID_OK", c.pids).id_filter("TID_OK", c.tids);
+  add_cgroup_filter(p, c.cgroup, false);
   if (c.include_idle) p.flag("INCLUDE_IDLE");
   if (!c.kernel_stacks_only) p.flag("CAPTURE_USER");
   if (!c.user_stacks_only) p.flag("CAPTURE_KERNEL");

@@ -75,7 +75,7 @@ std::vector<std::string> warnings(const Config& c, const DataQuality& dq) {
 
 nlohmann::json start_fields(const Config& c, uint64_t cpus) {
   auto opt_ns = [](const std::optional<uint64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-  return start_record_fields(c.pids, c.tids, cpus,
+  nlohmann::json f = start_record_fields(c.pids, c.tids, cpus,
                              {{"frequency_hz", c.freq_hz},
                               {"include_idle", c.include_idle},
                               {"user_stacks_only", c.user_stacks_only},
@@ -85,6 +85,8 @@ nlohmann::json start_fields(const Config& c, uint64_t cpus) {
                               {"unwind", c.unwind_dwarf ? "dwarf" : "fp"},
                               {"interval_ns", opt_ns(c.schedule.interval_ns)},
                               {"duration_ns", opt_ns(c.schedule.duration_ns)}});
+  if (c.cgroup) f["cgroup"] = cgroup_json(c.cgroup);
+  return f;
 }
 
 std::string traced_text(const Config& c) {

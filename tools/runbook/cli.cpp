@@ -27,6 +27,8 @@ const ToolSpec kSpec{
     "it names only the suite's tools, and their arguments must pass the tool's own\n"
     "parser. See man 8 runbook.",
     {opt::pid("trace these processes (passed to every tool)"),
+     opt::cgroup(),
+     opt::container(),
      OptionSpec{"children", "",
                 "with -p: their child processes too (threadpool: one\n"
                 "pool; the other tools: the PIDs and their children)",
@@ -41,9 +43,16 @@ const ToolSpec kSpec{
     "  runbook slow-service -p 181 --children   # PID 181 and its worker processes\n"
     "  runbook lock-contention -p 181 -d 30 -o /tmp/locks   # 30 s window\n"
     "  runbook cpu-saturation -d 5          # the whole machine for 5 seconds\n"
+    "  runbook slow-service --container 3f2a9c1d8e7b   # one container, every tool\n"
     "  runbook sleepy-process -p 181        # who sleeps, and where threads block\n"
     "  runbook doctor -p 181                # can this machine trace PID 181?\n",
     Positional::Name};
+
+std::vector<std::string> cgroup_args(const Config& c) {
+  if (!c.cgroup) return {};
+  if (!c.cgroup->container.empty()) return {"--container", c.cgroup->container};
+  return {"--cgroup", c.cgroup->path};
+}
 
 Result<Config> parse(int argc, char** argv) {
   auto r = parse_tool_cli(kSpec, argc, argv);
@@ -70,6 +79,9 @@ Result<Config> parse(int argc, char** argv) {
     if (alive.empty()) return Error{"no such process: " + c.pid_arg};
   }
   if (c.children && c.pids.empty()) return Error{"--children needs -p PID"};
+  auto cg = resolve_cgroup_options(r->common, c.pids);
+  if (!cg) return Error{cg.error()};
+  c.cgroup = *cg;
   c.pool_arg = c.pid_arg;
   if (c.children) {  // the tools without --children get the pool as a list (at most kMaxIdList)
     std::set<uint32_t> seen(c.pids.begin(), c.pids.end());

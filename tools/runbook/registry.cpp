@@ -41,7 +41,8 @@ bool has_option(const ToolSpec& s, const std::string& name) {
 bool forbidden(const OptionSpec& o) {
   static const std::set<std::string> kSetByRunbook{"json",     "csv",  "folded", "pid", "tid",     "interval",
                                                    "count",    "duration", "help", "ebpf", "svg", "children",
-                                                   "version",  "pprof", "prometheus", "listen"};
+                                                   "version",  "pprof", "prometheus", "listen",
+                                                   "cgroup",   "container"};
   if (kSetByRunbook.count(long_name(o))) return true;
   for (const char* word : {"FILE", "DIR", "PATH"})
     if (o.arg.find(word) != std::string::npos) return true;
@@ -123,6 +124,10 @@ Status plan_tools(Run& run) {
       if (own_children) t.argv.emplace_back("--children");
     } else if (!pid_arg.empty())
       t.whole_machine = true;
+    if (has_option(spec, "cgroup")) {
+      auto cg = cgroup_args(run.cfg);
+      t.argv.insert(t.argv.end(), cg.begin(), cg.end());
+    }
     t.argv.insert(t.argv.end(), rt.args.begin(), rt.args.end());
     if (has_option(spec, "svg")) {
       t.own_svg = true;

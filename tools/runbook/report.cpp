@@ -209,6 +209,7 @@ json run_json(const Run& run) {
           {"options",
            {{"pid", run.cfg.pids},
             {"children", run.cfg.children},
+            {"cgroup", cgroup_json(run.cfg.cgroup)},
             {"duration_ns", run.cfg.duration_ns ? run.cfg.duration_ns : run.book.duration_ns},
             {"output", run.dir}}},
           {"start_time", iso_time(run.start_ns)},

@@ -54,8 +54,9 @@ void add_method_and_quality(const Run& run, Report& rep) {
   utsname u{};
   uname(&u);
   method->lines.push_back(run.book.summary.empty() ? run.book.title : run.book.summary);
-  method->lines.push_back("target: " + (run.cfg.pid_arg.empty() ? std::string("the whole machine")
-                                      : "PID " + run.cfg.pid_arg + (run.cfg.children ? " and its child processes" : "")));
+  method->lines.push_back("target: " + (run.cfg.pid_arg.empty() ? std::string(run.cfg.cgroup ? "every process" : "the whole machine")
+                                      : "PID " + run.cfg.pid_arg + (run.cfg.children ? " and its child processes" : "")) +
+                          cgroup_banner(run.cfg.cgroup));
   method->lines.push_back("window: " + iso_time(run.window_start_ns) + " to " + iso_time(run.window_end_ns) + " (" +
                           fmt_ms(run.window_end_ns - run.window_start_ns) + ")" +
                           (run.interrupted ? ", ended early by Ctrl-C" : "") +

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cgroup.h"
 #include "common/options.h"
 #include "common/output.h"
 #include "common/result.h"
@@ -37,6 +38,9 @@ struct Config {
   // at the start.
   bool children = false;
   std::string pool_arg;
+  // --cgroup/--container, resolved here (exit 2 when bad) and passed to every tool
+  // that has the option (cgroup_args)
+  std::optional<bpfdiag::CgroupTarget> cgroup;
   uint64_t duration_ns = 0;        // 0: the runbook's own default
   std::string out_dir;             // "" : ./runbook-NAME-YYYYmmdd-HHMMSS-RANDOM
 };
@@ -47,6 +51,9 @@ constexpr int kSvgFd = 3;  // a tool's --svg is /proc/self/fd/3: a file runbook 
 constexpr int kPprofFd = 4;  // a tool's --pprof is /proc/self/fd/4: TOOL.pb.gz, runbook's
 
 extern const bpfdiag::ToolSpec kSpec;
+// What a tool is handed for the runbook's cgroup: {"--container", FULL_ID} or
+// {"--cgroup", PATH}; empty without one.
+std::vector<std::string> cgroup_args(const Config& c);
 bpfdiag::Result<Config> parse(int argc, char** argv);
 
 // One tool of the run.

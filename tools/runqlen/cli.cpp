@@ -1,6 +1,11 @@
 // runqlen command line: the option table (generated --help), parsing, BPF flags.
 #include "common/bpf_text.h"
 #include "common/btf.h"
+#include <bpf/libbpf.h>
+
+#include <algorithm>
+
+#include "common/cgroup.h"
 #include "common/cli.h"
 #include "common/tool_config.h"
 #include "common/embedded.h"
@@ -31,7 +36,9 @@ const ToolSpec& tool_spec() {
       "Reports how many tasks wait for each CPU: the CPU's run queue (every scheduling\n"
       "class, whole CPU even inside cgroups) minus the task that is running. Idle CPUs\n"
       "take no samples; their idle time (from sched_switch) counts as length 0 at the\n"
-      "sampling rate, so every CPU is weighted by time.",
+      "sampling rate, so every CPU is weighted by time. With --cgroup or --container:\n"
+      "how many of that cgroup's tasks wait for each CPU, counted from their wake-ups,\n"
+      "preemptions and switches (any scheduling class, no cpu controller needed).",
       {
           opt::timestamp("include a timestamp on each interval report"),
           OptionSpec{"O,runqocc", "", "report run queue occupancy (% of samples with a queue)", "Output"},
@@ -39,6 +46,8 @@ const ToolSpec& tool_spec() {
           kFrequency,
           opt::older_name("f", kFrequency),
           OptionSpec{"cfs", "", "BCC's view: the sampled task's own CFS queue only", "Sampling"},
+          opt::cgroup(),
+          opt::container(),
           opt::json("NDJSON: runqlen.all (runqlen.cpu per CPU with -C), then\n"
                     "runqlen.summary, per report"),
           opt::interval(),
@@ -54,6 +63,7 @@ const ToolSpec& tool_spec() {
       "  runqlen -T 1       # 1s summaries with timestamps\n"
       "  runqlen -O 5       # run queue occupancy every 5 seconds\n"
       "  runqlen -C         # a histogram per CPU\n"
+      "  runqlen --cgroup system.slice/nginx.service 5 1  # its tasks waiting\n"
       "  runqlen -F 999 -d 10   # sample at 999 Hz for 10 seconds\n"
       "  runqlen -j -i 1 -c 3   # three 1-second JSON reports\n"
       "  runqlen -i 5 --listen 9465 >/dev/null  # metrics at 127.0.0.1:9465/metrics\n",
@@ -79,6 +89,10 @@ Result<Config> parse_args(int argc, char** argv) {
   c.per_cpu = raw.count("cpus");
   c.occupancy = raw.count("runqocc");
   c.cfs_only = raw.count("cfs");
+  auto cg = resolve_cgroup_options(r->common);
+  if (!cg) return Error{cg.error()};
+  c.cgroup = *cg;
+  if (c.cgroup && c.cfs_only) return Error{"--cfs and --cgroup/--container exclude each other"};
   if (auto f = r->value("frequency")) {
     auto v = parse_uint(*f, "-F/--frequency", 1, 10000);
     if (!v) return Error{v.error()};
@@ -121,6 +135,23 @@ Result<BpfPlan> bpf_plan(const Config& c) {
                              {"OFF_CFS_RQ_H_RUNNABLE", "cfs_rq", {"h_nr_runnable"}}}))
     (void)add_kernel_offsets(p, {{"OFF_RQ_CFS", "rq", {"cfs"}}, {"OFF_CFS_RQ_H_DELAYED", "cfs_rq", {"h_nr_delayed"}}});
   if (c.cfs_only) p.flag("CFS_ONLY");
+  if (c.cgroup) {
+    if (auto cst = add_cgroup_filter(p, c.cgroup, true)) return Error{cst->message};
+    if (auto cst = add_kernel_offsets(p, {{"OFF_TASK_ON_CPU", "task_struct", {"on_cpu"}},
+                                          {"OFF_TASK_STATE", "task_struct", {"__state", "state"}}}))
+      return Error{cst->message};
+    // the task's CPU: task_struct.cpu (5.16+ with THREAD_INFO_IN_TASK: thread_info.cpu)
+    if (add_kernel_offsets(p, {{"OFF_TASK_CPU", "task_struct", {"cpu"}}})) {
+      auto k = kernel_btf();
+      if (!k) return Error{k.error()};
+      auto ti = (*k)->field_offset("task_struct", {"thread_info"});
+      auto cpu = (*k)->field_offset("thread_info", {"cpu"});
+      if (!ti || !cpu) return Error{"no task_struct.cpu or thread_info.cpu in the kernel's BTF"};
+      p.integer("OFF_TASK_CPU", *ti + *cpu);
+    }
+    p.integer("CG_NCPUS", static_cast<uint64_t>(std::max(1, libbpf_num_possible_cpus())));
+    p.integer("CG_QUEUED_SIZE", 65536);
+  }
   return p;
 }
 
@@ -129,7 +160,9 @@ const std::vector<CounterSlot>& counter_table() {
                                                  {RUNQLEN_CNT_IDLE_RECOVERED, "recovered_periods"},
                                                  {RUNQLEN_CNT_IDLE_DROPPED, "dropped_periods"},
                                                  {RUNQLEN_CNT_DELAYED_SAMPLES, "delayed_dequeue_samples"},
-                                                 {RUNQLEN_CNT_DELAYED_TASKS, "delayed_dequeue_tasks"}};
+                                                 {RUNQLEN_CNT_DELAYED_TASKS, "delayed_dequeue_tasks"},
+                                                 {RUNQLEN_CNT_CG_UNSEEN, "cgroup_unseen_switch_ins"},
+                                                 {RUNQLEN_CNT_CG_FULL, "map_full"}};
   return table;
 }
 

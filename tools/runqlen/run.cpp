@@ -83,6 +83,9 @@ Status run(const Config& c) {
     return st;
   if (auto st = session.attach_raw_tracepoint("sched_switch", "raw_tracepoint__sched_switch"))
     return st;  // one line: a verifier rejection, or the attach failure with its hint
+  if (c.cgroup)  // the cgroup's waiting tasks, counted (runqlen.bpf.c)
+    for (const char* tp : {"sched_wakeup", "sched_wakeup_new", "sched_migrate_task"})
+      if (auto st = session.attach_raw_tracepoint(tp, std::string("raw_tracepoint__") + tp)) return st;
   attach_phase_done();
   visit_every_cpu();
 
@@ -96,8 +99,12 @@ Status run(const Config& c) {
     DataQuality ignored = empty_quality();
     if (auto st = add_bpf_counters(session, counter_table(), ignored, &counter_deltas)) return st;
   }
-  announce_attached(std::cout, "runqlen", c.json, "Sampling run queue length... Hit Ctrl-C to end.",
-                    {{"probes", 2}, {"options", effective_options(c)}}, empty_quality());
+  nlohmann::json start = {{"probes", c.cgroup ? 5 : 2}, {"options", effective_options(c)}};
+  if (c.cgroup) start["cgroup"] = cgroup_json(c.cgroup);
+  announce_attached(std::cout, "runqlen", c.json,
+                    "Sampling run queue length" + (c.cgroup ? " of tasks" + cgroup_banner(c.cgroup) : std::string()) +
+                        "... Hit Ctrl-C to end.",
+                    start, empty_quality());
   Status failure;
   ToolMetrics metrics("runqlen");  // --prometheus/--listen
   if (metrics.enabled()) metrics.publish_start(empty_quality());

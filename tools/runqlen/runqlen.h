@@ -2,12 +2,14 @@
 // Files: cli.cpp (option table, BPF flags), model.cpp (time weighting, statistics),
 // render.cpp (text and NDJSON), run.cpp (attach, read the maps, run loop).
 #pragma once
+#include <optional>
 #include <cstdint>
 #include <map>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "common/cgroup.h"
 #include "common/bpf_plan.h"
 #include "common/bpf_counters.h"
 #include "common/metrics.h"
@@ -30,6 +32,7 @@ struct Config {
   std::string listen;               // --listen ADDR:PORT: the same over HTTP
   bool ebpf = false;
   uint64_t freq_hz = 99;  // -F (BCC profile's letter; -f kept as a hidden alias)
+  std::optional<bpfdiag::CgroupTarget> cgroup;  // --cgroup/--container: that cgroup's waiting tasks
   bpfdiag::Schedule schedule;
 };
 

@@ -3,7 +3,9 @@
 
 #include "common/bpf_text.h"
 #include "common/btf.h"
+#include "common/cgroup.h"
 #include "common/cli.h"
+#include "common/parse.h"
 #include "common/tool_config.h"
 #include "common/options.h"
 #include "common/embedded.h"
@@ -43,9 +45,11 @@ const ToolSpec& tool_spec() {
       "(in a pool of processes: the parent's) joins a pool only if it waits for work\n"
       "as the workers do, so a master that only supervises is not a busy worker.",
       {
-          opt::pid("the pool (required): one process's threads, or\n"
+          opt::pid("the pool (or --cgroup): one process's threads, or\n"
                    "several processes as one pool (with the\n"
                    "processes they fork while traced)"),
+          opt::cgroup(),
+          opt::container(),
           OptionSpec{"children", "",
                      "with -p: each PID's child processes join the\n"
                      "pool (those running now and those forked while\n"
@@ -85,7 +89,9 @@ const ToolSpec& tool_spec() {
       "  threadpool -p 1234 -j -i 1 -d 30      # NDJSON every second for 30 seconds\n"
       "  threadpool -p 100,101,102 -d 10       # nginx master + 2 workers, one pool\n"
       "  threadpool -p 100 --children -d 10    # a parent and its children, one pool\n"
-      "  threadpool -p 1234 -i 10 --listen 9466  # metrics at 127.0.0.1:9466/metrics\n",
+      "  threadpool -p 1234 -i 10 --listen 9466  # metrics at 127.0.0.1:9466/metrics\n"
+
+      "  threadpool --container 3f2a9c1d8e7b -d 10  # a container's processes, one pool\n",
       Positional::None};
   return spec;
 }
@@ -111,8 +117,20 @@ Result<Config> parse_args(int argc, char** argv) {
     if (!v) return Error{v.error()};
     c.map_entries = static_cast<uint32_t>(*v);
   }
-  if (r->common.pids.empty()) return Error{"-p PID is required"};
+  // --cgroup/--container: without -p the pool is the processes in the cgroup now (and
+  // those they fork); with -p, the PIDs inside it (both filters must pass)
+  auto cg = resolve_cgroup_options(r->common, r->common.pids);
+  if (!cg) return Error{cg.error()};
+  c.cgroup = *cg;
+  if (r->common.pids.empty() && !c.cgroup) return Error{"-p PID is required (or --cgroup/--container)"};
   c.pids = r->common.pids;
+  if (c.cgroup && c.pids.empty()) {
+    c.pids = cgroup_pids(*c.cgroup, kMaxIdList);
+    if (c.pids.empty()) return Error{"cgroup " + c.cgroup->path + " has no processes"};
+  } else if (c.cgroup) {
+    c.pids.erase(std::remove_if(c.pids.begin(), c.pids.end(), [&](uint32_t p) { return !pid_in_cgroup(p, *c.cgroup); }),
+                 c.pids.end());
+  }
   c.children = raw.count("children");
   if (auto t = opt_str(raw, "threads")) {
     if (t->size() > kMaxPatternLen)

@@ -51,9 +51,10 @@ static std::string banner(const Pool& pool, const Config& c) {
   const auto& pids = pool.pids();
   const uint32_t first = pids.empty() ? c.pids.front() : pids.front();
   const std::string who = "PID " + std::to_string(first) + " (" + proc_comm(first) + ")";
-  if (pids.size() <= 1) return "Tracing thread pool of " + who + banner_until(c.schedule);
+  const std::string where = cgroup_banner(c.cgroup);
+  if (pids.size() <= 1) return "Tracing thread pool of " + who + where + banner_until(c.schedule);
   return "Tracing a pool of " + std::to_string(pids.size()) + " processes (" + who +
-         (c.children ? " and its children" : " and others") + ")" + banner_until(c.schedule);
+         (c.children ? " and its children" : " and others") + ")" + where + banner_until(c.schedule);
 }
 
 Status run(const Config& c) {

@@ -24,6 +24,7 @@
 
 #include "common/bpf_plan.h"
 #include "common/bpf_counters.h"
+#include "common/cgroup.h"
 #include "common/histogram.h"
 #include "common/metrics.h"
 #include "common/options.h"
@@ -47,6 +48,7 @@ struct Config {
   bool verbose = false;     // -v: tracked and retired thread counts on stderr
   std::vector<uint32_t> pids;  // -p: the pool's processes (the first the report's label)
   bool children = false;       // --children: each PID's child processes join the pool
+  std::optional<bpfdiag::CgroupTarget> cgroup;  // --cgroup/--container: its processes are the pool
   uint32_t map_entries = 0;  // --map-entries (0: sized from the target)
   std::optional<std::string> pattern;  // --threads (POSIX extended regex, searched)
   bpfdiag::Schedule schedule;          // -i/-c/-d

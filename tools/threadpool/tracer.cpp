@@ -60,6 +60,12 @@ Status Tracer::init() {
 }
 
 nlohmann::json Tracer::start_fields() const {
+  nlohmann::json f = start_fields_base();
+  if (c_.cgroup) f["cgroup"] = cgroup_json(c_.cgroup);
+  return f;
+}
+
+nlohmann::json Tracer::start_fields_base() const {
   nlohmann::json threads = nlohmann::json::array();
   for (auto& [tid, m] : members_.all())
     threads.push_back({{"tid", tid}, {"pid", m.pid}, {"comm", m.comm}, {"group", m.group}});

@@ -208,7 +208,8 @@ class Tracer {
  public:
   Tracer(const Config& c, bpfdiag::BpfSession& s, Pool& pool, MapSizes sizes);
   bpfdiag::Status init();  // reads /proc/PID/task, fills the maps; error if no pool
-  nlohmann::json start_fields() const;
+  nlohmann::json start_fields() const;  // with the cgroup, when one is traced
+  nlohmann::json start_fields_base() const;
   Requests& requests() { return requests_; }
   void tick();
   bool target_gone();
