@@ -10,8 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -165,13 +167,18 @@ std::string check_private_dir(const std::string& dir, uid_t uid, bool create) {
   return why;
 }
 
-DebuginfodConfig debuginfod_config() {
+DebuginfodConfig debuginfod_config(bool create) {
   DebuginfodConfig c;
   c.urls = trimmed(std::getenv("DEBUGINFOD_URLS"));
   std::string env = trimmed(std::getenv("DEBUGINFOD_CACHE_PATH"));
   c.cache_dir = env.empty() ? kDebuginfodCacheDir : env;
   while (c.cache_dir.size() > 1 && c.cache_dir.back() == '/') c.cache_dir.pop_back();
-  c.cache_why = check_private_dir(c.cache_dir, geteuid(), /*create=*/true);
+  struct stat st {};
+  if (!create && lstat(c.cache_dir.c_str(), &st) != 0 && errno == ENOENT) {
+    c.cache_missing = true;
+    return c;
+  }
+  c.cache_why = check_private_dir(c.cache_dir, geteuid(), create);
   c.cache_usable = c.cache_why.empty();
   return c;
 }
@@ -186,8 +193,8 @@ void debuginfod_note(const std::string& key, const std::string& text) {
     std::lock_guard<std::mutex> lock(mu);
     if (!said.insert(key).second || lines > kMaxLines) return;
     ++lines;
-    line = std::string(program_invocation_short_name) + ": debuginfod: " +
-           (lines > kMaxLines ? "further lookups are only counted (data_quality)" : text) + "\n";
+    line = std::string(program_invocation_short_name) +
+           ": debuginfod: " + (lines > kMaxLines ? "further lookups are only counted (data_quality)" : text) + "\n";
   }
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
@@ -204,9 +211,9 @@ struct Debuginfod::Impl {
   pid_t owner = 0;
 
   std::mutex mu;
-  std::condition_variable cv;        // a job finished, the queue grew, or cancel
-  std::deque<std::string> queue;     // build-ids to ask for, in order
-  std::map<std::string, Job> jobs;   // every build-id asked for in this run
+  std::condition_variable cv;       // a job finished, the queue grew, or cancel
+  std::deque<std::string> queue;    // build-ids to ask for, in order
+  std::map<std::string, Job> jobs;  // every build-id asked for in this run
   uint64_t wait_left = kDebuginfodWaitNs;
   bool started = false, exited = false;
   pthread_t thread{};
@@ -271,6 +278,12 @@ DebuginfodOutcome Debuginfod::Impl::lookup(dclient* client, const std::string& i
       o.error = "no path returned";
     }
   } else if (cancel.load()) {
+    // libdebuginfod takes a cancelled transfer for a miss and records it as one (an
+    // empty file, trusted for 10 minutes): a later run would not ask again. Not a miss.
+    std::string miss = cfg.cache_dir + "/" + id + "/debuginfo";
+    struct stat st {};
+    if (fstatat(AT_FDCWD, miss.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+      unlink(miss.c_str());
     o.error = "cancelled: the tool exited";
   } else if (too_big.load() || rc == -EFBIG) {
     o.error = "larger than " + mib(max_size) + " (DEBUGINFOD_MAXSIZE)";
@@ -447,8 +460,9 @@ std::unique_ptr<ElfFile> open_debuginfod_file(const DebuginfodOutcome& o, const 
   pol.max_size = max_download();
   pol.owner = geteuid();
   UntrustedOpen r = open_untrusted(o.path, pol);
-  if (!r.file) return fail(!r.refused.empty() ? "refused " + o.path + ": " + r.refused
-                                              : "cannot open " + o.path + ": " + std::strerror(r.err));
+  if (!r.file)
+    return fail(!r.refused.empty() ? "refused " + o.path + ": " + r.refused
+                                   : "cannot open " + o.path + ": " + std::strerror(r.err));
   auto e = ElfFile::open(r.file);
   if (!e) return fail("refused " + o.path + ": not an ELF file");
   std::string got = e->build_id();

@@ -58,10 +58,11 @@ struct DebuginfodConfig {
   std::string urls;       // DEBUGINFOD_URLS ("" : lookups off)
   std::string cache_dir;  // $DEBUGINFOD_CACHE_PATH or the default
   bool cache_usable = false;
-  std::string cache_why;  // when not usable: why ("is writable by others", ...)
+  bool cache_missing = false;  // !create and it does not exist (the tools create it)
+  std::string cache_why;       // when not usable: why ("is writable by others", ...)
 };
-// Reads the environment and checks (creating the default cache when missing) the cache.
-DebuginfodConfig debuginfod_config();
+// Reads the environment and checks the cache (created when missing and `create`).
+DebuginfodConfig debuginfod_config(bool create = true);
 // The default cache directory (root's own).
 constexpr const char* kDebuginfodCacheDir = "/var/cache/bpfdiag/debuginfod";
 
@@ -73,8 +74,8 @@ std::string check_private_dir(const std::string& dir, uid_t uid, bool create);
 
 struct DebuginfodOutcome {
   bool found = false;
-  std::string path;    // the file in the cache (found)
-  std::string error;   // why not: "not found on the server", "timed out", ...
+  std::string path;   // the file in the cache (found)
+  std::string error;  // why not: "not found on the server", "timed out", ...
 };
 
 class Debuginfod {
