@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -116,8 +117,12 @@ std::string debuginfo_hint(const std::string& open_path, const std::string& path
   }
   std::string pkg = dpkg_owner(path, dpkg_info);
   std::string what = base_name(path) + " is stripped: for function names install ";
-  if (pkg.empty()) return what + "its debug symbols (a build-id debug file under " + debug_root + "/.build-id)";
-  return what + pkg + "-dbgsym (from Debian's debug archive, deb.debian.org/debian-debug)";
+  // DEBUGINFOD_URLS set: the tools ask its servers (common/debuginfod.h) and say how that went
+  const char* urls = std::getenv("DEBUGINFOD_URLS");
+  const std::string or_server = urls && *urls ? "" : ", or set DEBUGINFOD_URLS to a debuginfod server";
+  if (pkg.empty())
+    return what + "its debug symbols (a build-id debug file under " + debug_root + "/.build-id)" + or_server;
+  return what + pkg + "-dbgsym (from Debian's debug archive, deb.debian.org/debian-debug)" + or_server;
 }
 
 }  // namespace bpfdiag

@@ -22,7 +22,8 @@ std::string dpkg_owner(const std::string& path, const std::string& dpkg_info = "
 // `path` (its name, e.g. /usr/sbin/mariadbd): "" when it has a .symtab or its
 // build-id debug file is installed under `debug_root`; else one line such as
 // "mariadbd is stripped: for function names install mariadb-server-core-dbgsym
-// (from Debian's debug archive, ...)".
+// (from Debian's debug archive, ...)", ending ", or set DEBUGINFOD_URLS to a
+// debuginfod server" when that is unset (common/debuginfod.h).
 std::string debuginfo_hint(const std::string& open_path, const std::string& path,
                            const std::string& debug_root = "/usr/lib/debug",
                            const std::string& dpkg_info = "/var/lib/dpkg/info");

@@ -27,10 +27,23 @@ class ElfSymbols {
   std::vector<ElfSym> funcs;  // sorted by addr
   std::vector<ElfSym> objs;   // sorted by addr
   std::string build_id;
+  std::string name;  // the file's name, for messages
+  // A debuginfod lookup of build_id was asked for and its outcome not yet applied
+  // (settle_debuginfod); debuginfod_failed: its failure (or lateness) was counted.
+  bool debuginfod_pending = false;
+  bool debuginfod_failed = false;
 
   // Reads `f` (already validated as untrusted input) and, when it has no .symtab and
-  // debug_files is set, the detached /usr/lib/debug/.build-id/xx/yyyy.debug file.
+  // debug_files is set, the detached /usr/lib/debug/.build-id/xx/yyyy.debug file, or,
+  // with none there and DEBUGINFOD_URLS set, asks debuginfod for it (common/debuginfod.h;
+  // the outcome is applied by settle_debuginfod).
   static std::shared_ptr<ElfSymbols> load(std::shared_ptr<UntrustedFile> f, bool debug_files);
+
+  // Applies the outcome of the pending debuginfod lookup: the debug file's symbols are
+  // added when it came and passed the checks. `wait`: wait for it within the run's
+  // budget. Pending: not finished (still pending); Applied; Failed (said on stderr).
+  enum class Settled { Pending, Applied, Failed };
+  Settled settle_debuginfod(bool wait);
 
   // Segment containing file offset `off` (page-rounded), for load-bias computation.
   const ElfSegment* seg_for_offset(uint64_t off) const {

@@ -41,6 +41,8 @@ void add_symbolizer_dq(DataQuality& dq, const Symbolizer::Stats& before, const S
   dq.add("unknown_frames", (after.user_unknown + after.kernel_unknown) - (before.user_unknown + before.kernel_unknown));
   dq.add("processes_gone_before_seen", after.pids_unreadable - before.pids_unreadable);
   dq.add("symbolize_skipped", after.symbolize_skipped - before.symbolize_skipped);
+  dq.add("debuginfod_files", after.debuginfod_files - before.debuginfod_files);
+  dq.add("debuginfod_failed", after.debuginfod_failed - before.debuginfod_failed);
 }
 
 void write_folded_report(std::ostream& os, std::ostream& err, const std::vector<std::string>& lines,

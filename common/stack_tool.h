@@ -78,8 +78,10 @@ void write_stack_records(std::ostream& os, const std::string& tool, const std::v
 nlohmann::json stack_summary_fields(nlohmann::json totals, size_t stacks, const nlohmann::json& threads);
 
 // A report's symbolization counts, from the Symbolizer's stats before and after its
-// stacks were resolved: "unknown_frames" (frames no symbol names) and
-// "processes_gone_before_seen" (exited before their mappings could be read).
+// stacks were resolved: "unknown_frames" (frames no symbol names),
+// "processes_gone_before_seen" (exited before their mappings could be read),
+// "symbolize_skipped", and "debuginfod_files" / "debuginfod_failed" (DEBUGINFOD_URLS:
+// files named from a debuginfod server / lookups that named nothing).
 void add_symbolizer_dq(DataQuality& dq, const Symbolizer::Stats& before, const Symbolizer::Stats& after);
 
 // -f output: the folded lines on `os` (flushed), the data-quality line on `err`, so

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/debuginfod.h"
 #include "common/elf_symbols.h"
 #include "common/parse.h"
 #include "common/symbolize.h"
@@ -100,6 +101,7 @@ void ElfSymbols::finish() {
 
 std::shared_ptr<ElfSymbols> ElfSymbols::load(std::shared_ptr<UntrustedFile> f, bool debug_files) {
   auto out = std::make_shared<ElfSymbols>();
+  if (f) out->name = f->name();
   auto e = ElfFile::open(std::move(f));
   if (!e) return out;
   out->exec = e->is_exec();
@@ -118,10 +120,32 @@ std::shared_ptr<ElfSymbols> ElfSymbols::load(std::shared_ptr<UntrustedFile> f, b
     auto r = open_untrusted(dbg, pol);
     warn_if_refused(dbg, r);
     if (auto de = ElfFile::open(r.file)) out->add_symbols(*de);
+    // none here: a debuginfod server's, when DEBUGINFOD_URLS names one (in the background)
+    else if (Debuginfod* d = Debuginfod::get()) out->debuginfod_pending = d->request(out->build_id, out->name);
   }
   out->finish();
   out->ok = !out->segs.empty();
   return out;
+}
+
+ElfSymbols::Settled ElfSymbols::settle_debuginfod(bool wait) {
+  if (!debuginfod_pending) return Settled::Failed;
+  Debuginfod* d = Debuginfod::get();
+  std::optional<DebuginfodOutcome> r;
+  if (d) r = d->result(build_id, wait);
+  else r = DebuginfodOutcome{false, "", "not asked for"};
+  if (!r) return Settled::Pending;
+  debuginfod_pending = false;
+  std::string why;
+  const std::string label = debuginfod_file_label(name, build_id);
+  if (auto de = open_debuginfod_file(*r, build_id, &why)) {
+    add_symbols(*de);
+    finish();
+    debuginfod_note(build_id, "symbols for " + label + " from " + (d ? d->urls() : std::string("?")));
+    return Settled::Applied;
+  }
+  debuginfod_note(build_id, "no symbols for " + label + ": " + why);
+  return Settled::Failed;
 }
 
 // --- kernel ----------------------------------------------------------------------------
@@ -180,6 +204,7 @@ std::vector<uint64_t> find_data_symbol_in_file(const std::string& path, const st
   if (!r.file) return out;
   auto elf = ElfSymbols::load(r.file, /*debug_files=*/true);
   if (!elf->ok) return out;
+  if (elf->debuginfod_pending) elf->settle_debuginfod(/*wait=*/true);
   auto bias = elf->bias_for_mapping(map_start, map_offset);
   if (!bias) return out;
   for (uint64_t v : elf->find_objects(name)) out.push_back(*bias + v);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/debuginfod.h"
 #include "common/elf_symbols.h"
 #include "common/jvm_attach.h"
 #include "common/proc.h"
@@ -336,6 +337,7 @@ SymbolInfo Symbolizer::lookup_in_process(uint32_t pid, uint64_t addr, bool want_
   Process& p = *procs_[pid];
   for (auto& m : p.modules) {
     if (addr < m.lo || addr >= m.hi) continue;
+    if (m.elf->debuginfod_pending) settle_debuginfod(*m.elf);
     uint64_t vaddr = addr - m.bias;
     out.module = *m.path;
     if (origin) *origin = FrameOrigin{*m.path, addr, m.lo, m.hi, m.elf->build_id};
@@ -370,6 +372,32 @@ SymbolInfo Symbolizer::lookup_in_process(uint32_t pid, uint64_t addr, bool want_
       break;
     }
   return out;
+}
+
+// A frame in a file whose debuginfod lookup was asked for: its outcome applied when it
+// has come (waiting within the run's budget, not after a stop signal), counted once.
+void Symbolizer::settle_debuginfod(ElfSymbols& e) {
+  const bool wait = !stop_signal();
+  switch (e.settle_debuginfod(wait)) {
+    case ElfSymbols::Settled::Applied:
+      stats_.debuginfod_files++;
+      break;
+    case ElfSymbols::Settled::Failed:
+      if (!e.debuginfod_failed) stats_.debuginfod_failed++;
+      e.debuginfod_failed = true;
+      break;
+    case ElfSymbols::Settled::Pending:  // still asked for: a later report may get it
+      if (!e.debuginfod_failed) {
+        stats_.debuginfod_failed++;
+        debuginfod_note(e.build_id + "#late",
+                        "no answer for " + debuginfod_file_label(e.name, e.build_id) + " in time for the report" +
+                            (wait ? " (the run's " + std::to_string(kDebuginfodWaitNs / 1000000000ULL) + " s budget)"
+                                  : std::string(" (stopped)")) +
+                            ": its frames stay addresses");
+      }
+      e.debuginfod_failed = true;
+      break;
+  }
 }
 
 SymbolInfo Symbolizer::lookup_user(uint32_t pid, uint64_t addr) {
@@ -453,8 +481,10 @@ std::string Symbolizer::kernel(uint64_t addr, bool with_offset) {
 std::vector<uint64_t> Symbolizer::find_data(uint32_t pid, const std::string& name) {
   std::vector<uint64_t> out;
   if (!remember(pid)) return out;
-  for (auto& m : procs_[pid]->modules)
+  for (auto& m : procs_[pid]->modules) {
+    if (m.elf->debuginfod_pending) settle_debuginfod(*m.elf);
     for (uint64_t v : m.elf->find_objects(name)) out.push_back(m.bias + v);
+  }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

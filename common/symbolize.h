@@ -4,7 +4,8 @@
 // target, so only functions). User symbols are read from the ELF .symtab/.dynsym of
 // every file a process maps (through /proc/PID/map_files, else /proc/PID/root, so
 // deleted files and containers work; detached debug files under
-// /usr/lib/debug/.build-id are used when present), plus the JIT map /tmp/perf-PID.map.
+// /usr/lib/debug/.build-id are used when present, else a debuginfod server's when
+// DEBUGINFOD_URLS is set: common/debuginfod.h), plus the JIT map /tmp/perf-PID.map.
 // All of these are opened as untrusted input (common/untrusted_file.h): a FIFO, a
 // symlink or a huge file there is refused with one warning line, never read.
 // A process's mappings are snapshot the first time the tool sees it (remember()), so
@@ -125,6 +126,11 @@ class Symbolizer {
     // user frames left unnamed because their process's mappings or file's symbols
     // were not loaded: a stop signal's budget was spent (past_stop_deadline())
     uint64_t symbolize_skipped = 0;
+    // DEBUGINFOD_URLS (common/debuginfod.h): files whose symbols came from a debuginfod
+    // server, and lookups that gave none a frame needed (not found, refused, failed,
+    // or no answer within the run's wait budget); each said once on stderr
+    uint64_t debuginfod_files = 0;
+    uint64_t debuginfod_failed = 0;
   };
 
   Symbolizer();
@@ -190,6 +196,7 @@ class Symbolizer {
   std::shared_ptr<const std::string> intern(const std::string& s);
   void load_kallsyms();
   SymbolInfo lookup_in_process(uint32_t pid, uint64_t addr, bool want_data, FrameOrigin* origin = nullptr);
+  void settle_debuginfod(ElfSymbols& e);
 
   Options opt_;
   Stats stats_;

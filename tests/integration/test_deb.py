@@ -51,12 +51,17 @@ try:
         raise SystemExit
     deb = debs[0]
     check(os.path.basename(deb).startswith("bpfdiag_%s-1_" % VERSION), "package file name %s" % os.path.basename(deb))
-    fields = run(["dpkg-deb", "-f", deb, "Version", "Depends"]).stdout
+    fields = run(["dpkg-deb", "-f", deb, "Version", "Depends", "Recommends"]).stdout
     check("Version: %s-1" % VERSION in fields, "Version %s-1 (%s)" % (VERSION, fields.splitlines()[:1]))
     depends = re.search(r"^Depends: (.*)$", fields, re.M)
     deps = depends.group(1) if depends else ""
     check(all(re.search(r"\b%s\b" % re.escape(lib), deps) for lib in ("libbpfcc", "libbpf1", "libc6", "libstdc++6")),
           "Depends computed by dpkg-shlibdeps, with versions: %s" % deps)
+    # libdebuginfod is dlopen'ed only with DEBUGINFOD_URLS (common/debuginfod.h): recommended,
+    # so the tools install without it and the libcurl it brings
+    recommends = re.search(r"^Recommends: (.*)$", fields, re.M)
+    check(not re.search(r"\blibdebuginfod|\blibcurl", deps) and recommends and "libdebuginfod1" in recommends.group(1),
+          "libdebuginfod1 recommended, not a dependency (Recommends: %s)" % (recommends.group(1) if recommends else None))
     # (E: and W: lines fail the check below; --fail-on warning would count overridden ones)
     lint = run(["lintian", "--allow-root", "--no-cfg", "--display-info", "--pedantic", "--show-overrides", deb],
                timeout=300)

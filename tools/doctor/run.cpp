@@ -1,5 +1,6 @@
 // doctor runtime: the checks in order, the live check, the report and the exit status.
 #include <bcc/BPF.h>
+#include <dlfcn.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 
 #include "common/bpf_counters.h"
 #include "common/bpf_object.h"
+#include "common/debuginfod.h"
 #include "common/pthread_probes.h"
 #include "common/runloop.h"
 #include "common/tool.h"
@@ -149,6 +151,32 @@ Check cache_check() {
                ""};
 }
 
+// DEBUGINFOD_URLS (common/debuginfod.h): whether stripped binaries can be named from a
+// debuginfod server. What the tools would use, checked without asking any server.
+Check debuginfod_check() {
+  const DebuginfodConfig c = debuginfod_config(/*create=*/false);
+  if (c.urls.empty())
+    return Check{"system", "debuginfod", Verdict::Skip, false,
+                 "DEBUGINFOD_URLS is not set: stripped binaries are named from local debug files only",
+                 "to fetch debug files by build-id, set DEBUGINFOD_URLS (e.g. https://debuginfod.debian.net)"};
+  if (!c.cache_usable && !c.cache_missing)
+    return Check{"system", "debuginfod", Verdict::Warn, false,
+                 "DEBUGINFOD_URLS=" + c.urls + ", but its cache " + c.cache_dir + " " + c.cache_why +
+                     ": nothing is looked up",
+                 "point DEBUGINFOD_CACHE_PATH at a directory of root's with mode 0700, or remove " + c.cache_dir +
+                     " (the tools create it)"};
+  void* lib = dlopen("libdebuginfod.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!lib)
+    return Check{"system", "debuginfod", Verdict::Warn, false,
+                 "DEBUGINFOD_URLS=" + c.urls + ", but libdebuginfod.so.1 cannot be loaded: nothing is looked up",
+                 "apt install libdebuginfod1"};
+  dlclose(lib);
+  return Check{"system", "debuginfod", Verdict::Ok, false,
+               "DEBUGINFOD_URLS=" + c.urls + ": stripped binaries' debug files are fetched by build-id (cache " +
+                   c.cache_dir + "; the reports of a run wait 4 s at most)",
+               ""};
+}
+
 std::string failure_line(const std::vector<Check>& checks) {
   std::string msg = "this machine cannot be traced:";
   for (const auto& k : checks)
@@ -194,6 +222,7 @@ Status run(const Config& c) {
     }
   }
   if (sys.features.root) checks.push_back(cache_check());
+  if (sys.features.root) checks.push_back(debuginfod_check());
   for (auto& k : tool_matrix(sys.features, suite_tools())) checks.push_back(k);
   for (uint32_t pid : c.pids)
     for (auto& k : probe_target(pid)) checks.push_back(k);

@@ -17,12 +17,14 @@ const std::vector<std::string>& dq_keys() {
   // could be read; symbolize_skipped: user frames left unnamed because the report was
   // due (Ctrl-C) before their symbols were loaded; dropped_periods: off-CPU periods whose switch-in was not seen;
   // recovered_periods: of those, the ones ended at the arrival the scheduler recorded
-  // (bpf_sources/arrival.h: counted in full, not lost).
+  // (bpf_sources/arrival.h: counted in full, not lost); debuginfod_files /
+  // debuginfod_failed: DEBUGINFOD_URLS lookups that named a file's frames / that named
+  // nothing (common/debuginfod.h).
   static const std::vector<std::string> keys = [] {
     // waker_unseen (--waker): blocked periods counted with no wakeup recorded ([unknown])
     std::vector<std::string> k = {"seen_full",         "overflow_stacks",   "unknown_frames", "processes_gone_before_seen",
                                   "symbolize_skipped", "dropped_periods",   "recovered_periods", "stale_begins",
-                                  "waker_unseen"};
+                                  "waker_unseen",      "debuginfod_files",  "debuginfod_failed"};
     for (auto& u : unwind_dq_keys()) k.push_back(u);  // --unwind=dwarf (zero with fp)
     return k;
   }();

@@ -18,11 +18,14 @@ const std::vector<std::string>& dq_keys() {
   // (without -I); overflow_stacks: stacks kept in the collision overflow map (not lost,
   // bpf_sources/stacks.h); unknown_frames: frames no symbol names; processes_gone_before_seen:
   // exited before their mappings could be read; symbolize_skipped: user frames left
-  // unnamed because the report was due (Ctrl-C) before their symbols were loaded.
+  // unnamed because the report was due (Ctrl-C) before their symbols were loaded;
+  // debuginfod_files / debuginfod_failed: DEBUGINFOD_URLS lookups that named a file's
+  // frames / that named nothing (common/debuginfod.h).
   static const std::vector<std::string> keys = [] {
     std::vector<std::string> k = {"lost_samples",         "user_stack_missing", "kernel_stack_missing",
                                   "stack_storage_full",   "idle_samples",       "overflow_stacks",    "unknown_frames",
-                                  "processes_gone_before_seen", "symbolize_skipped"};
+                                  "processes_gone_before_seen", "symbolize_skipped",
+                                  "debuginfod_files", "debuginfod_failed"};
     for (auto& u : unwind_dq_keys()) k.push_back(u);  // --unwind=dwarf (zero with fp)
     return k;
   }();
