@@ -102,7 +102,7 @@ TEST_CASE("naptime parse: bad input is an error value") {
 TEST_CASE("naptime help: generated, usage line and examples") {
   std::string h = bpfdiag::render_help(tool_spec());
   CHECK(h.find("USAGE: naptime [-p PID[,PID]] [-t TID[,TID]] [--cgroup PATH] [--container ID] [--comm NAME] [-m TIME] [--summary] [-j] "
-               "[--ebpf] [-h] [--version] [-i TIME] [-c N] [-d TIME]\n") != std::string::npos);
+               "[--prometheus FILE] [--listen ADDR:PORT] [--ebpf] [-h] [--version] [-i TIME] [-c N] [-d TIME]\n") != std::string::npos);
   CHECK(h.find("EXAMPLES:\n  naptime  ") != std::string::npos);
   auto c = parse({"-h"});
   REQUIRE(c.ok());

@@ -35,7 +35,7 @@ TEST_CASE("runqlen options") {
 
 TEST_CASE("runqlen --help is generated from the option table") {
   std::string h = help_text();
-  CHECK(h.find("USAGE: runqlen [-T] [-O] [-C] [-F HZ] [--cfs] [--cgroup PATH] [--container ID] [-j] [-i TIME] [-c N] [-d TIME] [--ebpf] [-h] [--version] "
+  CHECK(h.find("USAGE: runqlen [-T] [-O] [-C] [-F HZ] [--cfs] [--cgroup PATH] [--container ID] [-j] [-i TIME] [-c N] [-d TIME] [--prometheus FILE] [--listen ADDR:PORT] [--ebpf] [-h] [--version] "
                "[interval [count]]\n") != std::string::npos);
   CHECK(h.find("-f ") == std::string::npos);  // the alias is hidden
   CHECK(h.find("EXAMPLES:\n  runqlen ") != std::string::npos);

@@ -95,7 +95,7 @@ TEST_CASE("parse_args: errors are values") {
 TEST_CASE("help has usage, options and examples") {
   std::string h = help_text();
   CHECK(h.find("USAGE: threadpool [-p PID[,PID]] [--cgroup PATH] [--container ID] [--children] [--threads PATTERN] [-a] [-T] [-P] [-H] [-j] [--map-entries N] [-v] "
-               "[-i TIME] [-c N] [-d TIME] [--ebpf] [-h] [--version]\n") != std::string::npos);
+               "[-i TIME] [-c N] [-d TIME] [--prometheus FILE] [--listen ADDR:PORT] [--ebpf] [-h] [--version]\n") != std::string::npos);
   CHECK(h.find("OPTIONS:") != std::string::npos);
   CHECK(h.find("--max-threads") == std::string::npos);  // the older name is hidden
   CHECK(h.find("EXAMPLES:") != std::string::npos);
