@@ -96,6 +96,18 @@ def start(args, **kw):
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
+def task_run_delay(pid):
+    """Nanoseconds the threads of `pid` have waited for a CPU so far (the sum of
+    /proc/PID/task/TID/schedstat's run_delay); a thread gone meanwhile counts 0."""
+    total = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            total += int(open("/proc/%d/task/%s/schedstat" % (pid, t)).read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 def wait_for(cond, timeout, what, step=0.01):
     """Polls cond() until true (returns its value) or fails the check after `timeout` s.
     A wait for a state, not a fixed sleep standing in for it."""

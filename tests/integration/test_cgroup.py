@@ -170,20 +170,11 @@ try:
     lb = spawn([LOOPS, "2", "30"], B, stdout=subprocess.PIPE, text=True)
     wait_for(lambda: len(os.listdir("/proc/%d/task" % la.pid)) >= 5, 10, "A's busy loops running")
 
-    def run_delay(pid):
-        total = 0
-        for t in os.listdir("/proc/%d/task" % pid):
-            try:
-                total += int(open("/proc/%d/task/%s/schedstat" % (pid, t)).read().split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-        return total
-
     rq = start([RQ, "-j", "-F", "499", "--cgroup", A, "-d", "3"])
     rs = read_start(rq, "runqlen --cgroup")
-    d0, t0 = run_delay(la.pid), time.monotonic()
+    d0, t0 = task_run_delay(la.pid), time.monotonic()
     out, err, rc = stop(rq, sig=None, timeout=30)
-    d1, t1 = run_delay(la.pid), time.monotonic()
+    d1, t1 = task_run_delay(la.pid), time.monotonic()
     recs = [rs] + ndjson(out)
     validate("runqlen", recs)
     alls = [r for r in recs if r["type"] == "runqlen.all"]

@@ -148,14 +148,7 @@ with Pid1Traffic() as traffic:
 # kernel counts the same wait in schedstat's run_delay, read from the start record to
 # after offcputime exits: a window longer than the tool's by its final report and
 # detach (0.5 s under a build), so the truth is that rate over the tool's interval_ns.
-def task_run_delay(pid):
-    total = 0
-    for t in os.listdir("/proc/%d/task" % pid):
-        try:
-            total += int(open("/proc/%d/task/%s/schedstat" % (pid, t)).read().split()[1])
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
+# (harness.task_run_delay)
 
 
 loops = subprocess.Popen([workload("busyloops"), str(2 * os.cpu_count()), "60"], stdout=subprocess.DEVNULL)
