@@ -3,6 +3,7 @@
 
 #include <bcc/libbpf.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>

@@ -101,8 +101,10 @@ class BpfSession;
 // Parks per second (all traced Go processes) above which goroutine wait tracing stops:
 // each park and resume traps into the kernel (5-7 us of CPU each under load, measured
 // in docs/design/go-waits.md), and a channel ping-pong parks millions of times a
-// second (130x slower under the probes). 20,000 parks/s is ~10-25% of a CPU.
-constexpr uint64_t kGoParkBudget = 20000;
+// second (130x slower under the probes). 10,000 parks/s (20,000 traps) is ~5-15% of a
+// CPU; a lock-bound program (20 goroutines on one sync.Mutex held 200 us) parks ~3,000
+// times a second, a ping-pong under the probes still 24,000 (load average 70 on 2 CPUs).
+constexpr uint64_t kGoParkBudget = 10000;
 constexpr uint64_t kGoRateWindowNs = 250000000ULL;  // measured over at least this
 
 // The Go programs a tool traces: go_park/go_resume (a BPF program's handlers, keyed

@@ -56,8 +56,7 @@ bool parse_class(std::string_view c, WaitRule& r, std::string& why) {
     if (c.size() > 4 && c[3] == ':' && kind_from(c.substr(4), r.kind)) return true;
     return why = "unknown class '" + std::string(c) + "'", false;
   }
-  if (!kind_from(c, r.kind) || r.kind == WaitKind::Unclassified)
-    return why = "unknown class '" + std::string(c) + "'", false;
+  if (!kind_from(c, r.kind)) return why = "unknown class '" + std::string(c) + "'", false;
   r.role = WaitRule::Role::Decides;
   return true;
 }

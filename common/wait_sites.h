@@ -5,6 +5,9 @@
 // come from /etc/bpfdiag/wait-sites.d/*.rules, or the directory $BPFDIAG_WAIT_RULES
 // names, without rebuilding):
 //   lock | condition | idle | sleep | io | gil   the frame decides what the wait is
+//   unclassified  the frame decides that the wait is none of the classes above (a
+//                 runtime's internal lock, e.g. Go's runtime.lock2): shown apart with the
+//                 rule's words, never ranked
 //   tracer        a tracing tool's own attach/detach (perf_trace_destroy, uprobe
 //                 registration): decides wherever it is in the stack, before all else
 //   via[:CLASS]   the frame says how it waits (a condition variable, a park); the

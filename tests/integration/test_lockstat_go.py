@@ -102,8 +102,8 @@ def check_mutex(rc, err, records, truth):
     site = top["sites"][0]["site"] if top["sites"] else ""
     check(site.startswith("main.lockedWork"), "mutex: at the workload's own function main.lockedWork (%r)" % site)
     if top["lock"] == "semacquire":
-        check(any(f.startswith("sync.(*Mutex).lockSlow") for f in top["sites"][0]["stack"]),
-              "mutex: semacquire under sync.(*Mutex).lockSlow (%s)" % top["sites"][0]["stack"][:6])
+        check(any(f.startswith("sync.(*Mutex).lockSlow") for f in top["sites"][0].get("user_stack", [])),
+              "mutex: semacquire under sync.(*Mutex).lockSlow (%s)" % top["sites"][0].get("user_stack", [])[:6])
     check(top["thread_count"] == 20, "mutex: its waiters are the 20 goroutines (%d)" % top["thread_count"])
     within_truth("mutex", top, summ, truth)
     futex_cont = [r for r in locks if r["class"] == "contention" and r["kind"] != "go-park"]

@@ -56,7 +56,7 @@ the Go runtime, not on a futex each; lockstat times each park in
 runtime.gopark (kind go-park) and names it as the runtime does (its
 waitReason: sync.Mutex.Lock, semacquire, chan receive) at the program's own
 call site. A sync.Mutex wait is contention, a channel receive is not. Past
-20000 parks/s (a channel ping-pong) goroutine tracing stops (go_rate_guard).
+10000 parks/s (a channel ping-pong) goroutine tracing stops (go_rate_guard).
 
 FIELDS (--sort, --fields, CSV and JSON use these names; short names in ()):
   locks:   kind layer pid comm addr wait_count (contended) calls

@@ -271,6 +271,7 @@ std::string other_reading(const LockRow& r, const std::string& thr, const std::s
       return "unclassified: " + thr + " wait" + share + " (p50 " + p50 + ")" +
              (r.words.size() > 1 ? ", each on its own word" : "") +
              (r.wait_what.empty() ? "; no wait-site rule names this wait"
+              : r.wait_decided    ? std::string()  // a rule decided: its words follow in brackets
                                   : "; in " + r.wait_what + ", for a reason its stack does not show") +
              " (see 'Wait sites' in lockstat(8))";
     case WaitClass::Tracer:

@@ -524,7 +524,7 @@ class Reporter {
       if (bpf_lookup_elem(fd, &k, &v) != 0) continue;
       auto& [n, oldest] = by[{k.pid, v.reason}];
       ++n;
-      oldest = oldest ? std::min(oldest, v.ts) : v.ts;
+      oldest = oldest ? std::min<uint64_t>(oldest, v.ts) : v.ts;
     }
     uint64_t now = monotonic_ns();
     std::map<uint32_t, std::string> lines;
