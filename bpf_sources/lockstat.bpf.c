@@ -22,6 +22,8 @@
  *                    keyed by their hash (lockstat_key.user_hash), no scan needed
  *   STATS_ENTRIES, HIST_ENTRIES, STACK_ENTRIES, START_ENTRIES, KSTART_ENTRIES  map sizes
  *   WAKERS           futex mode: sched_waking notes who woke each futex waiter
+ *   GO_WAITS         goroutine waits of Go targets: go_park/go_resume uprobes inside
+ *                    runtime.gopark (LS_KIND_GO keys)
  *   (futex mode) a Java thread of a JVM the front-end found in jvm_layouts waits for
  *                    the Java object jstack would name (jvm.h): LS_KIND_JAVA keys
  *
@@ -636,6 +638,72 @@ int ls_pthread_record(struct pt_regs *ctx) {
   return 0;
 }
 #endif
+#endif
+
+/* ---- goroutines parked by the Go runtime (GO_WAITS) -------------------------------- */
+#ifdef GO_WAITS
+/* A Go program's goroutines wait without a futex each: the runtime parks them in
+ * runtime.gopark and runs another goroutine on the thread. The front-end
+ * (common/go_runtime) finds two instructions of gopark per binary and attaches:
+ *   go_park    at the jcc of gopark's stack check: g = R14, lock = RBX, waitReason = CL
+ *              (Go >= 1.17 amd64 register ABI); [rsp] is gopark's caller
+ *   go_resume  after `call runtime.mcall`, where a parked goroutine resumes (R14 = g)
+ * The stack is walked at the park (frame pointers: Go keeps them; the walk skips
+ * gopark's caller, which [rsp] gives) and the clock read after it. go_parks counts the
+ * parks for the front-end's rate guard (a channel ping-pong parks millions of times a
+ * second; each park and resume is a trap into the kernel). */
+BPF_HASH(go_start, struct go_key, struct go_start, START_ENTRIES);
+BPF_PERCPU_ARRAY(go_parks, u64, 1);
+
+int go_park(struct pt_regs *ctx) {
+  u64 id = bpf_get_current_pid_tgid();
+  u32 pid = id >> 32, tid = (u32)id;
+  if (untraced(pid, tid))
+    return PASS;
+  u32 zero = 0;
+  u64 *n = go_parks.lookup(&zero);
+  if (n)
+    (*n)++;
+  struct go_key k = {};
+  k.g = ctx->r14;
+  k.pid = pid;
+  struct go_start s = {};
+  s.lock = ctx->bx;
+  s.reason = ctx->cx & 0xff;
+  bpf_probe_read_user(&s.caller, sizeof(s.caller), (void *)ctx->sp);
+  s.stack_id = bpfdiag_stack_id(ctx, BPF_F_USER_STACK);
+  if (s.stack_id < 0 && s.stack_id != -14)
+    dq_count(LS_CNT_LOST_USTACK);
+  s.ts = bpf_ktime_get_ns(); /* after the stack walk: overhead, not waiting */
+  if (go_start.update(&k, &s))
+    dq_count(LS_CNT_MAP_FULL);
+  return PASS;
+}
+
+int go_resume(struct pt_regs *ctx) {
+  u64 now = bpf_ktime_get_ns();
+  u64 id = bpf_get_current_pid_tgid();
+  struct go_key gk = {};
+  gk.g = ctx->r14;
+  gk.pid = id >> 32;
+  struct go_start *s = go_start.lookup(&gk);
+  if (!s)
+    return PASS; /* parked before tracing, or not a target */
+  struct lockstat_key k = {};
+  k.addr = (s->lock & ((1ULL << LS_GO_REASON_SHIFT) - 1)) | ((u64)s->reason << LS_GO_REASON_SHIFT);
+  k.caller = s->caller;
+  k.pid = gk.pid;
+  /* the waiter is the goroutine, not the OS thread it happens to run on: its g's
+   * address bits with the top bit set (never a kernel tid), named after the thread */
+  k.tid = LS_GO_WAITER(gk.g);
+  k.stack_id = s->stack_id;
+  k.kind = LS_KIND_GO;
+  k.flags = s->reason;
+  u64 delta = now > s->ts ? now - s->ts : 0;
+  go_start.delete(&gk);
+  record(&k, delta, 1, 0);
+  return PASS;
+}
 #endif
 
 /* ---- kernel locks ------------------------------------------------------------------ */

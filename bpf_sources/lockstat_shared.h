@@ -10,6 +10,12 @@
 #define LS_KIND_JAVA 5     /* a futex wait of a Java thread for a Java object (futex mode;
                             * jvm.h): addr is the object (an ObjectMonitor * or the park
                             * blocker), caller its class (a Klass *), jvm_kind what for */
+#define LS_KIND_GO 6       /* a goroutine parked by the Go runtime (GO_WAITS; common/go_runtime.h):
+                            * addr is gopark's lock argument | waitReason << LS_GO_REASON_SHIFT,
+                            * flags the waitReason, caller gopark's caller (a return address) */
+#define LS_GO_REASON_SHIFT 56
+/* lockstat_key.tid of a goroutine's wait: its g's address bits, top bit set */
+#define LS_GO_WAITER(g) (0x80000000u | (__u32)((g) >> 3))
 
 /* lockstat_key.flags for LS_KIND_FUTEX: what kind of futex wait it was */
 #define LS_FUTEX_LOCKWORD 0x1 /* FUTEX_WAIT with val 2: glibc's lll_lock convention (mutex) */
@@ -160,6 +166,21 @@ struct plock_start {
   __u64 caller; /* return address of the lock call */
   __u32 blocked;
   __u32 pad;
+};
+
+/* A parked goroutine (GO_WAITS), keyed by its g and process (Go's heap addresses are
+ * the same in every process of a static binary). */
+struct go_key {
+  __u64 g;
+  __u32 pid;
+  __u32 pad;
+};
+struct go_start {
+  __u64 ts;
+  __u64 lock;     /* gopark's lock argument (RBX): &chan.lock, the semaRoot, ... */
+  __u64 caller;   /* gopark's return address ([rsp] at the park point) */
+  __s32 stack_id; /* user stack at the park point (frame pointers) */
+  __u32 reason;   /* waitReason (CL) */
 };
 
 #endif

@@ -237,6 +237,21 @@ Status BpfSession::attach_usdt(const std::string& module, uint64_t offset, uint3
   return std::nullopt;
 }
 
+Status BpfSession::attach_uprobe_file(const std::string& module, uint64_t offset, const std::string& fn, int pid,
+                                      const std::string& what) {
+  if (auto st = attach_uprobe_offset(module, offset, fn, false, pid, what))
+    return Error{"cannot attach " + what + ": " + st->message};
+  return std::nullopt;
+}
+
+void BpfSession::detach_uprobe_file(const std::string& module, uint64_t offset, int pid) {
+  auto it = probes_.find("uprobe:" + uprobe_event_name(module, offset, false, pid));
+  if (it == probes_.end()) return;
+  StderrNoiseFilter quiet;
+  close_probe(it->second);
+  probes_.erase(it);
+}
+
 void BpfSession::detach_uprobe_at(const std::string& binary, uint64_t addr, bool ret, int pid) {
   auto where = resolve_uprobe(binary, "", addr);
   if (!where) return;

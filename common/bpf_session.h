@@ -49,6 +49,12 @@ class BpfSession {
   // the error is libbcc's reason, for the caller's own message.
   Status attach_uprobe_at(const std::string& binary, uint64_t addr, const std::string& fn, bool ret, int pid);
   void detach_uprobe_at(const std::string& binary, uint64_t addr, bool ret, int pid);
+  // A uprobe at file `offset` of `module` (offsets the caller found in an ELF file it
+  // read itself), for `pid` (-1: every process); the error names `what`. Detached by
+  // detach_uprobe_file (or with the session).
+  Status attach_uprobe_file(const std::string& module, uint64_t offset, const std::string& fn, int pid,
+                            const std::string& what);
+  void detach_uprobe_file(const std::string& module, uint64_t offset, int pid);
   // A USDT probe point: a uprobe at file `offset` of `module` for every process, with
   // the probe's semaphore at `semaphore_offset` in the file (0: none) counted up by the
   // kernel while attached (the software then prepares the probe's arguments).

@@ -56,8 +56,7 @@ bool parse_class(std::string_view c, WaitRule& r, std::string& why) {
     if (c.size() > 4 && c[3] == ':' && kind_from(c.substr(4), r.kind)) return true;
     return why = "unknown class '" + std::string(c) + "'", false;
   }
-  if (!kind_from(c, r.kind) || r.kind == WaitKind::Unclassified)
-    return why = "unknown class '" + std::string(c) + "'", false;
+  if (!kind_from(c, r.kind)) return why = "unknown class '" + std::string(c) + "'", false;
   r.role = WaitRule::Role::Decides;
   return true;
 }
@@ -257,6 +256,13 @@ WaitRules WaitRules::parse(std::string_view text, const std::string& origin, std
       out.objects_.push_back(std::move(r));
       continue;
     }
+    if (pat.rfind("go:", 0) == 0) {
+      if (r.role != WaitRule::Role::Decides || r.own_word) { fail("a go: rule must decide (no via, wrapper or /own)"); continue; }
+      if (pat.size() == 3 || pat[3] == '@') { fail("a go: rule needs a wait reason (go:REASON[@FRAME])"); continue; }
+      r.pattern = std::string(pat.substr(3));
+      out.go_.push_back(std::move(r));
+      continue;
+    }
     out.rules_.push_back(std::move(r));
   }
   return out;
@@ -271,6 +277,8 @@ void WaitRules::append(const WaitRules& more) {
     if (rules_.size() + declared_.size() < kMaxRules) declared_.push_back(d);
   for (const auto& o : more.objects_)
     if (objects_.size() < kMaxRules) objects_.push_back(o);
+  for (const auto& o : more.go_)
+    if (go_.size() < kMaxRules) go_.push_back(o);
   std::lock_guard<std::mutex> g(memo_->mu);
   memo_->hits.clear();  // indexes into rules_ are kept: appended rules change matches
 }
@@ -356,6 +364,33 @@ WaitVerdict WaitRules::classify_object(const std::vector<std::string>& classes) 
         v.rule = &r;
         return v;
       }
+  return v;
+}
+
+WaitVerdict WaitRules::classify_go(const std::string& reason, const std::vector<std::string>& frames) const {
+  std::string r = reason;
+  for (char& c : r)
+    if (c == ' ') c = '_';
+  WaitVerdict v;
+  for (const auto& rule : go_) {
+    std::string_view pat = rule.pattern, frame_glob;
+    if (size_t at = pat.find('@'); at != std::string_view::npos) frame_glob = pat.substr(at + 1), pat = pat.substr(0, at);
+    if (!glob_match(pat, r)) continue;
+    size_t hit = std::string::npos;
+    if (!frame_glob.empty()) {
+      for (size_t i = 0; i < frames.size() && hit == std::string::npos; ++i) {
+        std::string_view name = strip_offset(frames[i]);
+        if (glob_match(frame_glob, name)) hit = i;
+      }
+      if (hit == std::string::npos) continue;
+    }
+    v.kind = rule.kind;
+    v.what = rule.what;
+    v.frame = hit;
+    v.decided = true;
+    v.rule = &rule;
+    return v;
+  }
   return v;
 }
 

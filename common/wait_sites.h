@@ -5,6 +5,9 @@
 // come from /etc/bpfdiag/wait-sites.d/*.rules, or the directory $BPFDIAG_WAIT_RULES
 // names, without rebuilding):
 //   lock | condition | idle | sleep | io | gil   the frame decides what the wait is
+//   unclassified  the frame decides that the wait is none of the classes above (a
+//                 runtime's internal lock, e.g. Go's runtime.lock2): shown apart with the
+//                 rule's words, never ranked
 //   tracer        a tracing tool's own attach/detach (perf_trace_destroy, uprobe
 //                 registration): decides wherever it is in the stack, before all else
 //   via[:CLASS]   the frame says how it waits (a condition variable, a park); the
@@ -27,6 +30,13 @@
 // java.util.concurrent.locks.ReentrantLock$NonfairSync)"; common/jvm_state): the
 // class, then its superclasses, nearest first, against the java: rules in order. CLASS
 // must decide. A parked thread whose blocker no rule names is unclassified, named.
+// A PATTERN of the form `go:REASON[@FRAME]` is not a frame but a goroutine's wait as the
+// Go runtime names it (the waitReason string gopark was given, what a goroutine dump
+// prints: "semacquire", "chan receive", "sync.Mutex.Lock"; a space written `_`),
+// optionally only when a frame of the goroutine's stack matches the glob FRAME
+// ("semacquire" is sync.Mutex's wait in Go < 1.20, and WaitGroup's): the go: rules in
+// order, the first that matches decides. CLASS must decide. A reason no rule names is
+// unclassified, named by the runtime's words and its call site.
 // PATTERN is a glob (`*` = any characters) on the function name (a frame's "+0x..."
 // offset is ignored; a C++ name matches with or without its parameter list). The
 // innermost deciding frame wins. Nothing matched: unclassified, never a guess.
@@ -114,11 +124,15 @@ class WaitRules {
   // The verdict of a `java:` rule on a Java object's class and its superclasses
   // (nearest first); v.frame is the index of the class that matched.
   WaitVerdict classify_object(const std::vector<std::string>& classes) const;
+  // The verdict of a `go:` rule on a goroutine's waitReason string and its stack
+  // (innermost first); v.frame is the index of the frame the rule needed (npos: none).
+  WaitVerdict classify_go(const std::string& reason, const std::vector<std::string>& frames) const;
   bool is_wrapper(const std::string& frame) const;
   size_t size() const { return rules_.size(); }
   const std::vector<WaitRule>& rules() const { return rules_; }
   const std::vector<DeclaredWait>& declared() const { return declared_; }
   const std::vector<WaitRule>& object_rules() const { return objects_; }
+  const std::vector<WaitRule>& go_rules() const { return go_; }
 
  private:
   const WaitRule* match(const std::string& frame, WaitRule::Role role_filter, bool any_role) const;
@@ -132,6 +146,7 @@ class WaitRules {
   std::vector<WaitRule> rules_;
   std::vector<DeclaredWait> declared_;
   std::vector<WaitRule> objects_;  // java: rules
+  std::vector<WaitRule> go_;       // go: rules (pattern: REASON, frame glob after '@' in go_frame)
   std::unique_ptr<Memo> memo_ = std::make_unique<Memo>();  // move-only: a copy would share it
 };
 

@@ -51,6 +51,13 @@ sleep or poll; a wait ended by threads that never wait on it is idle
 (waiting for work); CPython's GIL (_PyRuntime, take_gil) is named. Only lock
 contention is ranked; the others are listed apart, never advised as locks.
 
+Go programs (-p, amd64, Go >= 1.17, with a symbol table): goroutines park in
+the Go runtime, not on a futex each; lockstat times each park in
+runtime.gopark (kind go-park) and names it as the runtime does (its
+waitReason: sync.Mutex.Lock, semacquire, chan receive) at the program's own
+call site. A sync.Mutex wait is contention, a channel receive is not. Past
+10000 parks/s (a channel ping-pong) goroutine tracing stops (go_rate_guard).
+
 FIELDS (--sort, --fields, CSV and JSON use these names; short names in ()):
   locks:   kind layer pid comm addr wait_count (contended) calls
            wait_total_ns (total) wait_max_ns (max) wait_avg_ns (avg)
@@ -64,6 +71,7 @@ FIELDS (--sort, --fields, CSV and JSON use these names; short names in ()):
 
 const char kExamples[] = R"(  lockstat                       # rank lock waits (futex + kernel) until Ctrl-C
   lockstat -p 1234 -d 5          # one process for 5 seconds
+  lockstat -p $(pidof myserver) -d 5  # a Go program: goroutine waits too
   lockstat -p 1234 -L cache_lock # only the lock named cache_lock in PID 1234
   lockstat -K -s 5 -d 10         # kernel locks, 5 call sites each, 10 s
   lockstat -P -p 1234            # which threads wait the most

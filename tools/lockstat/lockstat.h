@@ -133,6 +133,8 @@ struct Names {
   // Call site for a key: the lock call's caller (pthread), the first frame outside
   // libc (futex) or outside the kernel's lock functions (kernel).
   std::function<std::string(const lockstat_key&, const std::vector<std::string>&)> site;
+  // LS_KIND_GO: the Go runtime's word for waitReason `v` in process pid (common/go_runtime)
+  std::function<std::string(uint32_t pid, uint32_t v)> go_reason;
 };
 
 struct WaiterRow {
@@ -149,7 +151,7 @@ struct SiteRow {
 
 struct LockRow {
   std::string layer;  // "user" or "kernel"
-  std::string kind;   // futex-mutex, futex, futex-pi, pthread-mutex, spinlock, rwsem:W, ...
+  std::string kind;   // futex-mutex, futex, futex-pi, pthread-mutex, spinlock, rwsem:W, go-park, ...
   uint32_t pid = 0;   // user: owning process; kernel: the waiters' process if only one
   std::string comm;
   uint64_t addr = 0;

@@ -106,6 +106,7 @@ std::string java_kind(uint32_t jvm_kind) {
 std::string user_lock_kind(uint32_t kind, uint32_t flags) {
   if (kind == LS_KIND_PTHREAD) return "pthread";
   if (kind == LS_KIND_DECLARED) return "declared";
+  if (kind == LS_KIND_GO) return "go-park";
   if (flags & LS_FUTEX_PI) return "futex-pi";
   if (flags & LS_FUTEX_LOCKWORD) return "futex-mutex";
   if (flags & (LS_FUTEX_BITSET | LS_FUTEX_WAIT2 | LS_FUTEX_WAITV)) return "futex-sync";
@@ -163,6 +164,8 @@ WaitClass classify(const LockRow& r) {
   // a tracer attaching or detaching (the suite's tools, perf, bpftrace): not the workload's
   if (r.wait_decided && r.wait_kind == WaitKind::Tracer) return WaitClass::Tracer;
   if (r.layer == "kernel") return WaitClass::Contention;
+  // a goroutine's wait as the Go runtime states it (its waitReason): a go: rule decides, or nothing
+  if (r.kind == "go-park") return r.wait_decided ? class_of_rule(r.wait_kind) : WaitClass::Unclassified;
   // a Java thread's wait as the JVM states it: its object's class decides, or nothing
   if (r.jvm_kind) return r.wait_decided ? class_of_rule(r.wait_kind) : WaitClass::Unclassified;
   // --uprobes measures every call: a lock none of whose calls blocked is not contended
@@ -268,6 +271,7 @@ std::string other_reading(const LockRow& r, const std::string& thr, const std::s
       return "unclassified: " + thr + " wait" + share + " (p50 " + p50 + ")" +
              (r.words.size() > 1 ? ", each on its own word" : "") +
              (r.wait_what.empty() ? "; no wait-site rule names this wait"
+              : r.wait_decided    ? std::string()  // a rule decided: its words follow in brackets
                                   : "; in " + r.wait_what + ", for a reason its stack does not show") +
              " (see 'Wait sites' in lockstat(8))";
     case WaitClass::Tracer:
@@ -287,8 +291,9 @@ std::string reading(const LockRow& r) {
            " per call, probe cost taken off); not lock contention";
   if (!r.contended) return "";
   size_t n = r.waiters.size();
-  std::string thr = std::to_string(n) + (n == 1 ? " thread" : " threads");
-  std::string share = r.max_share > 0 ? ", up to " + pct_str(r.max_share) + " of a thread's time" : "";
+  const std::string who = r.kind == "go-park" ? "goroutine" : "thread";  // Go: the waiters are goroutines
+  std::string thr = std::to_string(n) + " " + who + (n == 1 ? "" : "s");
+  std::string share = r.max_share > 0 ? ", up to " + pct_str(r.max_share) + " of a " + who + "'s time" : "";
   std::string text = r.cls == WaitClass::Contention ? contention_reading(r, thr, share) : other_reading(r, thr, share);
   // the software's own words, from the wait-site rule that decided
   if (r.wait_decided && !r.wait_what.empty()) text += " [" + r.wait_what + "]";
@@ -307,15 +312,16 @@ struct GroupKey {
   uint64_t addr;
   bool spin;
   bool java = false;  // addr is a Java object (LS_KIND_JAVA), not a futex word
+  bool go = false;    // addr is gopark's lock argument | waitReason << LS_GO_REASON_SHIFT (LS_KIND_GO)
   bool operator<(const GroupKey& o) const {
-    return std::tie(kernel, pid, addr, spin, java) < std::tie(o.kernel, o.pid, o.addr, o.spin, o.java);
+    return std::tie(kernel, pid, addr, spin, java, go) < std::tie(o.kernel, o.pid, o.addr, o.spin, o.java, o.go);
   }
 };
 
 // A declared wait is the software's own name for it, the same in every process (pid 0).
 GroupKey group_of(uint32_t kind, uint32_t pid, uint64_t addr, bool spin) {
   bool k = kind == LS_KIND_KERNEL;
-  return {k, k || kind == LS_KIND_DECLARED ? 0 : pid, addr, k && spin, kind == LS_KIND_JAVA};
+  return {k, k || kind == LS_KIND_DECLARED ? 0 : pid, addr, k && spin, kind == LS_KIND_JAVA, kind == LS_KIND_GO};
 }
 GroupKey group_of(const lockstat_key& k) {
   return group_of(k.kind, k.pid, k.addr, ls_kernel_spins(k.flags));
@@ -494,7 +500,7 @@ void name_rq_lock(LockRow& r) {
 // The wait-site verdict of a user row (common/wait_sites): the rule that covers the
 // most of its sites' wait time.
 void judge_sites(LockRow& r) {
-  if (r.kind == "pthread" || r.kind == "declared" || r.jvm_kind) return;  // measured calls; the software's own words
+  if (r.kind == "pthread" || r.kind == "declared" || r.kind == "go-park" || r.jvm_kind) return;  // measured calls; the software's own words
   const bpfdiag::WaitRules& rules = bpfdiag::WaitRules::suite();
   std::map<const bpfdiag::WaitRule*, std::pair<uint64_t, bpfdiag::WaitVerdict>> by;
   for (const auto& st : r.sites) {
@@ -516,6 +522,33 @@ void judge_sites(LockRow& r) {
   r.wait_rule = v.rule->origin;
   r.wait_decided = v.decided;
   r.own_word = v.own_word;
+}
+
+// A goroutine's wait in the Go runtime's words: its waitReason (the lock, named by the
+// reason: gopark's lock argument is a channel, a semaphore root, a timer...), judged by
+// the go: rules over the stacks of its sites, the one that covers the most wait time.
+void name_go(LockRow& r, uint64_t raw_addr, const Names& n) {
+  uint32_t v = uint32_t(raw_addr >> LS_GO_REASON_SHIFT);
+  std::string reason = n.go_reason ? n.go_reason(r.pid, v) : "reason " + std::to_string(v);
+  r.symbol = reason;
+  r.addr = raw_addr & ((1ULL << LS_GO_REASON_SHIFT) - 1);
+  const bpfdiag::WaitRules& rules = bpfdiag::WaitRules::suite();
+  std::map<const bpfdiag::WaitRule*, std::pair<uint64_t, bpfdiag::WaitVerdict>> by;
+  for (const auto& st : r.sites) {
+    bpfdiag::WaitVerdict vd = rules.classify_go(reason, st.stack);
+    auto& [ns, verdict] = by[vd.rule];
+    ns += st.total_ns + 1;
+    verdict = vd;
+  }
+  if (r.sites.empty()) by[nullptr].second = rules.classify_go(reason, {});
+  const std::pair<uint64_t, bpfdiag::WaitVerdict>* best = nullptr;
+  for (const auto& [rule, acc] : by)
+    if (!best || acc.first > best->first) best = &acc;
+  const bpfdiag::WaitVerdict& vd = best->second;
+  r.wait_decided = vd.decided;
+  r.wait_kind = vd.kind;
+  r.wait_what = vd.decided ? vd.what : "Go " + reason;
+  r.wait_rule = vd.rule ? vd.rule->origin : "";
 }
 
 // The waiters' common name ("" when they differ): a row of several processes.
@@ -637,6 +670,7 @@ std::vector<LockRow> build_locks(const Snapshot& s, const Names& n, const Config
     }
     if (!g.kernel) r.words = {{g.pid, r.addr}};
     judge_sites(r);
+    if (g.go) name_go(r, g.addr, n);
     r.cls = classify(r);
     r.comm = r.pid ? comm_of(s, r.pid) : common_comm(r.waiters);
     if (r.comm == "?" && !r.waiters.empty()) r.comm = r.waiters.front().comm;
@@ -665,7 +699,8 @@ std::vector<ThreadRow> threads_of(const Snapshot& s, const std::vector<LockRow>&
       lock_names[GroupKey{kernel, kernel ? 0 : l.pid, l.addr, kernel && l.spin}] = l.name();
       continue;
     }
-    for (auto [pid, w] : l.words) lock_names[GroupKey{false, pid, w, false}] = l.name();  // merged own words
+    for (auto [pid, w] : l.words)  // merged own words; a goroutine wait's words are its group's addr
+      lock_names[GroupKey{false, pid, w, false, l.jvm_kind != 0, l.kind == "go-park"}] = l.name();
   }
   std::map<uint32_t, ThreadRow> rows;
   std::map<uint32_t, std::map<std::string, uint64_t>> per_lock;
@@ -731,7 +766,8 @@ Report build_report(const Snapshot& s, const Names& n, const Config& c) {
 }
 
 DataQuality empty_dq() {
-  std::vector<std::string> keys = {"below_min", "stack_scans_failed", "stale_begins", "nest_overflow", "overflow_stacks"};
+  std::vector<std::string> keys = {"below_min", "stack_scans_failed", "stale_begins", "nest_overflow", "overflow_stacks",
+                                   "go_rate_guard", "go_waits_dropped"};
   for (auto& u : unwind_dq_keys()) keys.push_back(u);  // --unwind=dwarf (zero with fp)
   return DataQuality::with_keys(keys);
 }

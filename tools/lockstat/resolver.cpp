@@ -1,6 +1,7 @@
 #include "tools/lockstat/resolver.h"
 
 #include "common/data_symbols.h"
+#include "common/go_runtime.h"
 
 namespace lockstat {
 using namespace bpfdiag;
@@ -16,6 +17,18 @@ Names Resolver::names() {
       std::vector<std::string> out;
       if (k.kind == LS_KIND_KERNEL) {
         for (uint64_t a : addrs(k)) out.push_back(sym_.kernel(a));
+        if (auto m = missing_marker(k); !m.empty()) out.push_back(m);
+        return out;
+      }
+      if (k.kind == LS_KIND_GO) {
+        // the walk at gopark's park point skips gopark's caller (its frame is not set
+        // up yet): [rsp], put back after gopark
+        const auto& a = addrs(k);
+        for (size_t i = 0; i < a.size(); ++i) {
+          out.push_back(format_symbol(sym_.lookup_user(k.pid, a[i]), false));
+          if (i == 0 && k.caller) out.push_back(format_symbol(sym_.lookup_user(k.pid, k.caller), false));
+        }
+        if (a.empty() && k.caller) out.push_back(format_symbol(sym_.lookup_user(k.pid, k.caller), false));
         if (auto m = missing_marker(k); !m.empty()) out.push_back(m);
         return out;
       }
@@ -46,6 +59,11 @@ Names Resolver::names() {
           if (f.found && !in_libc(f) && !is_wrapper_frame(f.name)) return format_symbol(f, true);
         }
         return sym_.user(k.pid, k.caller, true) + kUnplacedSite;
+      }
+      if (k.kind == LS_KIND_GO) {  // the program's code that waited: past the runtime and sync
+        for (const auto& f : frames)
+          if (!bpfdiag::is_go_runtime_frame(f) && f.rfind("[Missed", 0) != 0) return f;
+        return frames.size() > 1 ? frames[1] : frames.empty() ? "" : frames.front();
       }
       if (k.kind == LS_KIND_KERNEL) {
         for (const auto& f : frames)

@@ -29,6 +29,7 @@
 #include "common/elf_file.h"
 #include "common/untrusted_file.h"
 #include "common/jvm_state.h"
+#include "common/go_runtime.h"
 #include "tools/lockstat/internal.h"
 #include "tools/lockstat/resolver.h"
 
@@ -131,17 +132,16 @@ void hint_debuginfo(uint32_t pid, const std::string& path) {
 
 // Once per binary: a Go program's goroutines wait in the Go runtime (gopark), without a
 // futex each; lockstat sees only its OS threads' waits (docs/design/go-waits.md).
-void hint_go(uint32_t pid, const std::string& path) {
-  UntrustedPolicy pol;
-  pol.follow_links = true;  // /proc/PID/exe: the kernel's link to the very file it runs
-  auto r = open_untrusted("/proc/" + std::to_string(pid) + "/exe", pol);
-  auto elf = r.file ? ElfFile::open(r.file) : nullptr;
-  if (!elf || (!elf->section_addr(".go.buildinfo") && !elf->section_addr(".gopclntab"))) return;
+// With -p, Go targets' goroutine waits are traced (common/go_runtime.h) unless refused
+// (said at startup); system-wide they are not: said once.
+void hint_go(uint32_t pid, const std::string& path, bool& said) {
+  if (said || !is_go_binary("/proc/" + std::to_string(pid) + "/exe")) return;
+  said = true;
   std::string base = path.substr(path.rfind('/') + 1);
   std::fprintf(stderr,
                "lockstat: %s is a Go program: its goroutines' waits (sync.Mutex, channels, sync.Cond) park in "
-               "the Go runtime, not on a futex each, and are not traced; its rows are the runtime's own OS "
-               "threads (idle Ms, runtime locks)\n",
+               "the Go runtime, not on a futex each, and are traced only with -p PID; its rows here are the "
+               "runtime's own OS threads (idle Ms, runtime locks)\n",
                base.c_str());
 }
 
@@ -309,8 +309,8 @@ Result<Attached> attach_all(BpfSession& session, Config& c, const PthreadTargets
 class Reporter {
  public:
   Reporter(BpfSession& session, Config& c, UnwindMaps& uw, Resolver& res, DeclaredWaits& decl, JvmWaits& jvm,
-           const BpfPlan& plan, uint64_t calibrated_cost, uint64_t attached)
-      : session_(session), c_(c), uw_(uw), res_(res), decl_(decl), jvm_(jvm), calibrated_cost_(calibrated_cost),
+           GoWaits& go, const BpfPlan& plan, uint64_t calibrated_cost, uint64_t attached)
+      : session_(session), c_(c), uw_(uw), res_(res), decl_(decl), jvm_(jvm), go_(go), calibrated_cost_(calibrated_cost),
         last_(attached),
         stats_(session.get_hash_table<lockstat_key, lockstat_val>("stats")),
         hist_(session.get_hash_table<lockstat_hkey, uint64_t>("hist")),
@@ -330,6 +330,7 @@ class Reporter {
     names_ = std::move(n);
     names_.declared = [this](uint64_t addr) { return decl_.name(addr); };
     names_.java_class = [this](uint32_t pid, uint64_t klass) { return jvm_.class_chain(pid, klass); };
+    names_.go_reason = [this](uint32_t pid, uint32_t v) { return go_.reason(pid, v); };
   }
   Status failed() const { return failed_; }
 
@@ -341,6 +342,7 @@ class Reporter {
       last_scan_ = now;
     }
     if (jvm_on_) jvm_.refresh(session_);  // Java threads and (system-wide) JVMs started since
+    if (!go_.empty()) go_.check_rate(session_, now);  // the goroutine probes' rate guard
   }
 
   // --prometheus/--listen: the snapshot once attached (every counter at 0)
@@ -377,11 +379,14 @@ class Reporter {
     }
     if (Status st = final ? flame_.write() : std::nullopt; st && !failed_) failed_ = st;
     if (Status st = final ? pprof_.write() : std::nullopt; st && !failed_) failed_ = st;
-    if (final)
+    if (final) {
+      bool go_said = false;
       for (const auto& [exe, pid] : exes_) {
         hint_debuginfo(pid, exe);
-        hint_go(pid, exe);
+        if (c_.pids.empty()) hint_go(pid, exe, go_said);
       }
+      if (!go_.empty() && !go_.stopped()) open_go_waits();
+    }
     if (!c_.json && !c_.csv && !final) std::cout << "\n";
     last_ = now;
     if (!final) forget_reported();
@@ -439,6 +444,11 @@ class Reporter {
     }
     // waits still in progress (or whose end was never seen)
     for (const auto& m : start_maps_) s.dq.unmatched_begin += count_entries(session_.get_table(m).get_fd());
+    if (!go_.empty()) {  // goroutines parked now; the rate guard's state and what it dropped
+      if (!go_.stopped()) s.dq.unmatched_begin += count_entries(session_.get_table("go_start").get_fd());
+      s.dq.add("go_rate_guard", go_.stopped() ? 1 : 0);
+      s.dq.add("go_waits_dropped", go_.take_dropped());
+    }
     if (has_rq_locks_) {
       std::set<uint64_t> rq;
       for (uint64_t a : session_.get_array_table<uint64_t>("rq_locks").get_table_offline())
@@ -469,6 +479,7 @@ class Reporter {
       }
     }
     if (!c_.user_only) prune_starts<klock_task>(session_, "klock_start", keep_stacks, klock_stack);
+    if (!go_.empty()) prune_go_starts(keep_stacks);
     clear_stacks(session_, keep_stacks);
     if (has_scans_) clear_stack_ids(session_.get_table("scans").get_fd(), keep_stacks);
     res_.sym().forget_exited_every(0, [&] { return keep_pids; });
@@ -481,12 +492,59 @@ class Reporter {
                    res_.sym().remembered_count(), res_.sym().symbol_tables_count(), comm_of_.size());
   }
 
+  // Goroutine waits in flight: their stacks stay; those of processes gone are deleted.
+  void prune_go_starts(std::set<int32_t>& keep_stacks) {
+    int fd = session_.get_table("go_start").get_fd();
+    go_key k{}, next{};
+    go_start v{};
+    std::vector<go_key> gone;
+    bool first = true;
+    while (bpf_get_next_key(fd, first ? nullptr : &k, &next) == 0 && gone.size() < (1u << 20)) {
+      k = next;
+      first = false;
+      if (bpf_lookup_elem(fd, &k, &v) != 0) continue;
+      if (!pid_exists(k.pid)) gone.push_back(k);
+      else if (v.stack_id >= 0) keep_stacks.insert(v.stack_id);
+    }
+    for (auto& g : gone) bpf_delete_elem(fd, &g);
+  }
+
+  // At exit: goroutines parked since tracing began and not resumed (idle workers,
+  // deadlocks), by process and reason, as a goroutine dump would list them.
+  void open_go_waits() {
+    int fd = session_.get_table("go_start").get_fd();
+    go_key k{}, next{};
+    go_start v{};
+    std::map<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>> by;  // (pid, reason) -> n, oldest ts
+    bool first = true;
+    size_t seen = 0;
+    while (bpf_get_next_key(fd, first ? nullptr : &k, &next) == 0 && ++seen < (1u << 20)) {
+      k = next;
+      first = false;
+      if (bpf_lookup_elem(fd, &k, &v) != 0) continue;
+      auto& [n, oldest] = by[{k.pid, v.reason}];
+      ++n;
+      oldest = oldest ? std::min<uint64_t>(oldest, v.ts) : v.ts;
+    }
+    uint64_t now = monotonic_ns();
+    std::map<uint32_t, std::string> lines;
+    for (const auto& [pr, acc] : by) {
+      std::string& l = lines[pr.first];
+      l += (l.empty() ? "" : ", ") + std::to_string(acc.first) + " " + go_.reason(pr.first, pr.second) +
+           " (longest " + fmt_ns(now > acc.second ? now - acc.second : 0) + ")";
+    }
+    for (const auto& [pid, l] : lines)
+      std::fprintf(stderr, "lockstat: PID %u: goroutines parked since tracing began and still parked: %s\n", pid,
+                   l.c_str());
+  }
+
   BpfSession& session_;
   Config& c_;
   UnwindMaps& uw_;
   Resolver& res_;
   DeclaredWaits& decl_;
   JvmWaits& jvm_;
+  GoWaits& go_;
   const bool jvm_on_ = !c_.uprobes && !c_.kernel_only;  // futex mode reads Java threads' waits
   const uint64_t calibrated_cost_;
   uint64_t last_, last_scan_ = 0;
@@ -533,9 +591,12 @@ Status run(const Config& c0) {
       if (uint32_t p = proc_tgid(tid)) procs.push_back(p);
     jvm.find(procs, c.verbose);
   }
+  GoWaits go;  // Go programs among the targets: where their goroutines park
+  if (!c.ebpf && !c.kernel_only && !c.uprobes) go.find(c.pids, "lockstat");
   auto plan = bpf_plan(c);
   if (!plan) return Error{plan.error()};
   plan.value().tracepoints = tps;
+  if (!go.empty()) plan.value().flag("GO_WAITS");
   if (calib) plan.value().flag("CALIB");
   UnwindMaps uw;  // the unwinder is tail-called by the user-space handlers
   UnwinderPlan unwinder = c.uprobes ? UnwinderPlan{c.pids, c.tids, "uw_lockstat_pthread_tail", BPF_PROG_TYPE_KPROBE,
@@ -557,6 +618,8 @@ Status run(const Config& c0) {
     if (auto st = install_declared_unwinder(session)) return st;
   if (auto st = decl.attach(session, c.verbose, attached.probes)) return st;
   if (!decl.empty()) attached.what += " + declared waits (USDT)";
+  if (auto st = go.attach(session, attached.probes, c.verbose)) return st;
+  if (!go.empty()) attached.what += " + goroutine waits (Go)";
   attach_phase_done();
   // the window opens here: waits that end while the symbols are read are counted, so
   // their time is inside the first interval (thread wait shares stay <= 100%)
@@ -573,9 +636,10 @@ Status run(const Config& c0) {
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
   if (!decl.empty()) fields["declared_waits"] = decl.start_fields();
   if (!jvm.empty()) fields["jvms"] = jvm.start_fields();
+  if (!go.empty()) fields["go"] = go.start_fields();
   announce_attached(std::cout, "lockstat", c.json, "Tracing " + attached.what + cgroup_banner(c.cgroup) + banner_until(c.schedule), fields,
                     empty_dq());
-  Reporter rep(session, c, uw, res, decl, jvm, *plan, attached.calibrated_cost, window_start);
+  Reporter rep(session, c, uw, res, decl, jvm, go, *plan, attached.calibrated_cost, window_start);
   rep.set_names(res.names());
   rep.start_metrics();
   RunHooks hooks;
