@@ -56,6 +56,9 @@ const std::vector<std::pair<std::string, std::string>> kProbes = {
     {"sched_switch", "raw_tracepoint__sched_switch"}};
 // --waker: attached before sched_switch, so every period it sees end has its wakeup seen
 const std::pair<std::string, std::string> kWakingProbe = {"sched_waking", "raw_tracepoint__sched_waking"};
+// -p/-t: a freed task's verdict leaves the BPF side's cache (task_verdict) before its
+// address can be reused; attached before sched_switch fills that cache
+const std::pair<std::string, std::string> kFreeProbe = {"sched_process_free", "raw_tracepoint__sched_process_free"};
 
 // The counts map's key: offcpu_key, or with --waker offcpu_wkey (the key and its waker).
 const offcpu_key& key_part(const offcpu_key& k) { return k; }
@@ -70,6 +73,7 @@ struct Live {
   uint64_t lost_events = 0;
   UnwindMaps* uw = nullptr;  // --unwind=dwarf
   bool waker = false;        // --waker: counts is keyed by offcpu_wkey
+  bool filtered = false;     // -p/-t: sched_process_free keeps task_verdict right
   std::set<uint32_t> uw_stale;  // processes whose mappings changed (exec): refresh
 };
 
@@ -195,6 +199,10 @@ void read_entries(BpfSession& session, const Config& c, Live& live, Report& rep)
 
 // The scheduler's tracepoints, then the declared waits' probes (none in -k mode).
 Status attach_probes(BpfSession& session, Live& live, uint64_t& probes) {
+  if (live.filtered) {
+    if (auto st = session.attach_raw_tracepoint(kFreeProbe.first, kFreeProbe.second)) return st;
+    ++probes;
+  }
   if (live.waker) {
     if (auto st = session.attach_raw_tracepoint(kWakingProbe.first, kWakingProbe.second)) return st;
     ++probes;
@@ -231,6 +239,7 @@ Status run(const Config& user_config) {
   BpfSession& session = **loaded;
   if (c.unwind_dwarf) live.uw = &uw;
   live.waker = c.waker;
+  live.filtered = !c.pids.empty() || !c.tids.empty();
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
   if (!c.pprof.empty()) live.sym.keep_origins();  // --pprof: frames with their modules
   for (auto p : c.pids) live.sym.remember(p);
@@ -266,6 +275,7 @@ Status run(const Config& user_config) {
       StderrNoiseFilter quiet;
       for (auto& [tp, fn] : kProbes) session.detach_raw_tracepoint(tp);
       if (c.waker) session.detach_raw_tracepoint(kWakingProbe.first);
+      session.detach_raw_tracepoint(kFreeProbe.first);
       timing_mark("final: detach");
     }
     uint64_t now = monotonic_ns();
