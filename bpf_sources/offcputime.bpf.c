@@ -20,6 +20,8 @@
  *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound from .eh_frame tables
  *                             (bpf_sources/unwind.h) by uw_offcpu_tail, a program of
  *                             its own that sched_switch tail-calls; keyed by their hash
+ *   DECLARED_WAITS            declared waits (USDT begin/done pairs) were found and are
+ *                             attached: a switch-out looks its thread up in decl_now
  *   WAKER, OFF_TASK_STACK, THREAD_SIZE
  *                             --waker: sched_waking records who woke each thread (its
  *                             comm and stacks) and the switch-in adds it to the
@@ -283,8 +285,17 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now,
     return 0;
   }
   struct offcpu_start s = *sp;
-  sp->skip = 1; /* closed: should the delete fail, the entry is not a missed switch-in */
-  start.delete(&ntid);
+  if (s.skip == OFFCPU_START_CLOSED) { /* its switch-out was not seen (as no entry, above) */
+    if (CGROUP_TASK_OK(next))
+      dq_count(OFFCPU_CNT_UNMATCHED_IN);
+#ifdef WAKER
+    wakers.delete(&ntid);
+#endif
+    return 0;
+  }
+  /* closed, and kept: the thread's next switch-out rewrites it in place (a delete here
+   * and an insert there were two bucket-locked hash updates per switch) */
+  sp->skip = OFFCPU_START_CLOSED;
   void *wp = 0;
 #ifdef WAKER
   struct offcpu_waker w;
@@ -307,8 +318,10 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now,
  * program runs (arrival.h). The scheduler recorded when it arrived: if that was its
  * only arrival since the period began, the period ends there; otherwise it is lost, and
  * counted. Returns the thread's arrivals so far (0: unknown). */
-static inline __attribute__((always_inline)) u64 close_unseen(void *prev, u32 tid, u64 now) {
+static inline __attribute__((always_inline)) u64 close_unseen(void *prev, u32 tid, u64 now,
+                                                              struct offcpu_start **entry) {
   struct offcpu_start *open = start.lookup(&tid);
+  *entry = open;
 #ifdef ARRIVAL_KNOWN
   struct arrival a = task_arrival(prev, now);
   if (open && !open->skip) {
@@ -377,7 +390,8 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     unsigned int state = 0;
     bpf_probe_read_kernel(&state, sizeof(state), prev + OFF_TASK_STATE);
     if (state & TASK_DEAD) { /* exiting: it will never be switched in again */
-      close_unseen(prev, tid, now); /* its last period, if that switch-in went unseen */
+      struct offcpu_start *last = 0;
+      close_unseen(prev, tid, now, &last); /* its last period, if that switch-in went unseen */
       start.delete(&tid);
       return 0;
     }
@@ -408,14 +422,19 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
       s.kernel_stack_id = -1;
 #endif
       bpf_get_current_comm(&s.comm, sizeof(s.comm));
+#ifdef DECLARED_WAITS /* the front-end found declared waits to attach (else decl_now stays empty) */
       struct decl_state *d = decl_now.lookup(&tid);
       s.declared = d ? d->raw : 0;
+#endif
       if (!s.declared && !s.runnable) /* a Java thread: what the JVM says it waits for */
         s.declared = jvm_declared_raw(tgid, tid);
       announce(ctx, tgid);
     }
-    s.arrivals = close_unseen(prev, tid, now);
-    if (start.update(&tid, &s) != 0) {
+    struct offcpu_start *open = 0;
+    s.arrivals = close_unseen(prev, tid, now, &open);
+    if (open) {
+      *open = s; /* the thread's own entry: only its own switches write it */
+    } else if (start.update(&tid, &s) != 0) {
       dq_count(OFFCPU_CNT_START_FULL);
       return 0;
     }
@@ -610,6 +629,12 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
   u64 id = bpf_get_current_pid_tgid();
   u32 tgid = id >> 32, tid = (u32)id;
   decl_now.delete(&tid); /* a thread that exits inside a declared wait */
+  /* its closed `start` entry (kept while it lives); a period it opens before its last
+   * switch-out is deleted there (TASK_DEAD), this one is for a thread the filters no
+   * longer take then (--cgroup: it moved out) */
+  struct offcpu_start *st = start.lookup(&tid);
+  if (st && st->skip == OFFCPU_START_CLOSED)
+    start.delete(&tid);
 #ifdef WAKER
   wakers.delete(&tid); /* woken while it was exiting */
 #endif

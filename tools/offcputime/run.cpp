@@ -1,5 +1,6 @@
 // offcputime's run(): the suite's skeleton (load_tool -> attach -> announce_attached
 // -> run_tool_loop) around reading the in-kernel aggregation into a Report.
+#include <algorithm>
 #include <bcc/BPF.h>
 #include <linux/types.h>
 
@@ -230,6 +231,7 @@ Status run(const Config& user_config) {
     for (uint32_t tid : c.tids)
       if (uint32_t p = proc_tgid(tid)) procs.push_back(p);
     live.jvm.find(procs, false);
+    if (!live.declared.empty()) plan.value().flag("DECLARED_WAITS");  // else decl_now stays empty
   }
   UnwindMaps uw;
   auto loaded = load_unwinding_tool(ToolPlan{"offcputime", *plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr,
@@ -293,7 +295,10 @@ Status run(const Config& user_config) {
     rep.dq.lost_events = live.lost_events - lost_reported;
     lost_reported = live.lost_events;
     // threads off-CPU right now: their period ends in a later window (or never)
-    rep.dq.unmatched_begin = session.get_hash_table<uint32_t, offcpu_start>("start").get_table_offline().size();
+    // (entries stay while their thread lives: those closed are threads on a CPU)
+    auto starts = session.get_hash_table<uint32_t, offcpu_start>("start").get_table_offline();
+    rep.dq.unmatched_begin = std::count_if(starts.begin(), starts.end(),
+                                           [](const auto& e) { return e.second.skip != OFFCPU_START_CLOSED; });
     auto before = live.sym.stats();
     read_entries(session, c, live, rep);
     if (final) timing_mark("final: read + symbolize");
