@@ -41,11 +41,13 @@ static inline u64 jvm_klass_of(struct jvm_layout *l, u64 obj) {
  * a JVM the front-end described; w->kind JVM_WAIT_NONE otherwise. */
 static inline void jvm_wait_of(u32 pid, u32 tid, struct jvm_wait *w) {
   w->kind = JVM_WAIT_NONE;
-  u64 *jt = jvm_threads.lookup(&tid);
-  if (!jt)
-    return;
+  /* the process first: a small map, its few buckets stay in cache, and most threads
+   * are not Java threads (jvm_threads, keyed by tid, is large: a cold bucket each) */
   struct jvm_layout *l = jvm_layouts.lookup(&pid);
   if (!l)
+    return;
+  u64 *jt = jvm_threads.lookup(&tid);
+  if (!jt)
     return;
   u64 t = *jt;
   u64 m = jvm_read_ptr(t + l->pending_monitor);

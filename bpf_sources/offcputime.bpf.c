@@ -20,6 +20,8 @@
  *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound from .eh_frame tables
  *                             (bpf_sources/unwind.h) by uw_offcpu_tail, a program of
  *                             its own that sched_switch tail-calls; keyed by their hash
+ *   DECLARED_WAITS            declared waits (USDT begin/done pairs) were found and are
+ *                             attached: a switch-out looks its thread up in decl_now
  *   WAKER, OFF_TASK_STACK, THREAD_SIZE
  *                             --waker: sched_waking records who woke each thread (its
  *                             comm and stacks) and the switch-in adds it to the
@@ -44,18 +46,21 @@
 
 BPF_HASH(start, u32, struct offcpu_start, START_SIZE);
 #if defined(BPFDIAG_ID_MAP_TGID_OK) || defined(BPFDIAG_ID_MAP_TID_OK)
-/* With -p/-t lists each filter test is a hash lookup. The thread each CPU switched in
- * last, and whether it passed the filters, spares its switch-out that lookup (a per-CPU
- * array lookup is inlined by the verifier); a switch-in this program never saw leaves
- * another tid there and the filters are asked again. */
-#define FILTER_SLOT 1
-struct cur_slot {
-  u32 tid;
-  u32 ok;
-  u32 tgid;     /* the process last switched in here, and whether -p takes it: */
-  u32 tgid_ok;  /* the next switch-in of the same process needs no lookup either */
-};
-BPF_PERCPU_ARRAY(cur_tracked, struct cur_slot, 1);
+/* With -p/-t lists each filter test is a hash lookup, and telling whom a task is needs
+ * a helper call (bpf_get_current_pid_tgid for prev, a bpf_probe_read_kernel for next).
+ * Each task's verdict (the -p/-t filters and -u/-k) is kept here instead, keyed by the
+ * task_struct's address, which the raw tracepoint hands over as is: a switch where
+ * neither prev nor next is traced, by far the most common one with -p, costs two array
+ * reads (inlined by the verifier) and no helper call. An entry is the task's address
+ * with its verdict in bit 0 (task_structs are cache-line aligned): one 8-byte word,
+ * written and read whole, so CPUs need no lock to share it; a slot another task took
+ * is a miss, and the filters are asked again. The verdict of a task never changes while
+ * it lives (its tgid is fixed; an exec that changes its tid clears it,
+ * sched_process_exec); its address is reused only after it is freed, which clears its
+ * entry (sched_process_free, an RCU grace period after its last switch). */
+#define VERDICT_CACHE 1
+#define VERDICT_SLOTS_LOG2 11
+BPF_ARRAY(task_verdict, u64, 1 << VERDICT_SLOTS_LOG2);
 #endif
 #ifdef WAKER
 #define COUNTS_KEY struct offcpu_wkey
@@ -82,6 +87,30 @@ static inline __attribute__((always_inline)) int thread_kind_ok(void *task) {
   return 1;
 #endif
 }
+
+#ifdef VERDICT_CACHE
+static inline __attribute__((always_inline)) u64 *verdict_entry(void *task) {
+  u32 i = ((u64)task * 0x9E3779B97F4A7C15ULL) >> (64 - VERDICT_SLOTS_LOG2);
+  return task_verdict.lookup(&i);
+}
+/* 1: traced, 0: not, -1: not known here */
+static inline __attribute__((always_inline)) int verdict_of(u64 *e, void *task) {
+  if (!e)
+    return -1;
+  u64 v = *e;
+  return (v & ~1ULL) == (u64)task ? (int)(v & 1) : -1;
+}
+static inline __attribute__((always_inline)) void verdict_put(u64 *e, void *task, int ok) {
+  if (e)
+    *e = (u64)task | (ok ? 1 : 0);
+}
+/* `task` is gone (or is no longer whom its entry says): forget its verdict */
+static inline __attribute__((always_inline)) void verdict_forget(void *task) {
+  u64 *e = verdict_entry(task);
+  if (e && (*e & ~1ULL) == (u64)task)
+    *e = 0;
+}
+#endif
 
 /* Process tgid, seen for the first time (or since its exec), is announced to the
  * front-end, which reads its mappings while it lives. */
@@ -217,8 +246,11 @@ static inline __attribute__((always_inline)) int waker_take(u32 tid, struct offc
 #endif
 
 /* Switch-in: next gets the CPU; its off-CPU period (if tracked) is counted. The
- * filters first: a thread they leave out has no `start` entry to look up. */
-static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now, void *cur) {
+ * filters first: a thread they leave out has no `start` entry to look up. `known`:
+ * next's verdict from task_verdict (-1: not known; `ve` its entry, or 0). */
+static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now, int known, u64 *ve) {
+  if (known == 0)
+    return 0;
   u32 ntid = 0, ntgid = 0;
 #if OFF_TASK_TGID == OFF_TASK_PID + 4 /* task_struct's pid and tgid side by side: one read */
   u64 ids = 0;
@@ -229,30 +261,16 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now,
   bpf_probe_read_kernel(&ntid, sizeof(ntid), next + OFF_TASK_PID);
   bpf_probe_read_kernel(&ntgid, sizeof(ntgid), next + OFF_TASK_TGID);
 #endif
-#ifdef FILTER_SLOT
-  struct cur_slot *slot = cur;
-  u32 ok = 0;
-  if (ntid != 0) {
-    u32 tg_ok;
-    if (slot && slot->tgid == ntgid)
-      tg_ok = slot->tgid_ok;
-    else
-      tg_ok = TGID_OK(ntgid);
-    ok = tg_ok && TID_OK(ntid);
-    if (slot) {
-      slot->tgid = ntgid;
-      slot->tgid_ok = tg_ok;
-    }
-  }
-  if (slot) {
-    slot->tid = ntid;
-    slot->ok = ok;
-  }
+  if (known < 0) {
+#ifdef VERDICT_CACHE
+    known = ntid != 0 && TGID_OK(ntgid) && TID_OK(ntid) && thread_kind_ok(next);
+    verdict_put(ve, next, known);
 #else
-  u32 ok = ntid != 0 && TGID_OK(ntgid) && TID_OK(ntid);
+    known = ntid != 0 && TGID_OK(ntgid) && TID_OK(ntid);
 #endif
-  if (!ok)
-    return 0;
+    if (!known)
+      return 0;
+  }
   struct offcpu_start *sp = start.lookup(&ntid);
   if (!sp) {
     /* Count only threads we would have tracked: off-CPU since before tracing
@@ -267,8 +285,17 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now,
     return 0;
   }
   struct offcpu_start s = *sp;
-  sp->skip = 1; /* closed: should the delete fail, the entry is not a missed switch-in */
-  start.delete(&ntid);
+  if (s.skip == OFFCPU_START_CLOSED) { /* its switch-out was not seen (as no entry, above) */
+    if (CGROUP_TASK_OK(next))
+      dq_count(OFFCPU_CNT_UNMATCHED_IN);
+#ifdef WAKER
+    wakers.delete(&ntid);
+#endif
+    return 0;
+  }
+  /* closed, and kept: the thread's next switch-out rewrites it in place (a delete here
+   * and an insert there were two bucket-locked hash updates per switch) */
+  sp->skip = OFFCPU_START_CLOSED;
   void *wp = 0;
 #ifdef WAKER
   struct offcpu_waker w;
@@ -291,8 +318,10 @@ static inline __attribute__((always_inline)) int switch_in(void *next, u64 *now,
  * program runs (arrival.h). The scheduler recorded when it arrived: if that was its
  * only arrival since the period began, the period ends there; otherwise it is lost, and
  * counted. Returns the thread's arrivals so far (0: unknown). */
-static inline __attribute__((always_inline)) u64 close_unseen(void *prev, u32 tid, u64 now) {
+static inline __attribute__((always_inline)) u64 close_unseen(void *prev, u32 tid, u64 now,
+                                                              struct offcpu_start **entry) {
   struct offcpu_start *open = start.lookup(&tid);
+  *entry = open;
 #ifdef ARRIVAL_KNOWN
   struct arrival a = task_arrival(prev, now);
   if (open && !open->skip) {
@@ -321,34 +350,38 @@ static inline __attribute__((always_inline)) u64 close_unseen(void *prev, u32 ti
 RAW_TRACEPOINT_PROBE(sched_switch) {
   void *prev = (void *)ctx->args[1];
   void *next = (void *)ctx->args[2];
-  u64 id = bpf_get_current_pid_tgid(); /* prev */
-  u32 tid = (u32)id, tgid = id >> 32;
-  /* whether prev passes the filters: from the slot its switch-in left, read before
-   * next's switch-in takes the slot */
-  u32 prev_ok;
-#ifdef FILTER_SLOT
-  u32 zero = 0;
-  struct cur_slot *slot = cur_tracked.lookup(&zero);
-  if (slot && slot->tid == tid && tid != 0)
-    prev_ok = slot->ok;
-  else
-    prev_ok = tid != 0 && TGID_OK(tgid) && TID_OK(tid);
-#else
-  prev_ok = tid != 0 && TGID_OK(tgid) && TID_OK(tid);
+  /* whether prev and next pass the filters (-1: to be asked) */
+  int prev_v = -1, next_v = -1;
+  u64 *next_e = 0;
+#ifdef VERDICT_CACHE
+  u64 *prev_e = verdict_entry(prev);
+  next_e = verdict_entry(next);
+  prev_v = verdict_of(prev_e, prev);
+  next_v = verdict_of(next_e, next);
+  if (prev_v == 0 && next_v == 0)
+    return 0; /* neither is traced: the common case of -p/-t, done here */
 #endif
-  /* --cgroup: prev is current, so the kernel's own test (CGROUP_OK) decides it; a
-   * thread outside the cgroup never opens a period, so its switch-in finds none */
-  prev_ok = prev_ok && CGROUP_OK();
+  u32 tid = 0, tgid = 0;
+  if (prev_v != 0) {
+    u64 id = bpf_get_current_pid_tgid(); /* prev */
+    tid = (u32)id, tgid = id >> 32;
+    if (prev_v < 0) {
+      prev_v = tid != 0 && TGID_OK(tgid) && TID_OK(tid) && thread_kind_ok(prev);
+#ifdef VERDICT_CACHE
+      verdict_put(prev_e, prev, prev_v);
+#endif
+    }
+  }
+  /* --cgroup: prev is current, so the kernel's own test (CGROUP_OK) decides it (a task
+   * can move between cgroups: not cached); a thread outside the cgroup never opens a
+   * period, so its switch-in finds none */
+  int prev_ok = prev_v && CGROUP_OK();
   u64 now = 0; /* read once, when a tracked thread needs it */
   /* next first: the switch-out part may end in a tail call (--unwind=dwarf) */
-#ifdef FILTER_SLOT
-  switch_in(next, &now, slot);
-#else
-  switch_in(next, &now, 0);
-#endif
+  switch_in(next, &now, next_v, next_e);
 
   /* ---- switch-out: prev leaves the CPU ---- */
-  if (prev_ok && thread_kind_ok(prev)) {
+  if (prev_ok) {
     if (!now)
       now = bpf_ktime_get_ns();
     struct offcpu_start s = {};
@@ -357,7 +390,8 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     unsigned int state = 0;
     bpf_probe_read_kernel(&state, sizeof(state), prev + OFF_TASK_STATE);
     if (state & TASK_DEAD) { /* exiting: it will never be switched in again */
-      close_unseen(prev, tid, now); /* its last period, if that switch-in went unseen */
+      struct offcpu_start *last = 0;
+      close_unseen(prev, tid, now, &last); /* its last period, if that switch-in went unseen */
       start.delete(&tid);
       return 0;
     }
@@ -388,14 +422,19 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
       s.kernel_stack_id = -1;
 #endif
       bpf_get_current_comm(&s.comm, sizeof(s.comm));
+#ifdef DECLARED_WAITS /* the front-end found declared waits to attach (else decl_now stays empty) */
       struct decl_state *d = decl_now.lookup(&tid);
       s.declared = d ? d->raw : 0;
+#endif
       if (!s.declared && !s.runnable) /* a Java thread: what the JVM says it waits for */
         s.declared = jvm_declared_raw(tgid, tid);
       announce(ctx, tgid);
     }
-    s.arrivals = close_unseen(prev, tid, now);
-    if (start.update(&tid, &s) != 0) {
+    struct offcpu_start *open = 0;
+    s.arrivals = close_unseen(prev, tid, now, &open);
+    if (open) {
+      *open = s; /* the thread's own entry: only its own switches write it */
+    } else if (start.update(&tid, &s) != 0) {
       dq_count(OFFCPU_CNT_START_FULL);
       return 0;
     }
@@ -445,12 +484,25 @@ static inline __attribute__((always_inline)) int waker_user_interrupted(void) {
 
 RAW_TRACEPOINT_PROBE(sched_waking) {
   void *p = (void *)ctx->args[0]; /* TP_PROTO(struct task_struct *p) */
+  int known = -1;
+#ifdef VERDICT_CACHE
+  u64 *ve = verdict_entry(p);
+  known = verdict_of(ve, p);
+  if (known == 0)
+    return 0;
+#endif
   u32 wtid = 0, wtgid = 0;
   bpf_probe_read_kernel(&wtid, sizeof(wtid), p + OFF_TASK_PID);
   bpf_probe_read_kernel(&wtgid, sizeof(wtgid), p + OFF_TASK_TGID);
   /* the filters select the wakee; the waker may be anyone */
-  if (wtid == 0 || !TGID_OK(wtgid) || !TID_OK(wtid) || !thread_kind_ok(p))
-    return 0;
+  if (known < 0) {
+    known = wtid != 0 && TGID_OK(wtgid) && TID_OK(wtid) && thread_kind_ok(p);
+#ifdef VERDICT_CACHE
+    verdict_put(ve, p, known);
+#endif
+    if (!known)
+      return 0;
+  }
   struct offcpu_waker w = {};
   int unwind = 0;
   u64 id = bpf_get_current_pid_tgid();
@@ -551,6 +603,21 @@ int uw_offcpu_tail(struct bpf_raw_tracepoint_args *ctx) {
 RAW_TRACEPOINT_PROBE(sched_process_exec) {
   u32 tgid = bpf_get_current_pid_tgid() >> 32;
   seen.delete(&tgid);
+#ifdef VERDICT_CACHE
+  /* a thread other than the leader that execs takes the leader's tid: -t may now say
+   * otherwise (TP_PROTO(struct task_struct *p, ...): p is current) */
+  verdict_forget((void *)ctx->args[0]);
+#endif
+  return 0;
+}
+
+/* A task is freed (an RCU grace period after its last switch): its address may be
+ * reused by a new task, whose verdict is not its own. Attached with -p/-t only, before
+ * sched_switch. TP_PROTO(struct task_struct *p). */
+RAW_TRACEPOINT_PROBE(sched_process_free) {
+#ifdef VERDICT_CACHE
+  verdict_forget((void *)ctx->args[0]);
+#endif
   return 0;
 }
 
@@ -562,6 +629,12 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
   u64 id = bpf_get_current_pid_tgid();
   u32 tgid = id >> 32, tid = (u32)id;
   decl_now.delete(&tid); /* a thread that exits inside a declared wait */
+  /* its closed `start` entry (kept while it lives); a period it opens before its last
+   * switch-out is deleted there (TASK_DEAD), this one is for a thread the filters no
+   * longer take then (--cgroup: it moved out) */
+  struct offcpu_start *st = start.lookup(&tid);
+  if (st && st->skip == OFFCPU_START_CLOSED)
+    start.delete(&tid);
 #ifdef WAKER
   wakers.delete(&tid); /* woken while it was exiting */
 #endif

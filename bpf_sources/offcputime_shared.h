@@ -55,13 +55,16 @@ struct offcpu_wkey {
   struct offcpu_waker w;
 };
 
-/* Per-thread state stored at switch-out, consumed at switch-in. */
+/* Per-thread state stored at switch-out, consumed at switch-in (which marks it closed:
+ * entries stay while the thread lives). */
+#define OFFCPU_START_CLOSED 2
 struct offcpu_start {
   __u64 ts;
   __u32 tgid;
   __s32 user_stack_id;
   __s32 kernel_stack_id;
-  __u16 skip;     /* 1: the thread matched the pid/tid filters but not --state */
+  __u16 skip;     /* 1: the thread matched the pid/tid filters but not --state;
+                     OFFCPU_START_CLOSED: the period ended (the thread is on a CPU) */
   __u16 runnable; /* 1: switched out in state TASK_RUNNING (preempted or yielded) */
   char comm[OFFCPU_COMM_LEN];
   __u64 user_hash;

@@ -161,10 +161,10 @@ Result<Config> parse_args(int argc, char** argv) {
 // The registry's entry (common/registry.h): the option table, the parser and what each
 // mode attaches.
 const ToolEntry& registry_entry() {
-  static const ToolEntry e{"offcputime", &tool_spec, &check_args<&parse_args>, {{"offcputime", {}, {"sched:sched_switch", "sched:sched_process_exec", "sched:sched_process_exit"},
+  static const ToolEntry e{"offcputime", &tool_spec, &check_args<&parse_args>, {{"offcputime", {}, {"sched:sched_switch", "sched:sched_process_exec", "sched:sched_process_exit", "sched:sched_process_free"},
         false, false, "off-CPU stacks (sched_switch raw tracepoint)"},
        {"offcputime --waker", {}, {"sched:sched_switch", "sched:sched_waking", "sched:sched_process_exec",
-        "sched:sched_process_exit"}, false, false, "off-CPU stacks with their wakers' (+ sched_waking)"}},
+        "sched:sched_process_exit", "sched:sched_process_free"}, false, false, "off-CPU stacks with their wakers' (+ sched_waking)"}},
       {{"", "-U", "-K"}, {"", "-u", "-k"}, {"", "--state 0", "--state 2"}, {"--unwind fp", "-p $PID --unwind fp", "-t $TID --unwind fp", "-p $PID --unwind dwarf"}, {"", "--waker"}}};
   return e;
 }

@@ -1,5 +1,6 @@
 // offcputime's run(): the suite's skeleton (load_tool -> attach -> announce_attached
 // -> run_tool_loop) around reading the in-kernel aggregation into a Report.
+#include <algorithm>
 #include <bcc/BPF.h>
 #include <linux/types.h>
 
@@ -56,6 +57,9 @@ const std::vector<std::pair<std::string, std::string>> kProbes = {
     {"sched_switch", "raw_tracepoint__sched_switch"}};
 // --waker: attached before sched_switch, so every period it sees end has its wakeup seen
 const std::pair<std::string, std::string> kWakingProbe = {"sched_waking", "raw_tracepoint__sched_waking"};
+// -p/-t: a freed task's verdict leaves the BPF side's cache (task_verdict) before its
+// address can be reused; attached before sched_switch fills that cache
+const std::pair<std::string, std::string> kFreeProbe = {"sched_process_free", "raw_tracepoint__sched_process_free"};
 
 // The counts map's key: offcpu_key, or with --waker offcpu_wkey (the key and its waker).
 const offcpu_key& key_part(const offcpu_key& k) { return k; }
@@ -70,6 +74,7 @@ struct Live {
   uint64_t lost_events = 0;
   UnwindMaps* uw = nullptr;  // --unwind=dwarf
   bool waker = false;        // --waker: counts is keyed by offcpu_wkey
+  bool filtered = false;     // -p/-t: sched_process_free keeps task_verdict right
   std::set<uint32_t> uw_stale;  // processes whose mappings changed (exec): refresh
 };
 
@@ -195,6 +200,10 @@ void read_entries(BpfSession& session, const Config& c, Live& live, Report& rep)
 
 // The scheduler's tracepoints, then the declared waits' probes (none in -k mode).
 Status attach_probes(BpfSession& session, Live& live, uint64_t& probes) {
+  if (live.filtered) {
+    if (auto st = session.attach_raw_tracepoint(kFreeProbe.first, kFreeProbe.second)) return st;
+    ++probes;
+  }
   if (live.waker) {
     if (auto st = session.attach_raw_tracepoint(kWakingProbe.first, kWakingProbe.second)) return st;
     ++probes;
@@ -222,6 +231,7 @@ Status run(const Config& user_config) {
     for (uint32_t tid : c.tids)
       if (uint32_t p = proc_tgid(tid)) procs.push_back(p);
     live.jvm.find(procs, false);
+    if (!live.declared.empty()) plan.value().flag("DECLARED_WAITS");  // else decl_now stays empty
   }
   UnwindMaps uw;
   auto loaded = load_unwinding_tool(ToolPlan{"offcputime", *plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr,
@@ -231,6 +241,7 @@ Status run(const Config& user_config) {
   BpfSession& session = **loaded;
   if (c.unwind_dwarf) live.uw = &uw;
   live.waker = c.waker;
+  live.filtered = !c.pids.empty() || !c.tids.empty();
   if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
   if (!c.pprof.empty()) live.sym.keep_origins();  // --pprof: frames with their modules
   for (auto p : c.pids) live.sym.remember(p);
@@ -266,6 +277,7 @@ Status run(const Config& user_config) {
       StderrNoiseFilter quiet;
       for (auto& [tp, fn] : kProbes) session.detach_raw_tracepoint(tp);
       if (c.waker) session.detach_raw_tracepoint(kWakingProbe.first);
+      session.detach_raw_tracepoint(kFreeProbe.first);
       timing_mark("final: detach");
     }
     uint64_t now = monotonic_ns();
@@ -283,7 +295,10 @@ Status run(const Config& user_config) {
     rep.dq.lost_events = live.lost_events - lost_reported;
     lost_reported = live.lost_events;
     // threads off-CPU right now: their period ends in a later window (or never)
-    rep.dq.unmatched_begin = session.get_hash_table<uint32_t, offcpu_start>("start").get_table_offline().size();
+    // (entries stay while their thread lives: those closed are threads on a CPU)
+    auto starts = session.get_hash_table<uint32_t, offcpu_start>("start").get_table_offline();
+    rep.dq.unmatched_begin = std::count_if(starts.begin(), starts.end(),
+                                           [](const auto& e) { return e.second.skip != OFFCPU_START_CLOSED; });
     auto before = live.sym.stats();
     read_entries(session, c, live, rep);
     if (final) timing_mark("final: read + symbolize");
