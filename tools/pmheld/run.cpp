@@ -197,6 +197,9 @@ class Collector {
     }
     std::vector<LockHold> out;
     for (auto& [key, l] : locks) {
+      // --contended: waiter figures drained just after their hold's stats went into the
+      // previous report (a hold ending between the two drains): no hold here to show
+      if (!l.count && l.hist.count() == 0) continue;
       l.pid = key.first;
       l.addr = key.second;
       remember(l.pid);
