@@ -265,3 +265,58 @@ TEST_CASE("golden: NDJSON report and CSV") {
   check_golden("pmheld_report.csv", out.str());
   CHECK(err.str().rfind("data quality: ", 0) == 0);
 }
+
+// --- --contended: futex hand-offs, no uprobes (issue 22) ----------------------------
+
+TEST_CASE("--contended: parsing, BPF flags and the uprobe-only options") {
+  const std::string self = std::to_string(getpid());
+  auto c = parse({"--contended", "-p", self});
+  REQUIRE(c);
+  CHECK(c->contended);
+  CHECK(c->unwind_dwarf);  // the unlock's stack, unwound as the default mode's are
+  CHECK_FALSE(parse({})->contended);
+  auto bad = parse({"--contended", "--probe-at-symbol"});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().find("--probe-at-symbol") != std::string::npos);
+  CHECK(parse({"--contended", "--fields", "lock,count,waiters_max,hold_exact"}));
+  CHECK_FALSE(parse({"--fields", "waiters_max"}));  // default mode has no waiters
+  Config k;
+  k.contended = true;
+  auto d = bpf_plan(k).defines();
+  CHECK(d.count("CONTENDED"));
+  CHECK(bpf_text().find("TRACEPOINT_PROBE(syscalls, sys_enter_futex)") != std::string::npos);
+  CHECK(std::string(help_text()).find("pmheld --contended -p 181") != std::string::npos);
+}
+
+TEST_CASE("--contended: reports say what the mode sees; waiters in JSON and text") {
+  Config c;
+  c.contended = true;
+  LockHold l = make_lock(42, 0x4040, "cache_lock", 200000, 10);
+  l.waiters_max = 3, l.waiters_sum = 25, l.exact = 8;
+  bpfdiag::DataQuality dq = empty_dq(true);
+  std::ostringstream os;
+  render(os, os, c, {l}, dq, bpfdiag::Window{0, 5, true});
+  std::string out = os.str();
+  CHECK(out.rfind("[contended holds only, timed from the first waiter; uncontended holds not seen; stacks are "
+                  "the holders' at the unlock]\n", 0) == 0);
+  CHECK(out.find("cache_lock (0x4040) in app (42): 10 contended holds, total 2.00ms") != std::string::npos);
+  CHECK(out.find("  waiters at the unlock: max 3, avg 2.5; 8 of 10 holds timed from the holder's own wake-up") !=
+        std::string::npos);
+  CHECK(out.find("  releasing stack 1: holds 10") != std::string::npos);
+  CHECK(out.find("other futex wakes 0") != std::string::npos);
+  c.json = true;
+  std::ostringstream js;
+  render(js, js, c, {l}, dq, bpfdiag::Window{0, 5, true});
+  std::istringstream in(js.str());
+  std::string line;
+  std::vector<nlohmann::json> recs;
+  while (std::getline(in, line)) recs.push_back(nlohmann::json::parse(line));
+  REQUIRE(recs.size() == 2);
+  CHECK(recs[0]["waiters_max"] == 3);
+  CHECK(recs[0]["waiters_avg"].get<double>() == doctest::Approx(2.5));
+  CHECK(recs[0]["hold_exact"] == 8);
+  CHECK(recs[0]["data_quality"]["other_futex_wakes"] == 0);
+  CHECK(recs[0]["data_quality"]["cond_waits"] == 0);  // the default mode's keys stay (schema)
+  CHECK(recs[1]["mode"] == "contended");
+  CHECK(recs[1]["sees"] == "contended holds only, timed from the first waiter; uncontended holds not seen");
+}

@@ -9,13 +9,20 @@ using namespace bpfdiag;
 
 std::string lock_name(const LockHold& l) { return l.symbol.empty() ? hex_addr(l.addr) : l.symbol; }
 
-DataQuality empty_dq() {
+const char kContendedSees[] = "contended holds only, timed from the first waiter; uncontended holds not seen";
+
+DataQuality empty_dq(bool contended) {
   std::vector<std::string> keys = {"reacquired_without_unlock", "cond_waits", "failed_locks", "overflow_stacks"};
+  if (contended)  // what the futex hand-off mode saw but could not time as a mutex hold (the
+                  // uprobe mode's keys stay, at 0: every pmheld record has them)
+    for (const char* k : {"other_futex_waits", "other_futex_wakes", "uncontended_wakes", "untimed_holds",
+                          "pi_futex_ops"})
+      keys.push_back(k);
   for (auto& u : unwind_dq_keys()) keys.push_back(u);  // --unwind=dwarf (zero with fp)
   return DataQuality::with_keys(keys);
 }
 
-Table<LockHold> lock_table() {
+Table<LockHold> lock_table(bool contended) {
   using L = LockHold;
   std::vector<Column<L>> cols = {
       {"pid", "PID", 7, [](const L& l) { return Cell(uint64_t(l.pid)); }},
@@ -30,6 +37,14 @@ Table<LockHold> lock_table() {
       ns_column<L>("hold_p99_ns", "P99", [](const L& l) { return l.hist.percentile(99); }, true, {"p99"}),
       ns_column<L>("hold_max_ns", "MAX", [](const L& l) { return l.max_ns; }, true, {"max"}),
   };
+  if (contended) {  // who waited: the hand-off's own figures
+    cols.push_back({"waiters_max", "WAITERS", 7, [](const L& l) { return Cell(l.waiters_max); }, {}, false,
+                    {"waiters"}});
+    cols.push_back({"waiters_avg", "AVGW", 5,
+                    [](const L& l) { return Cell(l.count ? double(l.waiters_sum) / double(l.count) : 0.0); }, {},
+                    false});
+    cols.push_back({"hold_exact", "EXACT", 7, [](const L& l) { return Cell(l.exact); }, {}, false, {"exact"}});
+  }
   return Table<L>(cols);
 }
 

@@ -39,6 +39,7 @@ struct Config {
   bool timestamp = false;      // -T
   bool verbose = false;        // -v: print probe placement
   bool at_symbol = false;      // --probe-at-symbol: no prologue optimisation
+  bool contended = false;      // --contended: futex hand-offs, no uprobes
   bool no_hist = false;        // --no-hist
   bool unwind_dwarf = false;   // --unwind=dwarf (default with -p and stacks): .eh_frame
   uint64_t stacks = 3;         // -s: stacks shown per lock; 0: not collected
@@ -78,10 +79,15 @@ struct LockHold {
   uint64_t count = 0, total_ns = 0, max_ns = 0;
   bpfdiag::Histogram hist;
   std::vector<StackHold> stacks;  // by total hold, largest first
+  // --contended: threads blocked at the contended unlocks, holds timed exactly
+  uint64_t waiters_max = 0, waiters_sum = 0, exact = 0;
 };
 
+// --contended: what the mode sees and what it cannot (banner, start record, reports).
+extern const char kContendedSees[];
+
 // The data-quality keys of every pmheld record (zeros when nothing happened).
-bpfdiag::DataQuality empty_dq();
+bpfdiag::DataQuality empty_dq(bool contended = false);
 
 // The warning printed when stacks were lost, naming the option that helps ("" if none).
 std::string lost_stacks_warning(const Config& c, const bpfdiag::DataQuality& dq);
@@ -98,7 +104,7 @@ void add_pprof(bpfdiag::PprofProfile& p, const std::vector<LockHold>& locks, con
 std::string lock_name(const LockHold& l);
 
 // The lock table (text, CSV, JSON, --sort, --fields), configured from `c`.
-bpfdiag::Table<LockHold> lock_table();
+bpfdiag::Table<LockHold> lock_table(bool contended = false);
 bpfdiag::Status configure(bpfdiag::Table<LockHold>& t, const Config& c);
 
 // Renders one report (text, CSV or NDJSON records covering `w`); `locks` in any

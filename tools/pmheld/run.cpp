@@ -4,6 +4,7 @@
 #include <linux/types.h>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -35,6 +36,8 @@ extern "C" {
 static_assert(sizeof(pmheld_held_key) == 16 && sizeof(pmheld_held) == 32 && sizeof(pmheld_stat_key) == 24 &&
                   sizeof(pmheld_stat) == 24 && sizeof(pmheld_hist_key) == 16,
               "pmheld map layouts shared with BPF");
+static_assert(sizeof(pmheld_contv) == 24 && sizeof(pmheld_word) == 32 && sizeof(pmheld_release) == 48,
+              "pmheld --contended map layouts shared with BPF");
 
 namespace pmheld {
 using namespace bpfdiag;
@@ -57,6 +60,16 @@ const std::vector<CounterSlot> kCounters = {{PMHELD_C_UNMATCHED_END, "unmatched_
                                             {PMHELD_C_COND_WAITS, "cond_waits"},
                                             {PMHELD_C_FAILED_LOCKS, "failed_locks"},
                                             {PMHELD_C_OVERFLOW_STACKS, "overflow_stacks"}};
+// --contended: what the futex tracing saw but did not time as a mutex hold
+const std::vector<CounterSlot> kContendedCounters = {{PMHELD_C_UNMATCHED_END, "unmatched_end"},
+                                                     {PMHELD_C_LOST_STACKS, "lost_stacks"},
+                                                     {PMHELD_C_MAP_FULL, "map_full"},
+                                                     {PMHELD_C_OVERFLOW_STACKS, "overflow_stacks"},
+                                                     {PMHELD_C_OTHER_WAITS, "other_futex_waits"},
+                                                     {PMHELD_C_OTHER_WAKES, "other_futex_wakes"},
+                                                     {PMHELD_C_UNCONTENDED_WAKES, "uncontended_wakes"},
+                                                     {PMHELD_C_UNTIMED, "untimed_holds"},
+                                                     {PMHELD_C_PI_OPS, "pi_futex_ops"}};
 
 class Collector {
  public:
@@ -96,18 +109,20 @@ class Collector {
       keep_stacks.insert(k.stack_id);
       keep_pids.insert(k.tgid);
     }
-    auto held = s_.get_hash_table<pmheld_held_key, pmheld_held>("held");
-    for (const auto& [k, v] : held.get_table_offline()) {
-      if (pid_exists(k.tgid)) {
-        keep_stacks.insert(v.stack_id);
-        keep_pids.insert(k.tgid);
-      } else {
-        held.remove_value(k);
+    if (!c_.contended) {  // --contended: LRU maps, and holds are recorded whole at the unlock
+      auto held = s_.get_hash_table<pmheld_held_key, pmheld_held>("held");
+      for (const auto& [k, v] : held.get_table_offline()) {
+        if (pid_exists(k.tgid)) {
+          keep_stacks.insert(v.stack_id);
+          keep_pids.insert(k.tgid);
+        } else {
+          held.remove_value(k);
+        }
       }
+      auto pending = s_.get_hash_table<uint32_t, uint64_t>("pending");
+      for (const auto& [tid, m] : pending.get_table_offline())
+        if (!pid_exists(tid)) pending.remove_value(tid);
     }
-    auto pending = s_.get_hash_table<uint32_t, uint64_t>("pending");
-    for (const auto& [tid, m] : pending.get_table_offline())
-      if (!pid_exists(tid)) pending.remove_value(tid);
     if (c_.stacks && !uw_) clear_stacks(s_, keep_stacks);
     sym_.forget_exited_every(0, [&] { return keep_pids; });
     for (auto it = comms_.begin(); it != comms_.end();)
@@ -128,20 +143,31 @@ class Collector {
   std::vector<LockHold> collect(DataQuality& dq) {
     auto stats = s_.get_hash_table<pmheld_stat_key, pmheld_stat>("stats");
     auto hist = s_.get_hash_table<pmheld_hist_key, uint64_t>("hist");
-    auto held = s_.get_hash_table<pmheld_held_key, pmheld_held>("held");
     auto st = drain_hash<pmheld_stat_key, pmheld_stat>(stats);
     auto hs = drain_hash<pmheld_hist_key, uint64_t>(hist);
+    std::vector<std::pair<pmheld_held_key, pmheld_contv>> cv;
+    if (c_.contended) {
+      auto contv = s_.get_hash_table<pmheld_held_key, pmheld_contv>("contv");
+      cv = drain_hash<pmheld_held_key, pmheld_contv>(contv);
+    }
     // Acquisitions whose stack id failed in BPF count as lost stacks there; stacks
     // found gone from the maps while resolving are added below by the StackReader.
-    if (auto e = add_bpf_counters(s_, kCounters, dq, &deltas_)) failed_ = e;
+    if (auto e = add_bpf_counters(s_, c_.contended ? kContendedCounters : kCounters, dq, &deltas_)) failed_ = e;
     UnwoundStacks unwound;
     if (uw_) {
       if (auto e = uw_->add_dq(s_, dq, &uw_deltas_)) failed_ = e;
       unwound = read_unwound_stacks(s_);
     }
-    dq.unmatched_begin = held.get_table_offline().size();  // holds still in progress
+    if (!c_.contended)  // holds still in progress
+      dq.unmatched_begin = s_.get_hash_table<pmheld_held_key, pmheld_held>("held").get_table_offline().size();
 
     std::map<std::pair<uint32_t, uint64_t>, LockHold> locks;
+    for (const auto& [k, v] : cv) {
+      auto& l = locks[{k.tgid, k.lock}];
+      l.waiters_max = std::max<uint64_t>(l.waiters_max, v.waiters_max);
+      l.waiters_sum += v.waiters_sum;
+      l.exact += v.exact;
+    }
     for (const auto& [k, v] : hs) {
       auto& l = locks[{k.tgid, k.lock}];
       l.hist.add_bucket(k.bucket, v);
@@ -171,6 +197,9 @@ class Collector {
     }
     std::vector<LockHold> out;
     for (auto& [key, l] : locks) {
+      // --contended: waiter figures drained just after their hold's stats went into the
+      // previous report (a hold ending between the two drains): no hold here to show
+      if (!l.count && l.hist.count() == 0) continue;
       l.pid = key.first;
       l.addr = key.second;
       remember(l.pid);
@@ -221,6 +250,11 @@ Result<std::vector<Target>> find_targets(const Config& c) {
                                       PthreadFn::MutexUnlock,   PthreadFn::CondWait,
                                       PthreadFn::CondTimedwait, PthreadFn::CondClockwait};
   std::vector<Target> targets;
+  if (c.contended) {  // no uprobes: nothing to resolve, but the targets must exist
+    for (uint32_t pid : c.ebpf ? std::vector<uint32_t>{} : c.pids)
+      if (!pid_exists(pid)) return Error{"no process with PID " + std::to_string(pid)};
+    return targets;
+  }
   std::vector<uint32_t> pids = c.pids.empty() ? std::vector<uint32_t>{0} : c.pids;
   // --cgroup without -p: the libc files the cgroup's processes map (a container's own
   // libc is not this machine's), each probed once for every process mapping it; the
@@ -253,9 +287,11 @@ nlohmann::json start_fields(const Config& c, uint64_t probes) {
                             {"entries", c.entries},
                             {"sort", c.sort},
                             {"probe_at_symbol", c.at_symbol},
+                            {"contended", c.contended},
                             {"unwind", c.unwind_dwarf ? "dwarf" : "fp"}}}};
   if (!c.pids.empty()) start["pid"] = c.pids;
   if (c.cgroup) start["cgroup"] = cgroup_json(c.cgroup);
+  if (c.contended) start["mode"] = "contended", start["sees"] = std::string(kContendedSees);
   return start;
 }
 
@@ -271,13 +307,28 @@ Status run(const Config& c) {
 
   BpfPlan plan = bpf_plan(c);
   UnwindMaps uw;  // the unwinder is tail-called by the lock and cond-wait return probes
-  auto loaded = load_unwinding_tool(ToolPlan{"pmheld", plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr,
-                                    {c.pids, {}, "uw_pmheld_tail", BPF_PROG_TYPE_KPROBE, ""});
+  UnwinderPlan unwinder =
+      c.contended ? UnwinderPlan{c.pids, {}, "uw_pmheld_wake_tail", BPF_PROG_TYPE_TRACEPOINT, "pmheld_wake_record"}
+                  : UnwinderPlan{c.pids, {}, "uw_pmheld_tail", BPF_PROG_TYPE_KPROBE, ""};
+  auto loaded = load_unwinding_tool(ToolPlan{"pmheld", plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr, unwinder);
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   auto& session = **loaded;
   Collector col(session, c, c.unwind_dwarf ? &uw : nullptr);
   uint64_t probes = 0;
+  if (c.contended) {
+    // pmheld's own futexes are never traced; the exit before the entry, so no wait is
+    // seen beginning without its end
+    uint32_t self = static_cast<uint32_t>(getpid());
+    if (!session.get_array_table<uint32_t>("self_pid").update_value(0, self).ok())
+      return Error{"cannot set pmheld's own PID in the BPF map self_pid"};
+    for (const std::string dir : {"exit", "enter"})
+      if (auto st = session.attach_tracepoint("syscalls:sys_" + dir + "_futex",
+                                              "tracepoint__syscalls__sys_" + dir + "_futex"))
+        return st;
+    probes = 2;
+    for (uint32_t pid : c.pids) col.remember(pid);  // named even if they exit before a report
+  }
   for (const auto& t : *targets) {
     if (auto st = attach_pthread_probes(session, t.lib, t.points, kHandlers)) return st;
     for (const auto& p : t.points)
@@ -295,10 +346,12 @@ Status run(const Config& c) {
   nlohmann::json start = start_fields(c, probes);
   if (c.unwind_dwarf) start["unwind_tables"] = uw.start_fields();  // what the tables cost
   announce_attached(std::cout, "pmheld", c.json,
-                    "Tracing pthread mutex hold times in " +
+                    std::string(c.contended ? "Tracing contended pthread mutex holds (futex hand-offs) in "
+                                            : "Tracing pthread mutex hold times in ") +
                         (c.pids.empty() ? std::string("every process") : "PID " + pid_list_text(c.pids)) +
-                        cgroup_banner(c.cgroup) + banner_until(c.schedule),
-                    start, empty_dq());
+                        cgroup_banner(c.cgroup) + (c.contended ? std::string(": ") + kContendedSees : "") +
+                        banner_until(c.schedule),
+                    start, empty_dq(c.contended));
 
   uint64_t last = monotonic_ns();
   RunFlameGraph flame(c.svg, {"Mutex Hold Time Flame Graph",
@@ -307,10 +360,10 @@ Status run(const Config& c) {
   RunPprof pprof = pprof_output(c);  // --pprof: the same window
   Status svg_failed;
   ToolMetrics metrics("pmheld");  // --prometheus/--listen
-  if (metrics.enabled()) metrics.publish_start(empty_dq());
+  if (metrics.enabled()) metrics.publish_start(empty_dq(c.contended));
   RunHooks hooks;
   hooks.report = [&](bool final) {
-    DataQuality dq = empty_dq();
+    DataQuality dq = empty_dq(c.contended);
     auto locks = col.collect(dq);
     if (metrics.enabled()) {
       add_report_metrics(metrics.set(), locks);
