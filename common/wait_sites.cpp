@@ -120,6 +120,17 @@ bool parse_declared(std::string_view pat, std::string_view what, const WaitRule&
   return true;
 }
 
+// The verdict of a deciding rule that matched at `frame` (a frame or class index).
+WaitVerdict decided_by(const WaitRule& r, size_t frame) {
+  WaitVerdict v;
+  v.kind = r.kind;
+  v.what = r.what;
+  v.frame = frame;
+  v.decided = true;
+  v.rule = &r;
+  return v;
+}
+
 }  // namespace
 
 std::string DeclaredWait::what(const std::string& str, uint64_t value) const {
@@ -353,25 +364,16 @@ WaitVerdict WaitRules::classify(const std::vector<std::string>& frames) const {
 }
 
 WaitVerdict WaitRules::classify_object(const std::vector<std::string>& classes) const {
-  WaitVerdict v;
   for (size_t i = 0; i < classes.size(); ++i)
     for (const auto& r : objects_)
-      if (glob_match(r.pattern, classes[i])) {
-        v.kind = r.kind;
-        v.what = r.what;
-        v.frame = i;
-        v.decided = true;
-        v.rule = &r;
-        return v;
-      }
-  return v;
+      if (glob_match(r.pattern, classes[i])) return decided_by(r, i);
+  return {};
 }
 
 WaitVerdict WaitRules::classify_go(const std::string& reason, const std::vector<std::string>& frames) const {
   std::string r = reason;
   for (char& c : r)
     if (c == ' ') c = '_';
-  WaitVerdict v;
   for (const auto& rule : go_) {
     std::string_view pat = rule.pattern, frame_glob;
     if (size_t at = pat.find('@'); at != std::string_view::npos) frame_glob = pat.substr(at + 1), pat = pat.substr(0, at);
@@ -384,14 +386,9 @@ WaitVerdict WaitRules::classify_go(const std::string& reason, const std::vector<
       }
       if (hit == std::string::npos) continue;
     }
-    v.kind = rule.kind;
-    v.what = rule.what;
-    v.frame = hit;
-    v.decided = true;
-    v.rule = &rule;
-    return v;
+    return decided_by(rule, hit);
   }
-  return v;
+  return {};
 }
 
 bool WaitRules::is_wrapper(const std::string& frame) const { return lookup(frame).second != 0; }
