@@ -329,4 +329,11 @@ bool ElfFile::read(uint64_t offset, size_t len, std::vector<uint8_t>& out) const
   return true;
 }
 
+std::optional<uint64_t> file_offset_of(const ElfFile& elf, uint64_t vaddr, uint64_t len) {
+  for (const auto& s : elf.load_segments())
+    if (vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz && len <= s.filesz - (vaddr - s.vaddr))
+      return vaddr - s.vaddr + s.offset;
+  return std::nullopt;
+}
+
 }  // namespace bpfdiag

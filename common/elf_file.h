@@ -117,4 +117,8 @@ class ElfFile {
   std::vector<ElfSegment> segs_;
 };
 
+// The file offset of a virtual address whose `len` bytes lie inside one PT_LOAD
+// segment's file bytes (uprobe offsets, reads of a binary's data by address).
+std::optional<uint64_t> file_offset_of(const ElfFile& elf, uint64_t vaddr, uint64_t len = 1);
+
 }  // namespace bpfdiag

@@ -286,19 +286,9 @@ Opened open_elf(const std::string& path, bool follow_links) {
   return o;
 }
 
-// A virtual address's file offset (in a PT_LOAD segment's file bytes).
-bool vaddr_offset(const ElfFile& e, uint64_t va, uint64_t len, uint64_t& off) {
-  for (const auto& s : e.load_segments())
-    if (va >= s.vaddr && va - s.vaddr < s.filesz && len <= s.filesz - (va - s.vaddr)) {
-      off = va - s.vaddr + s.offset;
-      return true;
-    }
-  return false;
-}
-
 bool read_va(const ElfFile& e, uint64_t va, size_t len, std::vector<uint8_t>& out) {
-  uint64_t off = 0;
-  return vaddr_offset(e, va, len, off) && e.read(off, len, out);
+  auto off = file_offset_of(e, va, len);
+  return off && e.read(*off, len, out);
 }
 
 uint64_t le64(const uint8_t* p) {
@@ -409,10 +399,10 @@ Result<GoBinary> inspect_go_binary(const std::string& path, bool follow_links) {
     return Error{"runtime.gopark or runtime.mcall is not in its symbol table (linked against a shared Go "
                  "runtime, -linkshared: not supported)"};
   if (park_size == 0 || park_size > kMaxGoFunctionBytes) park_size = std::min<uint64_t>(park_size ? park_size : 512, kMaxGoFunctionBytes);
-  uint64_t off = 0;
+  const auto code_off = file_offset_of(e, park_va, park_size);
   std::vector<uint8_t> code;
-  if (!vaddr_offset(e, park_va, park_size, off) || !e.read(off, park_size, code))
-    return Error{"runtime.gopark's code is not in the file"};
+  if (!code_off || !e.read(*code_off, park_size, code)) return Error{"runtime.gopark's code is not in the file"};
+  const uint64_t off = *code_off;
   auto pts = find_gopark_points(code.data(), code.size(), park_va, mcall);
   if (!pts) return Error{pts.error() + " (" + g.version + "): not supported"};
   g.gopark = park_va;

@@ -150,12 +150,6 @@ std::vector<UsdtProbe> read_usdt_probes(const ElfFile& elf) {
   return out;
 }
 
-std::optional<uint64_t> file_offset_of(const ElfFile& elf, uint64_t vaddr) {
-  for (const auto& s : elf.load_segments())
-    if (vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz) return vaddr - s.vaddr + s.offset;
-  return std::nullopt;
-}
-
 UsdtScan find_usdt_files(const std::vector<uint32_t>& pids, const std::set<std::string>& providers) {
   UsdtScan scan;
   std::map<std::pair<uint64_t, uint64_t>, size_t> seen;  // (dev, inode) -> index+1 in files (0: no probes)

@@ -12,7 +12,7 @@
 //
 // PUBLIC API:
 //   auto probes = read_usdt_probes(elf);            // every well-formed note, capped
-//   auto off = file_offset_of(elf, probes[0].pc);   // for the uprobe API
+//   auto off = file_offset_of(elf, probes[0].pc);   // for the uprobe API (common/elf_file.h)
 //   auto a = parse_usdt_arg("-4@%r13d");            // a->kind, a->reg (pt_regs slot)
 //   auto f = find_usdt_files(pids, {"postgresql"}); // mapped files with those providers
 #pragma once
@@ -62,8 +62,6 @@ struct UsdtProbe {
 std::optional<UsdtProbe> parse_stapsdt_note(std::string_view desc, uint64_t base_addr);
 // Every well-formed stapsdt note of `elf` (at most kMaxUsdtProbes).
 std::vector<UsdtProbe> read_usdt_probes(const ElfFile& elf);
-// The file offset of a virtual address inside a PT_LOAD segment's file bytes.
-std::optional<uint64_t> file_offset_of(const ElfFile& elf, uint64_t vaddr);
 
 // A mapped file carrying probes of the wanted providers.
 struct UsdtFile {
