@@ -119,10 +119,13 @@ def check_pool(label, recs, truth, rc, err, master):
     for p in g["processes"]:
         print("  pid %d: on-cpu %.3f cpu-wait %.3f idle %.3f util %.3f" % (
             p["pid"], share(p, "oncpu_total_ns"), share(p, "cpu_wait_total_ns"), share(p, "idle_total_ns"), p["utilization"]))
-    # the load really saturated the CPUs (else the verdict below proves nothing)
-    check(all(t["runq"] >= 0.2 for t in truth.values()),
-          "%s: truth: every worker waits for a CPU >= 20%% of the window (%s)" % (
-              label, ", ".join("%.2f" % t["runq"] for t in truth.values())))
+    # the load really saturated the CPUs (else the verdict below proves nothing): the pool
+    # waits for a CPU >= 20% of its workers' time, and every worker does wait (how the two
+    # share the wait is the scheduler's business: 0.19 and 0.65 in one CI run)
+    runq = [t["runq"] for t in truth.values()]
+    check(sum(runq) / len(runq) >= 0.2 and min(runq) >= 0.05,
+          "%s: truth: the workers wait for a CPU >= 20%% of the window on average, each >= 5%% (%s)" % (
+              label, ", ".join("%.2f" % x for x in runq)))
     check(sorted(p["pid"] for p in g["processes"]) == WORKERS and g["thread_count"] == 2,
           "%s: the pool's busy workers are the 2 workers, the master left out (%s)" % (
               label, [p["pid"] for p in g["processes"]]))

@@ -17,24 +17,16 @@
 #include <vector>
 
 #include "common/runloop.h"
+#include "tests/unit/stopwatch.h"
 
 using namespace bpfdiag;
+using bpfdiag_test::run_delay_ns;
 
 namespace {
 
 constexpr uint64_t kMs = 1000000ULL;
 constexpr uint64_t kLate = 80 * kMs;  // how late a report may come, run-queue delay aside
 
-// This thread's total time spent runnable but waiting for a CPU (ns; 0 if unknown).
-uint64_t run_delay_ns() {
-  FILE* f = std::fopen("/proc/thread-self/schedstat", "r");
-  unsigned long long on_cpu = 0, waited = 0;
-  if (f) {
-    if (std::fscanf(f, "%llu %llu", &on_cpu, &waited) != 2) waited = 0;
-    std::fclose(f);
-  }
-  return waited;
-}
 uint64_t g_delay_mark = 0;  // run_delay_ns() when the case started (begin_case)
 
 void begin_case() {

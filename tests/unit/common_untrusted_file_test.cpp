@@ -15,6 +15,7 @@
 #include "common/elf_file.h"
 #include "common/untrusted_file.h"
 #include "tests/unit/test_env.h"
+#include "tests/unit/stopwatch.h"
 #include "tests/unit/temp_dir.h"
 
 using bpfdiag_test::require_env;
@@ -28,10 +29,6 @@ using bpfdiag_test::TempDir;
 void write_file(const std::string& p, const std::string& text) {
   std::ofstream f(p, std::ios::binary);
   f << text;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // Captures what `fn` writes to stderr (fd 2).
@@ -81,9 +78,9 @@ TEST_CASE("untrusted: a regular file opens, read-only, at its identity") {
 TEST_CASE("untrusted: a FIFO is refused at once, never opened for reading") {
   TempDir d("untrusted-test");
   REQUIRE(mkfifo((d / "fifo").c_str(), 0644) == 0);
-  auto t0 = std::chrono::steady_clock::now();
+  bpfdiag_test::Stopwatch sw;
   auto r = open_untrusted(d / "fifo", {});
-  CHECK(seconds_since(t0) < 1.0);
+  CHECK(sw.seconds() < 1.0);
   CHECK_FALSE(r.file.get() != nullptr);
   CHECK(r.refused == "not a regular file (a FIFO)");
   auto r2 = open_in_proc_root(static_cast<uint32_t>(getpid()), d / "fifo", {});
@@ -311,13 +308,13 @@ TEST_CASE("elf_file: extended numbering claiming 16M section headers is refused 
   CHECK(c.refused == std::to_string(s.s0_size) + " section headers (more than 65536)");
 
   uint64_t before = elf_files_refused();
-  auto t0 = std::chrono::steady_clock::now();
+  bpfdiag_test::Stopwatch sw;
   std::string err = capture_stderr([&] {
     auto r = open_untrusted(d / "sparse", {});
     CHECK(ElfFile::open(r.file).get() == nullptr);
     CHECK(ElfFile::open(open_untrusted(d / "sparse", {}).file).get() == nullptr);  // same file: no 2nd line
   });
-  CHECK(seconds_since(t0) < 2.0);  // libelf allocated per header: 23 s, 4.3 GB
+  CHECK(sw.seconds() < 2.0);  // libelf allocated per header: 23 s, 4.3 GB
   CHECK(elf_files_refused() == before + 1);
   CHECK(err == std::string(program_invocation_short_name) + ": warning: ignoring " + (d / "sparse") + ": " +
                    c.refused + "\n");

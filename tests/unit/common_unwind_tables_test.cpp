@@ -23,6 +23,7 @@
 #include <string>
 
 #include "common/unwind_tables.h"
+#include "tests/unit/stopwatch.h"
 #include "tests/unit/test_env.h"
 
 using namespace bpfdiag;
@@ -651,9 +652,9 @@ TEST_CASE("unwind tables: one FDE with 240k rows builds in linear time, capped p
   TempFile tf(crafted_elf({{0x10000, 300000, program}}));
   auto f = open_file(tf.path);
   REQUIRE(f);
-  auto t0 = std::chrono::steady_clock::now();
+  bpfdiag_test::Stopwatch sw;
   auto t = build_unwind_table(*f);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms = sw.ms();
   MESSAGE("1.2 MB program: " << ms << " ms, " << t->rows.size() << " rows");
   CHECK(ms < 2000);  // ~tens of ms; the old builder: minutes
   REQUIRE(t->has_cfi);
@@ -709,9 +710,9 @@ TEST_CASE("unwind tables: a long expression named by every row is decoded once")
   TempFile tf(crafted_elf({{0x10000, 200000, program}}));
   auto f = open_file(tf.path);
   REQUIRE(f);
-  auto t0 = std::chrono::steady_clock::now();
+  bpfdiag_test::Stopwatch sw;
   auto t = build_unwind_table(*f);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms = sw.ms();
   MESSAGE("100k rows over two 300 KB expressions: " << ms << " ms");
   CHECK(ms < 2000);  // decoding per row: 60 G op reads
   CHECK(t->st.cfa_unsupported == 100001);  // 300k nops: no CFA the table can express
