@@ -58,6 +58,14 @@ std::optional<ElfNames> read_elf_names(const std::string& path) {
   if (eh.e_shnum && !read_at(fd, sh.data(), sh.size() * sizeof(Elf64_Shdr), off_t(eh.e_shoff)))
     return std::nullopt;
   ElfNames out;
+  // a Go binary names its functions in .gopclntab, stripped or not (go_pclntab.h)
+  if (eh.e_shstrndx < sh.size() && sh[eh.e_shstrndx].sh_size <= 65536) {
+    std::string names(sh[eh.e_shstrndx].sh_size, '\0');
+    if (read_at(fd, names.data(), names.size(), off_t(sh[eh.e_shstrndx].sh_offset)))
+      for (const auto& s : sh)
+        if (s.sh_name < names.size() && std::strcmp(names.c_str() + s.sh_name, ".gopclntab") == 0 && s.sh_size > 0)
+          out.has_symtab = true;
+  }
   for (const auto& s : sh) {
     if (s.sh_type == SHT_SYMTAB && s.sh_size > 0) out.has_symtab = true;
     if (s.sh_type != SHT_NOTE || s.sh_size > 4096 || !out.build_id.empty()) continue;

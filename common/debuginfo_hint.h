@@ -7,7 +7,7 @@
 namespace bpfdiag {
 
 struct ElfNames {
-  bool has_symtab = false;  // a .symtab section (function names beyond .dynsym)
+  bool has_symtab = false;  // .symtab or Go's .gopclntab: function names beyond .dynsym
   std::string build_id;     // hex, "" if none
 };
 

@@ -271,6 +271,12 @@ std::optional<uint64_t> ElfFile::section_addr(const std::string& name) const {
   return sh.sh_addr;
 }
 
+std::optional<ElfSection> ElfFile::section(const std::string& name) const {
+  GElf_Shdr sh;
+  if (!find_section(elf_, name, sh)) return std::nullopt;
+  return ElfSection{sh.sh_addr, sh.sh_offset, sh.sh_size, sh.sh_type};
+}
+
 void ElfFile::for_each_symbol(const std::function<void(const ElfSymbolEntry&)>& fn) const {
   for (unsigned type : {SHT_DYNSYM, SHT_SYMTAB}) {
     Elf_Scn* scn = nullptr;

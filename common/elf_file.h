@@ -85,6 +85,11 @@ struct ElfSymbolEntry {
   bool hidden = false;    // .dynsym entry of a non-default (hidden) symbol version
 };
 
+struct ElfSection {
+  uint64_t addr = 0, offset = 0, size = 0;
+  uint32_t type = 0;  // SHT_*; SHT_NOBITS has no file bytes
+};
+
 class ElfFile {
  public:
   // nullptr when `f` is null or not a readable ELF file.
@@ -105,6 +110,8 @@ class ElfFile {
                      const std::function<void(uint32_t type, std::string_view name, std::string_view desc)>& fn) const;
   // sh_addr of the section `name`, nullopt when there is none.
   std::optional<uint64_t> section_addr(const std::string& name) const;
+  // The header of the section `name` (first of that name), nullopt when there is none.
+  std::optional<ElfSection> section(const std::string& name) const;
   // Reads file bytes [offset, offset+len); false when out of the file or on error.
   bool read(uint64_t offset, size_t len, std::vector<uint8_t>& out) const;
   const UntrustedFile& file() const { return *file_; }

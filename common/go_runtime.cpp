@@ -2,6 +2,7 @@
 #include "common/go_runtime.h"
 
 #include <bcc/libbpf.h>
+#include <elf.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "common/bpf_session.h"
 #include "common/elf_file.h"
+#include "common/go_pclntab.h"
 #include "common/untrusted_file.h"
 
 namespace bpfdiag {
@@ -362,6 +364,36 @@ std::vector<std::string> wait_reasons(const ElfFile& e, uint64_t va, uint64_t si
   return out;
 }
 
+// A stripped binary has no symbol for runtime.waitReasonStrings: the table is found by
+// its shape in the data sections: an entry {0, 0} ("") followed by string headers that
+// point at printable text, among them "chan receive" and "select" (names every Go
+// release since 1.0 has used). Bounded: kMaxGoDataScan bytes per section, one read each.
+constexpr uint64_t kMaxGoDataScan = 16ull << 20;
+std::vector<std::string> find_wait_reasons(const ElfFile& e) {
+  auto ro = e.section(".rodata");
+  if (!ro || !ro->size) return {};
+  auto in_ro = [&](uint64_t p, uint64_t l) { return p >= ro->addr && l <= ro->size && p - ro->addr <= ro->size - l; };
+  for (const char* name : {".data", ".noptrdata", ".data.rel.ro"}) {
+    auto s = e.section(name);
+    std::vector<uint8_t> d;
+    if (!s || s->type == SHT_NOBITS || s->size < 64 || s->size > kMaxGoDataScan || !e.read(s->offset, s->size, d))
+      continue;
+    for (uint64_t at = 0; at + 64 <= d.size(); at += 8) {
+      if (le64(&d[at]) || le64(&d[at + 8])) continue;
+      bool shape = true;  // the next three entries: short strings in .rodata
+      for (int k = 1; k <= 3 && shape; ++k) {
+        uint64_t p = le64(&d[at + 16 * k]), l = le64(&d[at + 16 * k + 8]);
+        shape = l > 0 && l <= kMaxGoReasonLen && in_ro(p, l);
+      }
+      if (!shape) continue;
+      auto r = wait_reasons(e, s->addr + at, 0);
+      if (std::find(r.begin(), r.end(), "chan receive") != r.end() && std::find(r.begin(), r.end(), "select") != r.end())
+        return r;
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 bool is_go_binary(const std::string& path) {
@@ -383,16 +415,25 @@ Result<GoBinary> inspect_go_binary(const std::string& path, bool follow_links) {
   if (g.version.empty()) return Error{"a Go program whose version cannot be read (.go.buildinfo)"};
   if (g.minor < kMinGoMinor)
     return Error{"built with " + g.version + ": goroutine waits need Go 1.17 or later (register ABI)"};
-  if (!e.has_symtab())
-    return Error{"built without a symbol table (go build -ldflags=-s, or stripped): goroutine waits need "
-                 "runtime.gopark's symbol (reading .gopclntab is not supported yet)"};
   std::map<std::string, std::pair<uint64_t, uint64_t>> want = {
       {"runtime.gopark", {0, 0}}, {"runtime.mcall", {0, 0}}, {"runtime.waitReasonStrings", {0, 0}}};
-  e.for_each_symbol([&](const ElfSymbolEntry& s) {
-    if (s.dynamic) return;
-    auto it = want.find(std::string(s.name));
-    if (it != want.end() && !it->second.first) it->second = {s.value, s.size};
-  });
+  const bool stripped = !e.has_symtab();
+  if (!stripped) {
+    e.for_each_symbol([&](const ElfSymbolEntry& s) {
+      if (s.dynamic) return;
+      auto it = want.find(std::string(s.name));
+      if (it != want.end() && !it->second.first) it->second = {s.value, s.size};
+    });
+  } else {  // -ldflags=-s or stripped: the functions from .gopclntab (go_pclntab.h)
+    auto fns = read_go_functions(e);
+    if (!fns)
+      return Error{"built without a symbol table (go build -ldflags=-s, or stripped), and its function table "
+                   "cannot be read: " + fns.error()};
+    for (const auto& f : *fns) {
+      auto it = want.find(f.name);
+      if (it != want.end() && !it->second.first) it->second = {f.entry, f.end - f.entry};
+    }
+  }
   auto [park_va, park_size] = want["runtime.gopark"];
   uint64_t mcall = want["runtime.mcall"].first;
   if (!park_va || !mcall)
@@ -412,6 +453,9 @@ Result<GoBinary> inspect_go_binary(const std::string& path, bool follow_links) {
   if (auto [va, size] = want["runtime.waitReasonStrings"]; va) {
     g.reasons = wait_reasons(e, va, size);
     if (!g.reasons.empty()) g.reasons_source = "runtime.waitReasonStrings";
+  } else if (stripped) {
+    g.reasons = find_wait_reasons(e);
+    if (!g.reasons.empty()) g.reasons_source = "runtime.waitReasonStrings, found by its shape (stripped binary)";
   }
   return g;
 }

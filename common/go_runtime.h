@@ -80,8 +80,9 @@ struct GoBinary {
 bool is_go_binary(const std::string& path);
 
 // The probe points of the Go binary at `path` (follow_links: /proc/PID/exe). Errors
-// name what is not supported: not Go, Go < 1.17, not amd64, no symbol table (stripped),
-// gopark's shape not recognised.
+// name what is not supported: not Go, Go < 1.17, not amd64, no symbol table and no
+// readable .gopclntab, gopark's shape not recognised. Stripped binaries: functions from
+// .gopclntab (go_pclntab.h), runtime.waitReasonStrings found by its shape.
 Result<GoBinary> inspect_go_binary(const std::string& path, bool follow_links = true);
 
 // The gopark shape check alone (tests): code = gopark's bytes at `addr`, `mcall`

@@ -12,6 +12,7 @@
 
 #include "common/debuginfod.h"
 #include "common/elf_symbols.h"
+#include "common/go_pclntab.h"
 #include "common/parse.h"
 #include "common/symbolize.h"
 #include "common/untrusted_file.h"
@@ -109,6 +110,13 @@ std::shared_ptr<ElfSymbols> ElfSymbols::load(std::shared_ptr<UntrustedFile> f, b
   out->build_id = e->build_id();
   bool has_symtab = e->has_symtab();
   out->add_symbols(*e);
+  // a stripped Go binary still names its functions for its own runtime (go_pclntab.h)
+  if (!has_symtab) {
+    if (auto go = read_go_functions(*e); go) {
+      for (auto& f : *go) out->funcs.push_back({f.entry, f.end - f.entry, std::move(f.name)});
+      has_symtab = !go->empty();
+    }
+  }
   e.reset();
   // Detached debug symbols (e.g. Debian's libc6-dbg) carry the full .symtab. The
   // directory is root's; the name is hex we formatted, so links there may be followed.

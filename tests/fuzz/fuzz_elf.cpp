@@ -1,11 +1,12 @@
 // The ELF reader on hostile bytes: header checks, ElfFile (segments, build id,
-// symbols), ElfSymbols (what the symbolizer keeps) and the .eh_frame/.eh_frame_hdr
+// symbols, a Go .gopclntab), ElfSymbols (what the symbolizer keeps) and the .eh_frame/.eh_frame_hdr
 // unwind table built from it (common/elf_file, elf_symbols, cfa_program, unwind_tables).
 #include <cstddef>
 #include <cstdint>
 
 #include "common/elf_file.h"
 #include "common/elf_symbols.h"
+#include "common/go_pclntab.h"
 #include "common/usdt.h"
 #include "common/unwind_tables.h"
 #include "tests/fuzz/fuzz_input.h"
@@ -24,6 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     e->for_each_symbol([&](const ElfSymbolEntry& s) { n += s.name.size(); });
     std::vector<uint8_t> buf;
     for (const auto& seg : e->load_segments()) (void)e->read(seg.offset, 64, buf);
+    if (auto go = read_go_functions(*e)) (void)go->size();
     for (const auto& p : read_usdt_probes(*e)) {  // USDT notes (lockstat's declared waits)
       (void)file_offset_of(*e, p.pc);
       (void)file_offset_of(*e, p.semaphore);

@@ -19,6 +19,10 @@ its summary).
 2. chan, the idle counterpart (20 goroutines receive from a channel fed every 2 ms):
    nothing the goroutines waited in is contention; their row is "chan receive",
    class idle, at main.takeWork, within 20% of the program's own timing.
+   The same on a stripped copy (strip as Debian's dh_strip does: no .symtab; Go keeps
+   .gopclntab for its own runtime): gopark, runtime.mcall, the frames (main.lockedWork)
+   and the waitReason strings are found without a symbol, from .gopclntab and by the
+   table's shape (common/go_pclntab.h), with the same results.
 3. pingpong (every operation parks): the rate guard stops goroutine tracing, says so
    on stderr and in data_quality (go_rate_guard 1); lockstat exits 0, the program is
    still running, and no BPF program is left behind.
@@ -45,7 +49,13 @@ def build(d):
                GOFLAGS="", CGO_ENABLED="0", GOPROXY="off")
     out = os.path.join(d, "go_waits")
     subprocess.run(["go", "build", "-o", out, GO_SRC], check=True, capture_output=True, timeout=180, env=env, cwd=d)
-    return out
+    stripped = out + ".stripped"
+    subprocess.run(["strip", "--remove-section=.comment", "--remove-section=.note", "--strip-unneeded", "-o",
+                    stripped, out], check=True, capture_output=True, timeout=60)
+    sections = subprocess.run(["readelf", "-SW", stripped], capture_output=True, text=True).stdout
+    check(".symtab" not in sections and ".gopclntab" in sections,
+          "the stripped copy has no .symtab, and its .gopclntab")
+    return out, stripped
 
 
 def start(binary, mode, hold="200us"):
@@ -87,29 +97,29 @@ def within_truth(label, r, summ, truth):
                                            truth["block_prof_ns"] / truth["window_ns"], truth))
 
 
-def check_mutex(rc, err, records, truth):
+def check_mutex(rc, err, records, truth, label="mutex"):
     locks, summ = rows(records)
-    if not check(rc == 0 and summ and truth and locks, "mutex: lockstat ran (rc %d %s)" % (rc, err.strip()[-300:])):
+    if not check(rc == 0 and summ and truth and locks, "%s: lockstat ran (rc %d %s)" % (label, rc, err.strip()[-300:])):
         return
     for r in locks[:5]:
-        print("     mutex: " + describe(r))
+        print("     %s: %s" % (label, describe(r)))
     top = locks[0]
     check(top["kind"] == "go-park" and top["class"] == "contention",
-          "mutex: the first row is the goroutines' wait, ranked as contention (%s)" % describe(top))
+          "%s: the first row is the goroutines' wait, ranked as contention (%s)" % (label, describe(top)))
     check(top["lock"] in ("semacquire", "sync.Mutex.Lock") and "sync.Mutex.Lock" in top["wait_site_what"] and
           top["wait_site_decided"],
-          "mutex: named in Go's words: the waitReason %r, the rule's %r" % (top["lock"], top["wait_site_what"]))
+          "%s: named in Go's words: the waitReason %r, the rule's %r" % (label, top["lock"], top["wait_site_what"]))
     site = top["sites"][0]["site"] if top["sites"] else ""
-    check(site.startswith("main.lockedWork"), "mutex: at the workload's own function main.lockedWork (%r)" % site)
+    check(site.startswith("main.lockedWork"), "%s: at the workload's own function main.lockedWork (%r)" % (label, site))
     if top["lock"] == "semacquire":
         check(any(f.startswith("sync.(*Mutex).lockSlow") for f in top["sites"][0].get("user_stack", [])),
-              "mutex: semacquire under sync.(*Mutex).lockSlow (%s)" % top["sites"][0].get("user_stack", [])[:6])
-    check(top["thread_count"] == 20, "mutex: its waiters are the 20 goroutines (%d)" % top["thread_count"])
-    within_truth("mutex", top, summ, truth)
+              "%s: semacquire under sync.(*Mutex).lockSlow (%s)" % (label, top["sites"][0].get("user_stack", [])[:6]))
+    check(top["thread_count"] == 20, "%s: its waiters are the 20 goroutines (%d)" % (label, top["thread_count"]))
+    within_truth(label, top, summ, truth)
     futex_cont = [r for r in locks if r["class"] == "contention" and r["kind"] != "go-park"]
-    check(not futex_cont, "mutex: no futex wait of the Go runtime's OS threads ranked as contention (%s)"
-          % [describe(r) for r in futex_cont[:3]])
-    check(summ["data_quality"]["go_rate_guard"] == 0, "mutex: the rate guard did not trip (%s)" % summ["data_quality"])
+    check(not futex_cont, "%s: no futex wait of the Go runtime's OS threads ranked as contention (%s)"
+          % (label, [describe(r) for r in futex_cont[:3]]))
+    check(summ["data_quality"]["go_rate_guard"] == 0, "%s: the rate guard did not trip (%s)" % (label, summ["data_quality"]))
 
 
 def check_chan(rc, err, records, truth):
@@ -164,8 +174,9 @@ def main():
     need("go", "golang-go")
     d = tempfile.mkdtemp(prefix="ls-go-")
     try:
-        binary = build(d)
+        binary, stripped = build(d)
         check_mutex(*run(binary, "mutex", "200us"))
+        check_mutex(*run(stripped, "mutex", "200us"), label="stripped mutex")
         check_chan(*run(binary, "chan", "2ms"))
         check_pingpong(binary)
         left = leftover_bpf_programs()
