@@ -71,8 +71,9 @@ BPF_HASH(wakers, u32, struct offcpu_waker, START_SIZE);
 #endif
 /* a ceiling (allocated as used): MariaDB under sysbench filled 32,768 keys in 25 s */
 BPF_F_TABLE("hash", COUNTS_KEY, struct offcpu_val, counts, COUNTS_SIZE, BPF_F_NO_PREALLOC);
-BPF_HASH(seen, u32, u8, SEEN_SIZE);    /* live processes already announced (pruned at exit) */
-BPF_PERF_OUTPUT(new_procs);            /* tgid of each newly seen process */
+#define ANNOUNCE_DQ_FULL OFFCPU_CNT_SEEN_FULL
+/* seen, new_procs: processes the front-end reads while they run (pasted) */
+#include "announce.h"
 
 static inline __attribute__((always_inline)) int thread_kind_ok(void *task) {
 #if defined(USER_THREADS_ONLY) || defined(KERNEL_THREADS_ONLY)
@@ -111,19 +112,6 @@ static inline __attribute__((always_inline)) void verdict_forget(void *task) {
     *e = 0;
 }
 #endif
-
-/* Process tgid, seen for the first time (or since its exec), is announced to the
- * front-end, which reads its mappings while it lives. */
-static inline __attribute__((always_inline)) void announce(void *ctx, u32 tgid) {
-  if (seen.lookup(&tgid))
-    return;
-  u8 one = 1;
-  int err = seen.insert(&tgid, &one);
-  if (err == 0)
-    new_procs.perf_submit(ctx, &tgid, sizeof(tgid));
-  else if (err != -17 /* EEXIST: another CPU was first */)
-    dq_count(OFFCPU_CNT_SEEN_FULL);
-}
 
 /* One off-CPU period of thread `tid`, switched out as `s` says, `delta` ns long;
  * --waker: `w` is its wakeup (NULL: none recorded). */
@@ -598,11 +586,15 @@ int uw_offcpu_tail(struct bpf_raw_tracepoint_args *ctx) {
 }
 #endif
 
-/* After exec the process's mappings are new: forget that we announced it, so its
- * next switch-out announces it again and the front-end re-reads its mappings. */
+/* An executable mapping: announced again at its next switch-out (announce.h) */
+TRACEPOINT_PROBE(syscalls, sys_enter_mmap) {
+  announce_mmap(args->prot);
+  return 0;
+}
+
+/* After exec the process's mappings are new: announced again (announce.h) */
 RAW_TRACEPOINT_PROBE(sched_process_exec) {
-  u32 tgid = bpf_get_current_pid_tgid() >> 32;
-  seen.delete(&tgid);
+  announce_exec();
 #ifdef VERDICT_CACHE
   /* a thread other than the leader that execs takes the leader's tid: -t may now say
    * otherwise (TP_PROTO(struct task_struct *p, ...): p is current) */
@@ -621,10 +613,8 @@ RAW_TRACEPOINT_PROBE(sched_process_free) {
   return 0;
 }
 
-/* A process is gone when its group leader exits (current is the exiting task): drop
- * it from `seen`, so a long system-wide run only holds live processes there. A leader
- * that exits before its other threads makes them announce the process once more,
- * which only costs the front-end a re-read of its mappings. */
+/* A thread exits (current is the exiting task); its process is gone when its group
+ * leader exits (announce.h). */
 RAW_TRACEPOINT_PROBE(sched_process_exit) {
   u64 id = bpf_get_current_pid_tgid();
   u32 tgid = id >> 32, tid = (u32)id;
@@ -638,7 +628,6 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
 #ifdef WAKER
   wakers.delete(&tid); /* woken while it was exiting */
 #endif
-  if (tid == tgid)
-    seen.delete(&tgid);
+  announce_exit(tgid, tid);
   return 0;
 }

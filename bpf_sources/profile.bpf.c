@@ -7,6 +7,9 @@
  *   INCLUDE_IDLE              count the idle task (pid 0) too (-I)
  *   CAPTURE_USER, CAPTURE_KERNEL
  *   STACK_STORAGE_SIZE, COUNTS_SIZE
+ *   ANNOUNCE, SEEN_SIZE       system-wide with user stacks: each sampled process is
+ *                             announced (announce.h) so its mappings are read while it
+ *                             runs, and again after its exec
  *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound from .eh_frame tables
  *                             by uw_profile_tail, a program of its own that
  *                             do_perf_event tail-calls; keyed by their hash
@@ -26,6 +29,10 @@
 #include "stacks.h"
 #ifdef UW_DWARF
 #include "unwind.h"
+#endif
+#ifdef ANNOUNCE
+#define ANNOUNCE_DQ_FULL PROFILE_CNT_SEEN_FULL
+#include "announce.h"
 #endif
 
 BPF_HASH(counts, struct profile_key, u64, COUNTS_SIZE);
@@ -64,6 +71,10 @@ int do_perf_event(struct bpf_perf_event_data *ctx) {
   }
   if (!CGROUP_OK()) /* --cgroup: the sampled (current) task's cgroup, by the kernel */
     return 0;
+#ifdef ANNOUNCE
+  if (tgid)
+    announce(ctx, tgid);
+#endif
   struct profile_key key = {};
   key.tgid = tgid;
   key.tid = tid;
@@ -111,6 +122,27 @@ int uw_profile_tail(struct bpf_perf_event_data *ctx) {
    * the unwinder, as lost_stacks */
   key.user_hash = uw_unwind_user(key.tgid);
   add_sample(&key);
+  return 0;
+}
+#endif
+
+#ifdef ANNOUNCE
+/* After exec the process's mappings are new: announced again (announce.h) */
+RAW_TRACEPOINT_PROBE(sched_process_exec) {
+  announce_exec();
+  return 0;
+}
+
+/* An executable mapping: announced again at its next sample (announce.h) */
+TRACEPOINT_PROBE(syscalls, sys_enter_mmap) {
+  announce_mmap(args->prot);
+  return 0;
+}
+
+/* Its group leader exits: the process leaves `seen` (announce.h) */
+RAW_TRACEPOINT_PROBE(sched_process_exit) {
+  u64 id = bpf_get_current_pid_tgid();
+  announce_exit(id >> 32, (u32)id);
   return 0;
 }
 #endif

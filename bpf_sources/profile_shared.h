@@ -25,6 +25,7 @@ enum profile_counter {
   PROFILE_CNT_STORAGE_FULL,      /* stack_storage_full: -EEXIST/-ENOMEM from the stack map */
   PROFILE_CNT_IDLE,              /* idle_samples: the idle task (pid 0), left out without -I */
   PROFILE_CNT_STACK_OVERFLOW,    /* overflow_stacks: stacks kept in the overflow map (stacks.h) */
+  PROFILE_CNT_SEEN_FULL,         /* seen_full: a new process not announced (announce.h) */
   PROFILE_CNT_MAX
 };
 

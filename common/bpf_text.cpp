@@ -7,7 +7,7 @@
 namespace bpfdiag {
 
 const std::vector<std::string>& pasted_headers() {
-  static const std::vector<std::string> names = {"common.h", "stacks.h", "unwind.h", "declared.h", "jvm.h"};
+  static const std::vector<std::string> names = {"common.h", "stacks.h", "unwind.h", "declared.h", "jvm.h", "announce.h"};
   return names;
 }
 

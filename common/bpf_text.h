@@ -2,7 +2,7 @@
 // only in the main file: a helper defined in an #included header keeps the raw call
 // and fails to load ("unknown opcode 8d"), and a macro is refused ("cannot use map
 // function inside a macro"). So the headers that define maps or call them
-// (pasted_headers(): common.h, stacks.h, unwind.h) are pasted into the program text
+// (pasted_headers(): common.h, stacks.h, unwind.h, announce.h, ...) are pasted into the program text
 // in place of their #include line; every other header stays an #include.
 #pragma once
 #include <string>

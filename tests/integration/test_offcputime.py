@@ -297,9 +297,9 @@ for mode in (["-f"], ["-j"]):
           and "Tracing" not in out and rc == 0,
           "%s: one banner line on stderr after attach (%r)" % (mode[0], line.strip()))
     if mode == ["-j"]:
-        start_rec = json.loads(first)  # probes: sched_switch, _exec, _exit, and with -p _free
+        start_rec = json.loads(first)  # probes: sched_switch, _exec, _exit, sys_enter_mmap, with -p _free
         check(start_rec["type"] == "offcputime.start" and start_rec["pid"] == [os.getpid()]
-              and start_rec["probes"] == 4 and start_rec["options"]["min_ns"] == 1000,
+              and start_rec["probes"] == 5 and start_rec["options"]["min_ns"] == 1000,
               "-j: the first record is offcputime.start with the PID and options (%s)" % first.strip()[:200])
 
 # --- 3b. `seen` holds live processes only: more short-lived processes than --map-entries ---

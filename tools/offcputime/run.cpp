@@ -8,6 +8,7 @@
 #include <iostream>
 #include <set>
 
+#include "common/announce.h"
 #include "common/bpf_counters.h"
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
@@ -69,42 +70,20 @@ const offcpu_waker* waker_part(const offcpu_wkey& k) { return &k.w; }
 
 struct Live {
   Symbolizer sym;
+  Announced announced{sym};  // processes the BPF side announces (common/announce.h)
   DeclaredWaits declared;  // the software's own wait probes (common/declared_waits)
   JvmWaits jvm;            // HotSpot JVMs: what their threads wait for (common/jvm_state)
-  uint64_t lost_events = 0;
   UnwindMaps* uw = nullptr;  // --unwind=dwarf
   bool waker = false;        // --waker: counts is keyed by offcpu_wkey
   bool filtered = false;     // -p/-t: sched_process_free keeps task_verdict right
-  std::set<uint32_t> uw_stale;  // processes whose mappings changed (exec): refresh
 };
-
-void on_new_proc(void* cookie, void* data, int size) {
-  if (size < static_cast<int>(sizeof(uint32_t))) return;
-  uint32_t tgid;
-  std::memcpy(&tgid, data, sizeof tgid);
-  auto& sym = static_cast<Live*>(cookie)->sym;
-  // A stop signal wants the final report now: announcements still queued are not
-  // loaded here (ci28, stress-ng and a fork storm: one poll's queue took 1.0 s between
-  // the signal and the loop seeing it); the report loads what its stacks need, within
-  // its budget
-  if (stop_signal()) return;
-  if (sym.remembered(tgid)) {
-    sym.refresh(tgid);  // announced again after exec: new mappings
-    static_cast<Live*>(cookie)->uw_stale.insert(tgid);
-  } else {
-    sym.remember(tgid);
-  }
-}
-
-void on_lost(void* cookie, uint64_t n) { static_cast<Live*>(cookie)->lost_events += n; }
 
 // Between reports: new processes announced, tables refreshed after an exec, and (bounded
 // memory on long runs) exited processes no counted stack refers to forgotten.
 void poll_live(BpfSession& session, Live& live, int timeout_ms) {
-  session.poll_perf_buffer("new_procs", std::min(timeout_ms, 100));
-  for (auto t : live.uw_stale)  // after exec: the new image's tables and mappings
+  live.announced.poll(session, std::min(timeout_ms, 100));
+  for (auto t : live.announced.take_refreshed())  // after exec: the new image's tables and mappings
     if (live.uw) (void)live.uw->refresh(session, t);
-  live.uw_stale.clear();
   live.jvm.refresh(session);  // Java threads and (system-wide) JVMs started since
   live.sym.forget_exited_every(10000000000ULL, [&] {
     std::set<uint32_t> tgids;  // cut short by a stop signal: then nothing is forgotten
@@ -208,6 +187,10 @@ Status attach_probes(BpfSession& session, Live& live, uint64_t& probes) {
     if (auto st = session.attach_raw_tracepoint(kWakingProbe.first, kWakingProbe.second)) return st;
     ++probes;
   }
+  // an executable mapping announces the process again (bpf_sources/announce.h)
+  if (auto st = session.attach_tracepoint("syscalls:sys_enter_mmap", "tracepoint__syscalls__sys_enter_mmap"))
+    return st;
+  ++probes;
   for (auto& [tp, fn] : kProbes) {
     if (auto st = session.attach_raw_tracepoint(tp, fn))
       return st;  // one line: a verifier rejection, or the attach failure with its hint
@@ -242,7 +225,7 @@ Status run(const Config& user_config) {
   if (c.unwind_dwarf) live.uw = &uw;
   live.waker = c.waker;
   live.filtered = !c.pids.empty() || !c.tids.empty();
-  if (auto st = session.open_perf_buffer("new_procs", on_new_proc, on_lost, &live, 16)) return st;
+  if (auto st = live.announced.open(session)) return st;
   if (!c.pprof.empty()) live.sym.keep_origins();  // --pprof: frames with their modules
   for (auto p : c.pids) live.sym.remember(p);
   // System-wide, kernel names are needed by every report and Ctrl-C's budget bounds
@@ -263,6 +246,7 @@ Status run(const Config& user_config) {
   uint64_t window_start = monotonic_ns();
   CounterDeltas deltas, uw_deltas;
   uint64_t lost_reported = 0;
+  Symbolizer::Stats sym_mark = live.sym.stats();  // the symbolizer's counts at the last report
   // --svg: the stacks of every report (ns; shown in us)
   RunFlameGraph flame(c.svg, {"Off-CPU Time Flame Graph", "offcputime: " + traced_text(c), "us", FlamePalette::OffCpu},
                       1000);
@@ -281,7 +265,7 @@ Status run(const Config& user_config) {
       timing_mark("final: detach");
     }
     uint64_t now = monotonic_ns();
-    session.poll_perf_buffer("new_procs", 0);  // announcements still queued
+    live.announced.poll(session, 0);  // announcements still queued
     Report rep;
     rep.window = window_ending_now(now - window_start, final);
     window_start = now;
@@ -292,14 +276,14 @@ Status run(const Config& user_config) {
       if (auto st = uw.add_dq(session, rep.dq, &uw_deltas))
         std::cerr << "offcputime: " << st->message << "\n";
     }
-    rep.dq.lost_events = live.lost_events - lost_reported;
-    lost_reported = live.lost_events;
+    rep.dq.lost_events = live.announced.lost() - lost_reported;
+    lost_reported = live.announced.lost();
     // threads off-CPU right now: their period ends in a later window (or never)
     // (entries stay while their thread lives: those closed are threads on a CPU)
     auto starts = session.get_hash_table<uint32_t, offcpu_start>("start").get_table_offline();
     rep.dq.unmatched_begin = std::count_if(starts.begin(), starts.end(),
                                            [](const auto& e) { return e.second.skip != OFFCPU_START_CLOSED; });
-    auto before = live.sym.stats();
+    auto before = sym_mark;  // since the last report: announcements failed meanwhile too
     read_entries(session, c, live, rep);
     if (final) timing_mark("final: read + symbolize");
     merge_identical(rep.entries);
@@ -308,6 +292,7 @@ Status run(const Config& user_config) {
       return d ? d : live.declared.name(id);
     });
     add_symbolizer_dq(rep.dq, before, live.sym.stats());
+    sym_mark = live.sym.stats();
     render(std::cout, std::cerr, c, rep);
     if (final) timing_mark("final: render");
     if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);

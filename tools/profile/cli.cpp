@@ -129,6 +129,12 @@ BpfPlan bpf_plan(const Config& c) {
   if (!c.user_stacks_only) p.flag("CAPTURE_KERNEL");
   p.integer("STACK_STORAGE_SIZE", c.stack_storage_size);
   p.integer("COUNTS_SIZE", c.map_entries);
+  // system-wide user stacks: each process is announced on its first sample (and after
+  // exec) and its mappings read while it runs (bpf_sources/announce.h)
+  if (c.announce()) {
+    p.flag("ANNOUNCE");
+    p.integer("SEEN_SIZE", 16384);  // live processes; beyond: seen_full, named at the report
+  }
   return p;
 }
 

@@ -15,7 +15,8 @@ const std::vector<std::string>& dq_keys() {
   // user/kernel_stack_missing: samples whose wanted stack part was not stored (also
   // in lost_stacks); stack_storage_full: of those, refused for lack of room in the
   // stack table (--stack-storage-size); idle_samples: idle-task samples left out
-  // (without -I); overflow_stacks: stacks kept in the collision overflow map (not lost,
+  // (without -I); seen_full: a new process not announced to be read while it runs
+  // (bpf_sources/announce.h: its frames may stay unnamed); overflow_stacks: stacks kept in the collision overflow map (not lost,
   // bpf_sources/stacks.h); unknown_frames: frames no symbol names; processes_gone_before_seen:
   // exited before their mappings could be read; symbolize_skipped: user frames left
   // unnamed because the report was due (Ctrl-C) before their symbols were loaded;
@@ -23,7 +24,7 @@ const std::vector<std::string>& dq_keys() {
   // frames / that named nothing (common/debuginfod.h).
   static const std::vector<std::string> keys = [] {
     std::vector<std::string> k = {"lost_samples",         "user_stack_missing", "kernel_stack_missing",
-                                  "stack_storage_full",   "idle_samples",       "overflow_stacks",    "unknown_frames",
+                                  "stack_storage_full",   "idle_samples",       "seen_full",          "overflow_stacks",    "unknown_frames",
                                   "processes_gone_before_seen", "symbolize_skipped",
                                   "debuginfod_files", "debuginfod_failed"};
     for (auto& u : unwind_dq_keys()) k.push_back(u);  // --unwind=dwarf (zero with fp)

@@ -40,6 +40,9 @@ struct Config : bpfdiag::StackToolConfig {
   uint64_t map_entries = 65536;         // --map-entries: (thread, stack) pairs counted
   bool jvm_perfmap = false;  // --jvm-perfmap: ask target JVMs for their perf maps first
   bool unwind_dwarf = false;            // --unwind=dwarf (default with -p/-t): user stacks from .eh_frame
+  // system-wide user stacks: processes announced as first sampled (announce.h); with
+  // -p/-t the targets are read at the start
+  bool announce() const { return pids.empty() && tids.empty() && !kernel_stacks_only; }
 };
 
 const bpfdiag::ToolSpec& tool_spec();

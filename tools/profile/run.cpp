@@ -11,6 +11,7 @@
 #include <iostream>
 #include <set>
 
+#include "common/announce.h"
 #include "common/bpf_counters.h"
 #include "common/bpf_maps.h"
 #include "common/bpf_session.h"
@@ -44,7 +45,8 @@ const std::vector<CounterSlot> kCounters = {{PROFILE_CNT_COUNTS_FULL, "lost_samp
                                             {PROFILE_CNT_KERNEL_MISSING, "lost_stacks"},
                                             {PROFILE_CNT_STORAGE_FULL, "stack_storage_full"},
                                             {PROFILE_CNT_IDLE, "idle_samples"},
-                                            {PROFILE_CNT_STACK_OVERFLOW, "overflow_stacks"}};
+                                            {PROFILE_CNT_STACK_OVERFLOW, "overflow_stacks"},
+                                            {PROFILE_CNT_SEEN_FULL, "seen_full"}};
 
 // Processes that appear in the counts are remembered (their mappings read) while they
 // are alive, so a process that exits before the report still gets its names.
@@ -104,6 +106,9 @@ Status run(const Config& c) {
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
   Symbolizer sym;
+  Announced announced(sym);  // system-wide: processes read as first sampled
+  if (c.announce())
+    if (auto st = announced.open(session)) return st;
   if (!c.pprof.empty()) sym.keep_origins();  // --pprof: frames with their modules
   for (auto p : c.pids) sym.remember(p);
   // System-wide, kernel names are needed by every report and Ctrl-C's budget bounds
@@ -111,6 +116,13 @@ Status run(const Config& c) {
   // probes attach (not between attach and start record: a peer arms on that record).
   // With -p/-t on demand, as before: a short-lived target must not wait for it.
   if (c.pids.empty() && c.tids.empty()) (void)sym.kernel_symbols_available();
+  if (c.announce())
+  {
+    for (const char* tp : {"sched_process_exec", "sched_process_exit"})
+      if (auto st = session.attach_raw_tracepoint(tp, std::string("raw_tracepoint__") + tp)) return st;
+    if (auto st = session.attach_tracepoint("syscalls:sys_enter_mmap", "tracepoint__syscalls__sys_enter_mmap"))
+      return st;
+  }
   if (auto st = session.attach_perf_event(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, "do_perf_event", c.freq_hz))
     return Error{st->message + "; is perf_event_paranoid too strict, or are perf events disabled?"};
   attach_phase_done();
@@ -118,7 +130,8 @@ Status run(const Config& c) {
   nlohmann::json fields = start_fields(c, static_cast<uint64_t>(online_cpus()));
   if (c.unwind_dwarf) fields["unwind_tables"] = uw.start_fields();  // what the tables cost
   announce_attached(std::cout, "profile", c.json, banner(c), fields, dq0);
-  uint64_t window_start = monotonic_ns(), last_remember = 0;
+  uint64_t window_start = monotonic_ns(), last_remember = 0, lost_reported = 0;
+  Symbolizer::Stats sym_mark = sym.stats();  // the symbolizer's counts at the last report
   CounterDeltas deltas, uw_deltas;
   RunFlameGraph flame(c.svg, {"On-CPU Flame Graph", "profile: samples at " + traced_text(c), "samples",
                               FlamePalette::OnCpu});  // --svg
@@ -134,12 +147,17 @@ Status run(const Config& c) {
       last_remember = now;
     }
     int ms = std::min(timeout_ms, 200);
+    if (c.announce()) {
+      announced.poll(session, ms);  // wakes for each announcement; a stop signal ends it early
+      return;
+    }
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, nullptr);  // a stop signal ends it early (EINTR)
   };
   hooks.report = [&](bool final) {
     if (final) session.disable_perf_events();  // the last report is a consistent snapshot
     uint64_t now = monotonic_ns();
+    if (c.announce()) announced.poll(session, 0);  // announcements still queued
     if (c.pids.empty()) remember_sampled(session, sym);
     Report rep;
     rep.freq_hz = c.freq_hz;
@@ -153,10 +171,13 @@ Status run(const Config& c) {
       if (auto st = uw.add_dq(session, rep.dq, &uw_deltas)) std::cerr << "profile: " << st->message << "\n";
       unwound = read_unwound_stacks(session);
     }
-    auto before = sym.stats();
+    rep.dq.lost_events = announced.lost() - lost_reported;
+    lost_reported = announced.lost();
+    auto before = sym_mark;  // since the last report: processes gone before read meanwhile too
     read_entries(session, c, unwound, sym, rep);
     merge_identical(rep.entries);
     add_symbolizer_dq(rep.dq, before, sym.stats());
+    sym_mark = sym.stats();
     render(std::cout, std::cerr, c, rep);
     if (flame.enabled()) add_folded(flame.stacks(), c, rep.entries);
     if (pprof.enabled()) add_pprof(pprof.profile(), c, rep.entries, sym);
