@@ -23,6 +23,7 @@
 #include <string>
 
 #include "common/unwind_tables.h"
+#include "tests/unit/elf_image.h"
 #include "tests/unit/stopwatch.h"
 #include "tests/unit/test_env.h"
 
@@ -336,19 +337,7 @@ std::string crafted_elf(const std::vector<CraftedFde>& fdes, const std::string* 
   return img;
 }
 
-struct TempFile {
-  std::string path;
-  explicit TempFile(const std::string& bytes) {
-    char tmpl[] = "/tmp/unwind_crafted_XXXXXX";
-    int fd = mkstemp(tmpl);
-    path = tmpl;
-    if (fd >= 0) {
-      CHECK(write(fd, bytes.data(), bytes.size()) == ssize_t(bytes.size()));
-      close(fd);
-    }
-  }
-  ~TempFile() { unlink(path.c_str()); }
-};
+using TempFile = bpfdiag_test::ElfImageFile;  // crafted bytes in a private file
 
 // n rows of one FDE: advance 1 byte, CFA offset 8k (every row a new rule)
 std::string rows_program(size_t n) {
