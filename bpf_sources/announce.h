@@ -16,7 +16,7 @@
 #ifndef BPFDIAG_ANNOUNCE_H
 #define BPFDIAG_ANNOUNCE_H
 
-BPF_HASH(seen, u32, u8, SEEN_SIZE);    /* live processes already announced (pruned at exit) */
+BPFDIAG_HASH(seen, u32, u8, SEEN_SIZE);    /* live processes already announced (pruned at exit) */
 BPF_PERF_OUTPUT(new_procs);            /* tgid of each newly seen process */
 
 static inline __attribute__((always_inline)) void announce(void *ctx, u32 tgid) {

@@ -42,4 +42,10 @@ static inline void dq_count(u32 slot) { dq_count_n(slot, 1); }
 #define BPF_F_NO_PREALLOC (1U << 0)
 #endif
 
+/* The suite's hash map: entries allocated as they are added. A preallocated map costs
+ * its whole ceiling when it is created, at every start: lockstat's default maps were
+ * 80 MB and 200 ms of each start (and its memory, whether used or not). Where a map
+ * takes an insert per event, the allocation is the kernel's per-CPU cache (bpf_mem_alloc). */
+#define BPFDIAG_HASH(name, key, value, size) BPF_F_TABLE("hash", key, value, name, size, BPF_F_NO_PREALLOC)
+
 #endif

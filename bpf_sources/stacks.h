@@ -47,7 +47,7 @@
 BPF_STACK_TRACE(stack_traces, STACKS_SIZE);
 /* preallocated: an allocation in a scheduler or perf-event program could fail under a
  * burst of new stacks */
-BPF_TABLE("hash", struct bpfdiag_stack, u32, overflow_ids, OVERFLOW_STORAGE_SIZE);
+BPFDIAG_HASH(overflow_ids, struct bpfdiag_stack, u32, OVERFLOW_STORAGE_SIZE);
 BPF_PERCPU_ARRAY(overflow_scratch, struct bpfdiag_stack, 1);
 BPF_PERCPU_ARRAY(overflow_next, u32, 1); /* per-CPU id counter: ids need no atomics */
 
