@@ -47,14 +47,14 @@
 /* struct futex_start, klock_frame, klock_task, plock_start: lockstat_shared.h (the
  * front-end reads the stack ids of waits in flight from them) */
 
-BPF_HASH(stats, struct lockstat_key, struct lockstat_val, STATS_ENTRIES);
-BPF_HASH(hist, struct lockstat_hkey, u64, HIST_ENTRIES);
-BPF_HASH(comms, u32, struct lockstat_comm, 65536);
+BPFDIAG_HASH(stats, struct lockstat_key, struct lockstat_val, STATS_ENTRIES);
+BPFDIAG_HASH(hist, struct lockstat_hkey, u64, HIST_ENTRIES);
+BPFDIAG_HASH(comms, u32, struct lockstat_comm, 65536);
 #ifdef WAKERS
-BPF_HASH(wakers, struct lockstat_wkey, u64, STATS_ENTRIES);
+BPFDIAG_HASH(wakers, struct lockstat_wkey, u64, STATS_ENTRIES);
 #endif
 #ifdef FILTER_ADDRS
-BPF_HASH(addr_filter, u64, u8, ADDR_FILTER_ENTRIES);
+BPFDIAG_HASH(addr_filter, u64, u8, ADDR_FILTER_ENTRIES);
 #endif
 
 /* lockstat's own PID (never traced), set before attach: a map, not a constant, so the
@@ -129,13 +129,13 @@ static inline void record(struct lockstat_key *k, u64 delta, u32 blocked, u32 ti
 
 /* ---- user space: futex waits ---------------------------------------------------- */
 #if defined(USER_FUTEX) || defined(USER_PTHREAD)
-BPF_HASH(futex_start, u32, struct futex_start, START_ENTRIES);
+BPFDIAG_HASH(futex_start, u32, struct futex_start, START_ENTRIES);
 #endif
 #ifdef USER_FUTEX
 #include "jvm.h"
 #endif
 #ifdef USER_PTHREAD
-BPF_HASH(plock_start, u32, struct plock_start, START_ENTRIES);
+BPFDIAG_HASH(plock_start, u32, struct plock_start, START_ENTRIES);
 #ifdef UW_DWARF
 struct plock_wait {
   struct lockstat_key k;
@@ -146,7 +146,7 @@ BPF_PERCPU_ARRAY(plock_wait, struct plock_wait, 1); /* on_lock_ret -> its unwind
 #endif
 
 #if defined(USER_FUTEX) && defined(OFF_TASK_STACK) && defined(THREAD_SIZE) && !defined(UW_DWARF)
-BPF_HASH(scans, s32, struct lockstat_scan, STACK_ENTRIES);
+BPFDIAG_HASH(scans, s32, struct lockstat_scan, STACK_ENTRIES);
 BPF_PERCPU_ARRAY(scan_scratch, struct lockstat_scan, 1); /* too big for the BPF stack */
 
 /* Saves the top of the user stack the first time a stack id is seen. The user
@@ -385,7 +385,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv) {
 /* ---- user space: waits the software declares (USDT begin/done pairs) --------------- */
 #if defined(USER_FUTEX) && !defined(USER_PTHREAD)
 #include "declared.h"
-BPF_HASH(decl_outer, u32, struct futex_start, START_ENTRIES); /* outer waits set aside */
+BPFDIAG_HASH(decl_outer, u32, struct futex_start, START_ENTRIES); /* outer waits set aside */
 
 static inline int on_declared_begin(struct pt_regs *ctx, u32 slot) {
   u64 id = bpf_get_current_pid_tgid();
@@ -652,7 +652,7 @@ int ls_pthread_record(struct pt_regs *ctx) {
  * gopark's caller, which [rsp] gives) and the clock read after it. go_parks counts the
  * parks for the front-end's rate guard (a channel ping-pong parks millions of times a
  * second; each park and resume is a trap into the kernel). */
-BPF_HASH(go_start, struct go_key, struct go_start, START_ENTRIES);
+BPFDIAG_HASH(go_start, struct go_key, struct go_start, START_ENTRIES);
 BPF_PERCPU_ARRAY(go_parks, u64, 1);
 
 int go_park(struct pt_regs *ctx) {
@@ -725,7 +725,7 @@ int go_resume(struct pt_regs *ctx) {
  * open above a closed one are dropped. All of these count as stale_begins. When the
  * stack is full the oldest wait is dropped (nest_overflow), never the new begin (its
  * end would close an older wait on the same address). */
-BPF_HASH(klock_start, u32, struct klock_task, KSTART_ENTRIES);
+BPFDIAG_HASH(klock_start, u32, struct klock_task, KSTART_ENTRIES);
 
 static inline u32 thread_key(u32 tid) {
   /* idle tasks all have tid 0: keep CPUs apart */
