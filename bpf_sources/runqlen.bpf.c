@@ -44,7 +44,7 @@
 #include "filters.h" /* CGROUP_OK, CGROUP_TASK_OK */
 
 #ifdef BPFDIAG_CGROUP
-BPF_HASH(cg_queued, u32, u32, CG_QUEUED_SIZE); /* tid -> the CPU it waits for */
+BPFDIAG_HASH(cg_queued, u32, u32, CG_QUEUED_SIZE); /* tid -> the CPU it waits for */
 BPF_ARRAY(cg_len, s64, CG_NCPUS);             /* the cgroup's waiting tasks per CPU */
 
 static inline void cg_add(u32 cpu, s64 d) {
