@@ -21,6 +21,7 @@
  *                    programs of their own that the user-space handlers tail-call;
  *                    keyed by their hash (lockstat_key.user_hash), no scan needed
  *   STATS_ENTRIES, HIST_ENTRIES, STACK_ENTRIES, START_ENTRIES, KSTART_ENTRIES  map sizes
+ *   DECL_BEGINS      futex mode: how many declared_begin_N programs (declared.h; default all)
  *   WAKERS           futex mode: sched_waking notes who woke each futex waiter
  *   GO_WAITS         goroutine waits of Go targets: go_park/go_resume uprobes inside
  *                    runtime.gopark (LS_KIND_GO keys)

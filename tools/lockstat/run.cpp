@@ -597,6 +597,7 @@ Status run(const Config& c0) {
   if (!plan) return Error{plan.error()};
   plan.value().tracepoints = tps;
   if (!go.empty()) plan.value().flag("GO_WAITS");
+  if (!c.ebpf) plan.value().integer("DECL_BEGINS", decl.begin_slots());  // only the begins attached
   if (calib) plan.value().flag("CALIB");
   UnwindMaps uw;  // the unwinder is tail-called by the user-space handlers
   UnwinderPlan unwinder = c.uprobes ? UnwinderPlan{c.pids, c.tids, "uw_lockstat_pthread_tail", BPF_PROG_TYPE_KPROBE,
