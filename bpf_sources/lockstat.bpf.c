@@ -358,6 +358,8 @@ TRACEPOINT_PROBE(syscalls, sys_enter_futex) {
   return futex_begin(args, (u64)args->uaddr, flags, args->__syscall_nr);
 }
 
+/* Also attached to sys_exit_futex_wait and sys_exit_futex_waitv (every sys_exit_*
+ * tracepoint has this layout: __syscall_nr, ret): one copy of futex_end, not three. */
 TRACEPOINT_PROBE(syscalls, sys_exit_futex) {
   return futex_end(args->ret);
 }
@@ -366,9 +368,6 @@ TRACEPOINT_PROBE(syscalls, sys_exit_futex) {
 TRACEPOINT_PROBE(syscalls, sys_enter_futex_wait) {
   return futex_begin(args, (u64)args->uaddr, LS_FUTEX_WAIT2, args->__syscall_nr);
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_futex_wait) {
-  return futex_end(args->ret);
-}
 #endif
 
 #ifdef HAVE_FUTEX_WAITV
@@ -376,9 +375,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_futex_waitv) {
   u64 uaddr = 0; /* struct futex_waitv { u64 val; u64 uaddr; u32 flags; u32 rsvd; } */
   bpf_probe_read_user(&uaddr, sizeof(uaddr), (void *)args->waiters + 8);
   return futex_begin(args, uaddr, LS_FUTEX_WAITV, args->__syscall_nr);
-}
-TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv) {
-  return futex_end(args->ret);
 }
 #endif
 #endif /* USER_FUTEX || USER_PTHREAD */

@@ -266,7 +266,10 @@ Result<Attached> attach_all(BpfSession& session, Config& c, const PthreadTargets
     for (const auto& sc : calls)
       for (const std::string dir : {"enter", "exit"}) {
         if (c.uprobes && dir == "exit") continue;  // only marks blocked calls
-        if (auto st = attach_tp("syscalls:sys_" + dir + "_" + sc, "tracepoint__syscalls__sys_" + dir + "_" + sc))
+        // the exits share one program (bpf_sources/lockstat.bpf.c: the same layout)
+        const std::string fn = dir == "exit" ? "tracepoint__syscalls__sys_exit_futex"
+                                             : "tracepoint__syscalls__sys_" + dir + "_" + sc;
+        if (auto st = attach_tp("syscalls:sys_" + dir + "_" + sc, fn))
           return Error{st->message};
       }
     a.what = c.uprobes ? "pthread_mutex_lock calls" : "futex waits";
