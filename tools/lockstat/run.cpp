@@ -266,9 +266,9 @@ Result<Attached> attach_all(BpfSession& session, Config& c, const PthreadTargets
     for (const auto& sc : calls)
       for (const std::string dir : {"enter", "exit"}) {
         if (c.uprobes && dir == "exit") continue;  // only marks blocked calls
-        // the exits share one program (bpf_sources/lockstat.bpf.c: the same layout)
-        const std::string fn = dir == "exit" ? "tracepoint__syscalls__sys_exit_futex"
-                                             : "tracepoint__syscalls__sys_" + dir + "_" + sc;
+        // futex, futex_wait and futex_waitv share one program per direction
+        // (bpf_sources/lockstat.bpf.c: the same layout, told apart by syscall number)
+        const std::string fn = "tracepoint__syscalls__sys_" + dir + "_futex";
         if (auto st = attach_tp("syscalls:sys_" + dir + "_" + sc, fn))
           return Error{st->message};
       }
