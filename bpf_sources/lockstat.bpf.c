@@ -21,6 +21,7 @@
  *                    programs of their own that the user-space handlers tail-call;
  *                    keyed by their hash (lockstat_key.user_hash), no scan needed
  *   STATS_ENTRIES, HIST_ENTRIES, STACK_ENTRIES, START_ENTRIES, KSTART_ENTRIES  map sizes
+ *   DECL_BEGINS      futex mode: how many declared_begin_N programs (declared.h; default all)
  *   WAKERS           futex mode: sched_waking notes who woke each futex waiter
  *   GO_WAITS         goroutine waits of Go targets: go_park/go_resume uprobes inside
  *                    runtime.gopark (LS_KIND_GO keys)
@@ -333,53 +334,57 @@ TRACEPOINT_PROBE(sched, sched_waking) {
 }
 #endif
 
+/* x86-64 syscall numbers: futex_wait and futex_waitv enter here too (every sys_enter_*
+ * tracepoint has this layout: __syscall_nr, then each argument in 8 bytes; their first
+ * argument is at uaddr's place), so futex_begin is compiled once, not three times. */
+#define LS_NR_FUTEX_WAITV 449
+#define LS_NR_FUTEX_WAIT 455
 TRACEPOINT_PROBE(syscalls, sys_enter_futex) {
+  long nr = args->__syscall_nr;
+  u64 uaddr = (u64)args->uaddr;
   u32 flags;
-  switch (args->op & 127) { /* FUTEX_CMD_MASK */
-  case 0:                    /* FUTEX_WAIT */
-    flags = args->val == 2 ? LS_FUTEX_LOCKWORD : LS_FUTEX_PLAIN;
-    break;
-  case 9: /* FUTEX_WAIT_BITSET */
-    flags = LS_FUTEX_BITSET;
-    break;
-  case 6:  /* FUTEX_LOCK_PI */
-  case 13: /* FUTEX_LOCK_PI2 */
-    flags = LS_FUTEX_PI;
-    break;
-  case 11: /* FUTEX_WAIT_REQUEUE_PI */
-    flags = LS_FUTEX_REQUEUE;
-    break;
-  default: /* wakes, requeues, trylock_pi, unlock_pi: no wait */
-    return PASS;
+  if (0) {
+#ifdef HAVE_FUTEX_WAIT
+  } else if (nr == LS_NR_FUTEX_WAIT) {
+    flags = LS_FUTEX_WAIT2;
+#endif
+#ifdef HAVE_FUTEX_WAITV
+  } else if (nr == LS_NR_FUTEX_WAITV) {
+    /* args->uaddr is futex_waitv's `waiters`: struct futex_waitv { u64 val; u64 uaddr;
+     * u32 flags; u32 rsvd; } */
+    uaddr = 0;
+    bpf_probe_read_user(&uaddr, sizeof(uaddr), (void *)args->uaddr + 8);
+    flags = LS_FUTEX_WAITV;
+#endif
+  } else {
+    switch (args->op & 127) { /* FUTEX_CMD_MASK */
+    case 0:                    /* FUTEX_WAIT */
+      flags = args->val == 2 ? LS_FUTEX_LOCKWORD : LS_FUTEX_PLAIN;
+      break;
+    case 9: /* FUTEX_WAIT_BITSET */
+      flags = LS_FUTEX_BITSET;
+      break;
+    case 6:  /* FUTEX_LOCK_PI */
+    case 13: /* FUTEX_LOCK_PI2 */
+      flags = LS_FUTEX_PI;
+      break;
+    case 11: /* FUTEX_WAIT_REQUEUE_PI */
+      flags = LS_FUTEX_REQUEUE;
+      break;
+    default: /* wakes, requeues, trylock_pi, unlock_pi: no wait */
+      return PASS;
+    }
+    if (args->utime)
+      flags |= LS_FUTEX_TIMED;
   }
-  if (args->utime)
-    flags |= LS_FUTEX_TIMED;
-  return futex_begin(args, (u64)args->uaddr, flags, args->__syscall_nr);
+  return futex_begin(args, uaddr, flags, nr);
 }
 
+/* Also attached to sys_exit_futex_wait and sys_exit_futex_waitv (every sys_exit_*
+ * tracepoint has this layout: __syscall_nr, ret): one copy of futex_end, not three. */
 TRACEPOINT_PROBE(syscalls, sys_exit_futex) {
   return futex_end(args->ret);
 }
-
-#ifdef HAVE_FUTEX_WAIT
-TRACEPOINT_PROBE(syscalls, sys_enter_futex_wait) {
-  return futex_begin(args, (u64)args->uaddr, LS_FUTEX_WAIT2, args->__syscall_nr);
-}
-TRACEPOINT_PROBE(syscalls, sys_exit_futex_wait) {
-  return futex_end(args->ret);
-}
-#endif
-
-#ifdef HAVE_FUTEX_WAITV
-TRACEPOINT_PROBE(syscalls, sys_enter_futex_waitv) {
-  u64 uaddr = 0; /* struct futex_waitv { u64 val; u64 uaddr; u32 flags; u32 rsvd; } */
-  bpf_probe_read_user(&uaddr, sizeof(uaddr), (void *)args->waiters + 8);
-  return futex_begin(args, uaddr, LS_FUTEX_WAITV, args->__syscall_nr);
-}
-TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv) {
-  return futex_end(args->ret);
-}
-#endif
 #endif /* USER_FUTEX || USER_PTHREAD */
 
 /* ---- user space: waits the software declares (USDT begin/done pairs) --------------- */

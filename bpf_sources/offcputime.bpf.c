@@ -20,6 +20,7 @@
  *   UW_DWARF (+ unwind.h's)  --unwind=dwarf: user stacks unwound from .eh_frame tables
  *                             (bpf_sources/unwind.h) by uw_offcpu_tail, a program of
  *                             its own that sched_switch tail-calls; keyed by their hash
+ *   DECL_BEGINS               how many declared_begin_N programs (declared.h; default all)
  *   DECLARED_WAITS            declared waits (USDT begin/done pairs) were found and are
  *                             attached: a switch-out looks its thread up in decl_now
  *   WAKER, OFF_TASK_STACK, THREAD_SIZE

@@ -6,6 +6,7 @@
 // PUBLIC API:
 //   DeclaredWaits d;
 //   d.find(pids, tids);                          // before the BPF program is loaded
+//   plan.integer("DECL_BEGINS", d.begin_slots()); // only the begins it attaches compiled
 //   d.attach(session, verbose, probes);          // declared_done, then declared_begin_N
 //   uint64_t id = d.id_of(pid, raw, session);    // raw identity from BPF -> a stable id
 //   const DeclaredName* n = d.name(id);          // n->kind, n->what, n->origin
@@ -43,6 +44,9 @@ class DeclaredWaits {
   void find(const std::vector<uint32_t>& pids, const std::vector<uint32_t>& tids);
   bool empty() const { return points_.empty(); }
   bool has_begins() const;
+  // The decl_cfg slots the scan filled: the BPF program needs declared_begin_0 ..
+  // declared_begin_<n - 1> only (its DECL_BEGINS).
+  size_t begin_slots() const { return slots_.size(); }
   // Fills decl_cfg, attaches declared_done at every done probe and then
   // declared_begin_N at every begin (a begin traced always has its done traced).
   // Adds the probes attached to `probes`.

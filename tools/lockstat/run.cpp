@@ -266,7 +266,10 @@ Result<Attached> attach_all(BpfSession& session, Config& c, const PthreadTargets
     for (const auto& sc : calls)
       for (const std::string dir : {"enter", "exit"}) {
         if (c.uprobes && dir == "exit") continue;  // only marks blocked calls
-        if (auto st = attach_tp("syscalls:sys_" + dir + "_" + sc, "tracepoint__syscalls__sys_" + dir + "_" + sc))
+        // futex, futex_wait and futex_waitv share one program per direction
+        // (bpf_sources/lockstat.bpf.c: the same layout, told apart by syscall number)
+        const std::string fn = "tracepoint__syscalls__sys_" + dir + "_futex";
+        if (auto st = attach_tp("syscalls:sys_" + dir + "_" + sc, fn))
           return Error{st->message};
       }
     a.what = c.uprobes ? "pthread_mutex_lock calls" : "futex waits";
@@ -597,6 +600,7 @@ Status run(const Config& c0) {
   if (!plan) return Error{plan.error()};
   plan.value().tracepoints = tps;
   if (!go.empty()) plan.value().flag("GO_WAITS");
+  if (!c.ebpf) plan.value().integer("DECL_BEGINS", decl.begin_slots());  // only the begins attached
   if (calib) plan.value().flag("CALIB");
   UnwindMaps uw;  // the unwinder is tail-called by the user-space handlers
   UnwinderPlan unwinder = c.uprobes ? UnwinderPlan{c.pids, c.tids, "uw_lockstat_pthread_tail", BPF_PROG_TYPE_KPROBE,

@@ -215,6 +215,7 @@ Status run(const Config& user_config) {
       if (uint32_t p = proc_tgid(tid)) procs.push_back(p);
     live.jvm.find(procs, false);
     if (!live.declared.empty()) plan.value().flag("DECLARED_WAITS");  // else decl_now stays empty
+    plan.value().integer("DECL_BEGINS", live.declared.begin_slots());  // only the begins attached
   }
   UnwindMaps uw;
   auto loaded = load_unwinding_tool(ToolPlan{"offcputime", *plan, c.ebpf}, c.unwind_dwarf ? &uw : nullptr,
