@@ -18,43 +18,74 @@ using namespace bpfdiag;
 
 Requests::Requests(bpfdiag::BpfSession& bpf) : conns_(bpf.get_hash_table<tp_conn_key, tp_conn>("conns")) {}
 
-std::map<std::string, RequestStats> Requests::collect(
-    uint64_t t0, uint64_t t1, const std::function<std::string(uint32_t)>& group_of) {
-  std::map<std::string, RequestStats> out;
-  std::vector<std::pair<uint64_t, uint64_t>> spans;
-  std::set<std::pair<uint32_t, uint64_t>> seen;
-  std::map<std::string, uint64_t> reads;
-  std::vector<tp_req_event> later;  // answered after t1: the next report's
-  for (auto& e : events_) {
-    if (e.resp_ts <= t0) continue;  // before the window (tracing began before its start)
-    if (e.resp_ts > t1) {
-      later.push_back(e);
-      continue;
-    }
-    std::string g = group_of(e.reader);
-    auto& r = out[g];
-    r.requests++;
-    reads[g]++;
-    r.service.record(e.resp_ts - e.read_ts);
-    if (e.accept_ts) {
-      r.queue_wait.record(e.read_ts - e.accept_ts);
-      r.response.record(e.resp_ts - e.accept_ts);
-      spans.push_back({e.accept_ts, e.read_ts});
-      seen.insert({e.fd, e.accept_ts});
-      any_accept_ = true;
-    }
+void RequestFold::start(uint64_t t0) {
+  t0_ = t0;
+  readers_.clear();
+  seen_.clear();
+  steps_.clear();
+  integral_ = 0;
+}
+
+// one queue span [a, r) (r 0: still queued at the window's end, added at take())
+void RequestFold::span(uint64_t a, uint64_t r) {
+  const uint64_t lo = std::max(a, t0_);
+  if (r <= lo) return;
+  integral_ += r - lo;
+  steps_[lo] += 1;
+  steps_[r] -= 1;
+}
+
+void RequestFold::add(const tp_req_event& e) {
+  if (e.resp_ts <= t0_) return;  // before the window (tracing began before its start)
+  auto& r = readers_[e.reader].stats;
+  r.requests++;
+  r.service.record(e.resp_ts - e.read_ts);
+  if (e.accept_ts) {
+    r.queue_wait.record(e.read_ts - e.accept_ts);
+    r.response.record(e.resp_ts - e.accept_ts);
+    span(e.accept_ts, e.read_ts);  // read_ts <= resp_ts <= t1: no clipping at the end
+    seen_.insert({e.fd, e.accept_ts});
+    any_accept_ = true;
   }
-  events_ = std::move(later);
-  for (auto& [k, v] : conns_.get_table_offline()) {
+}
+
+std::map<std::string, RequestStats> RequestFold::take(
+    uint64_t t1, const std::function<std::string(uint32_t)>& group_of,
+    const std::vector<std::pair<tp_conn_key, tp_conn>>& conns) {
+  std::map<std::string, RequestStats> out;
+  std::map<std::string, uint64_t> reads;
+  const uint64_t t0 = t0_;
+  for (auto& [tid, rd] : readers_) {
+    std::string g = group_of(tid);
+    auto& r = out[g];
+    r.requests += rd.stats.requests;
+    reads[g] += rd.stats.requests;
+    r.service.merge(rd.stats.service);
+    r.queue_wait.merge(rd.stats.queue_wait);
+    r.response.merge(rd.stats.response);
+  }
+  // the spans still open at t1, clipped to it
+  long double integral = integral_;
+  std::map<uint64_t, int64_t> steps = steps_;
+  auto open = [&](uint64_t a, uint64_t r) {
+    if (r == 0) r = t1;
+    uint64_t lo = std::max(a, t0), hi = std::min(r, t1);
+    if (hi <= lo) return;
+    integral += hi - lo;
+    steps[lo] += 1;
+    steps[hi] -= 1;
+  };
+  for (auto& [k, v] : conns) {
     if (!v.accept_ts) continue;
     any_accept_ = true;
-    if (seen.count({k.fd, v.accept_ts})) continue;
+    if (seen_.count({k.fd, v.accept_ts})) continue;
     if (v.phase == TP_CONN_ACCEPTED)
-      spans.push_back({v.accept_ts, 0});
+      open(v.accept_ts, 0);
     else if (v.phase == TP_CONN_READING || v.phase == TP_CONN_RESPONDED)
-      spans.push_back({v.accept_ts, v.read_ts});
+      open(v.accept_ts, v.read_ts);
     if (v.phase == TP_CONN_READING) reads[group_of(v.reader)]++;
   }
+  start(t1);
   if (!any_accept_) return out;
   // the process-wide queue belongs to the group that takes the requests
   uint64_t best = 0;
@@ -63,8 +94,24 @@ std::map<std::string, RequestStats> Requests::collect(
   if (taker_.empty()) taker_ = group_of(0);
   auto& r = out[taker_];
   r.have_depth = true;
-  r.depth = queue_depth(spans, t0, t1);
+  if (t1 > t0) {
+    int64_t cur = 0;  // a time's net change: ends before starts, as queue_depth() sorts them
+    uint64_t mx = 0;
+    for (auto& [t, d] : steps) {
+      cur += d;
+      mx = std::max<uint64_t>(mx, static_cast<uint64_t>(std::max<int64_t>(cur, 0)));
+    }
+    r.depth.max = mx;
+    r.depth.avg = static_cast<double>(integral / (t1 - t0));
+  }
   return out;
+}
+
+std::map<std::string, RequestStats> Requests::collect(
+    uint64_t t0, uint64_t t1, const std::function<std::string(uint32_t)>& group_of) {
+  (void)t0;  // the fold's window starts at the previous collect's t1 (or start())
+  auto conns = conns_.get_table_offline();
+  return fold_.take(t1, group_of, conns);
 }
 
 size_t Requests::seed(const std::vector<uint32_t>& pids) {

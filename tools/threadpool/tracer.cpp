@@ -54,6 +54,7 @@ Status Tracer::init() {
   }
   seeded_ = requests_.seed(pool_.pids());  // connections accepted before tracing
   start_ = last_ = monotonic_ns();
+  requests_.start(start_);
   refresh_inference();
   if (metrics_.enabled()) metrics_.publish_start(empty_quality());
   return std::nullopt;

@@ -160,14 +160,44 @@ class Snapshots {
 
 // --- requests.cpp: request timing and data quality -----------------------------------
 
+// Folds response events into per-reader aggregates as they arrive: the state is bounded
+// by the readers (threads) and, for the queue-depth maximum, by the connections accepted
+// in the window, not by the requests. The depth average is an incremental integral.
+class RequestFold {
+ public:
+  // The window's start: events answered at or before it are not counted.
+  void start(uint64_t t0);
+  void add(const tp_req_event& e);
+  // Requests completed in (t0, t1] (t0 as given to start(); events are answered by
+  // t1, the report's time, taken after the last drain), and the queue depth over it
+  // from the events and the `conns` map's entries; starts the next window at t1.
+  std::map<std::string, RequestStats> take(uint64_t t1, const std::function<std::string(uint32_t)>& group_of,
+                                           const std::vector<std::pair<tp_conn_key, tp_conn>>& conns);
+  size_t state_size() const { return readers_.size() + seen_.size() + steps_.size(); }
+
+ private:
+  struct Reader {
+    RequestStats stats;
+  };
+  void span(uint64_t a, uint64_t r);
+  uint64_t t0_ = 0;
+  std::map<uint32_t, Reader> readers_;
+  std::set<std::pair<uint32_t, uint64_t>> seen_;  // (fd, accept_ts) of the events with an accept
+  std::map<uint64_t, int64_t> steps_;             // depth changes, clipped to the window
+  long double integral_ = 0;                      // area under the depth curve so far
+  std::string taker_;
+  bool any_accept_ = false;
+};
+
 class Requests {
  public:
   explicit Requests(bpfdiag::BpfSession& bpf);
-  void on_event(const tp_req_event& e) { events_.push_back(e); }
+  void start(uint64_t t0) { fold_.start(t0); }
+  void on_event(const tp_req_event& e) { fold_.add(e); }
   void on_lost(uint64_t n) { lost_ += n; }
   uint64_t lost() const { return lost_; }
   // Requests completed in (t0, t1] and queue depth over it, per group (`group_of`:
-  // a reader's group, "" if unknown); forgets the events.
+  // a reader's group, "" if unknown); t0 must be the previous call's t1 (or start()'s).
   std::map<std::string, RequestStats> collect(uint64_t t0, uint64_t t1,
                                               const std::function<std::string(uint32_t)>& group_of);
   // Requests accepted or being served but not answered yet.
@@ -180,9 +210,7 @@ class Requests {
 
  private:
   ebpf::BPFHashTable<tp_conn_key, tp_conn> conns_;
-  std::vector<tp_req_event> events_;
-  std::string taker_;  // the group that takes the requests (reads them)
-  bool any_accept_ = false;
+  RequestFold fold_;
   uint64_t lost_ = 0;
 };
 
