@@ -2,8 +2,9 @@
 // announces (its first recorded stack, and again after an exec) is remembered in the
 // symbolizer at once, its mappings read while it still runs; after an exec they are
 // read again, and after each executable mmap (a library the dynamic linker or dlopen
-// maps after the first stack was recorded). Shared by the stack tools (offcputime,
-// profile).
+// maps after the first stack was recorded); re-reads are coalesced: one, once the
+// process has not been re-announced for kRereadAfterNs. Shared by the stack tools
+// (offcputime, profile).
 //
 //   Announced ann(sym);
 //   ann.open(session);                  // the "new_procs" perf buffer
@@ -12,6 +13,7 @@
 //   ann.lost()                          // announcements the perf buffer dropped
 #pragma once
 #include <cstdint>
+#include <map>
 #include <set>
 
 #include "common/result.h"
@@ -20,6 +22,8 @@ namespace bpfdiag {
 
 class BpfSession;
 class Symbolizer;
+
+constexpr uint64_t kRereadAfterNs = 20000000;  // a re-announced process quiet this long: re-read
 
 class Announced {
  public:
@@ -35,6 +39,7 @@ class Announced {
   static void on_lost(void* cookie, uint64_t n);
   Symbolizer& sym_;
   std::set<uint32_t> refreshed_;
+  std::map<uint32_t, uint64_t> stale_;  // re-announced: tgid -> when last (re-read after kRereadAfterNs)
   uint64_t lost_ = 0;
 };
 

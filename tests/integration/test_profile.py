@@ -237,9 +237,11 @@ check(rc == 0 and total >= 100, "short-lived: profile ran, %d samples of 25 cpu_
 # whose announcement is handled after it exited is unnamed, and counted
 check(total and named >= 0.8 * total,
       "short-lived: %d of %d samples name func_a/func_b (mappings read while they ran)" % (named, total))
-check(sum(r["sample_count"] for r in blind) <= 0.05 * total,
-      "short-lived: %d of %d samples with no frame named (<= 5%%: a second look names the libraries mapped "
-      "after the first sample)" % (sum(r["sample_count"] for r in blind), total))
+# the ones left: samples taken inside exec (the old image's registers), ~1 per process;
+# libraries mapped after the first sample are read again (an executable mmap re-announces)
+check(sum(r["sample_count"] for r in blind) <= 0.05 * total + 2 * 25,
+      "short-lived: %d of %d samples with no frame named (<= 5%% + 2 per process)"
+      % (sum(r["sample_count"] for r in blind), total))
 check(len(blind_pids) <= dq.get("processes_gone_before_seen", 0),
       "short-lived: each process none of whose frames is named (%d) is counted as gone before seen (%s)"
       % (len(blind_pids), dq.get("processes_gone_before_seen")))
