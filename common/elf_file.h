@@ -19,6 +19,7 @@
 //   elf->read(offset, len, bytes)                  // raw file bytes (bounded)
 //   check_elf_headers(file)                        // the caps, without libelf
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -123,6 +124,14 @@ class ElfFile {
   bool exec_ = false;
   std::vector<ElfSegment> segs_;
 };
+
+// The little-endian unsigned value of the n (<= 8) bytes at p: a binary's data as read.
+inline uint64_t read_le(const void* p, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  uint64_t v = 0;
+  for (size_t i = 0; i < n && i < 8; ++i) v |= uint64_t(b[i]) << (8 * i);
+  return v;
+}
 
 // The file offset of a virtual address whose `len` bytes lie inside one PT_LOAD
 // segment's file bytes (uprobe offsets, reads of a binary's data by address).

@@ -10,16 +10,8 @@
 namespace bpfdiag {
 
 namespace {
-uint32_t u32(const std::vector<uint8_t>& b, uint64_t at) {
-  uint32_t v = 0;
-  std::memcpy(&v, b.data() + at, 4);
-  return v;
-}
-uint64_t u64(const std::vector<uint8_t>& b, uint64_t at) {
-  uint64_t v = 0;
-  std::memcpy(&v, b.data() + at, 8);
-  return v;
-}
+uint32_t u32(const std::vector<uint8_t>& b, uint64_t at) { return static_cast<uint32_t>(read_le(&b[at], 4)); }
+uint64_t u64(const std::vector<uint8_t>& b, uint64_t at) { return read_le(&b[at], 8); }
 }  // namespace
 
 Result<std::vector<GoFunction>> read_go_functions(const ElfFile& elf) {

@@ -293,12 +293,6 @@ bool read_va(const ElfFile& e, uint64_t va, size_t len, std::vector<uint8_t>& ou
   return off && e.read(*off, len, out);
 }
 
-uint64_t le64(const uint8_t* p) {
-  uint64_t v = 0;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-
 // "go1.19.8" from .go.buildinfo: inline (Go >= 1.18: flags & 2, uvarint length + bytes
 // at +32) or two pointers to string headers (Go 1.17 and older).
 std::string go_version(const ElfFile& e) {
@@ -327,8 +321,8 @@ std::string go_version(const ElfFile& e) {
   }
   if (ptr != 8 || (flags & 1)) return "";  // 64-bit little endian only
   std::vector<uint8_t> hdr, s;
-  if (!read_va(e, le64(h.data() + 16), 16, hdr)) return "";
-  uint64_t sp = le64(hdr.data()), sl = le64(hdr.data() + 8);
+  if (!read_va(e, read_le(h.data() + 16, 8), 16, hdr)) return "";
+  uint64_t sp = read_le(hdr.data(), 8), sl = read_le(hdr.data() + 8, 8);
   if (sl == 0 || sl > 32 || !read_va(e, sp, sl, s)) return "";
   return std::string(s.begin(), s.end());
 }
@@ -347,7 +341,7 @@ std::vector<std::string> wait_reasons(const ElfFile& e, uint64_t va, uint64_t si
   std::vector<uint8_t> tab;
   if (!read_va(e, va, count * 16, tab)) return out;
   for (size_t i = 0; i < count; ++i) {
-    uint64_t p = le64(tab.data() + 16 * i), l = le64(tab.data() + 16 * i + 8);
+    uint64_t p = read_le(tab.data() + 16 * i, 8), l = read_le(tab.data() + 16 * i + 8, 8);
     if (l == 0) {
       if (i > 0) break;
       out.emplace_back();
@@ -379,10 +373,10 @@ std::vector<std::string> find_wait_reasons(const ElfFile& e) {
     if (!s || s->type == SHT_NOBITS || s->size < 64 || s->size > kMaxGoDataScan || !e.read(s->offset, s->size, d))
       continue;
     for (uint64_t at = 0; at + 64 <= d.size(); at += 8) {
-      if (le64(&d[at]) || le64(&d[at + 8])) continue;
+      if (read_le(&d[at], 8) || read_le(&d[at + 8], 8)) continue;
       bool shape = true;  // the next three entries: short strings in .rodata
       for (int k = 1; k <= 3 && shape; ++k) {
-        uint64_t p = le64(&d[at + 16 * k]), l = le64(&d[at + 16 * k + 8]);
+        uint64_t p = read_le(&d[at + 16 * k], 8), l = read_le(&d[at + 16 * k + 8], 8);
         shape = l > 0 && l <= kMaxGoReasonLen && in_ro(p, l);
       }
       if (!shape) continue;

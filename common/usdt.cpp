@@ -43,12 +43,6 @@ bool parse_i64(std::string_view s, int64_t& out) {
   return true;
 }
 
-uint64_t read_le(const char* p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v |= uint64_t(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
-
 }  // namespace
 
 int usdt_reg_slot(std::string_view name) {
