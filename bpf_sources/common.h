@@ -35,17 +35,25 @@ static inline void dq_count_n(u32 slot, u64 n) {
 
 static inline void dq_count(u32 slot) { dq_count_n(slot, 1); }
 
-/* For hash maps whose size is a ceiling, not a need (stack and count tables): entries
- * are allocated as they are added (since Linux 6.1 safe in every tracing program), so
- * a generous ceiling costs no memory until used. The header shim's uapi bpf.h is empty. */
 #ifndef BPF_F_NO_PREALLOC
 #define BPF_F_NO_PREALLOC (1U << 0)
 #endif
 
-/* The suite's hash map: entries allocated as they are added. A preallocated map costs
- * its whole ceiling when it is created, at every start: lockstat's default maps were
- * 80 MB and 200 ms of each start (and its memory, whether used or not). Where a map
- * takes an insert per event, the allocation is the kernel's per-CPU cache (bpf_mem_alloc). */
-#define BPFDIAG_HASH(name, key, value, size) BPF_F_TABLE("hash", key, value, name, size, BPF_F_NO_PREALLOC)
+/* The suite's hash maps, two kinds.
+ * BPFDIAG_HASH: preallocated. An insert cannot fail while the map has room, in any
+ * context; the whole ceiling is allocated when the map is created.
+ * BPFDIAG_HASH_LAZY: entries allocated as they are added (BPF_F_NO_PREALLOC). The
+ * kernel takes them from a per-CPU cache (bpf_mem_alloc) that only an irq_work refills,
+ * and a new map's cache holds 4 entries per CPU: where interrupts are off (sched_switch,
+ * sched_waking in a hard interrupt, a perf sample in NMI) several inserts before the
+ * next refill find it empty and fail with -ENOMEM. Measured: threadpool's waits map,
+ * allocated on insert, failed so twice in a 5 s run under load (sched_waking in a hard
+ * interrupt waking several timed waiters). So LAZY is only for maps inserted into from
+ * task context (syscall tracepoints, uprobes, user space), or at most once per
+ * interrupts-off stretch (one per context switch, one per perf sample): large
+ * ceilings there cost nothing until used (preallocating every map cost lockstat 80 MB
+ * and 200 ms at each start). */
+#define BPFDIAG_HASH(name, key, value, size) BPF_TABLE("hash", key, value, name, size)
+#define BPFDIAG_HASH_LAZY(name, key, value, size) BPF_F_TABLE("hash", key, value, name, size, BPF_F_NO_PREALLOC)
 
 #endif

@@ -12,7 +12,7 @@
 #include "declared_shared.h"
 
 BPF_ARRAY(decl_cfg, struct declared_cfg, DECL_SLOTS);
-BPFDIAG_HASH(decl_names, struct declared_name_key, struct declared_name, 4096);
+BPFDIAG_HASH_LAZY(decl_names, struct declared_name_key, struct declared_name, 4096);
 
 /* x86-64 struct pt_regs as u64 slots: a copy (a load from ctx at a computed offset is
  * refused by the verifier, and clang turns a switch of constant loads into one) */

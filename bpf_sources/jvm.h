@@ -9,8 +9,8 @@
 #ifndef JVM_THREADS
 #define JVM_THREADS 16384
 #endif
-BPFDIAG_HASH(jvm_layouts, u32, struct jvm_layout, 256); /* tgid -> its JVM's layout */
-BPFDIAG_HASH(jvm_threads, u32, u64, JVM_THREADS);       /* tid -> its JavaThread */
+BPFDIAG_HASH_LAZY(jvm_layouts, u32, struct jvm_layout, 256); /* tgid -> its JVM's layout */
+BPFDIAG_HASH_LAZY(jvm_threads, u32, u64, JVM_THREADS);       /* tid -> its JavaThread */
 
 static inline u64 jvm_read_ptr(u64 addr) {
   u64 v = 0;

@@ -48,14 +48,21 @@
 /* struct futex_start, klock_frame, klock_task, plock_start: lockstat_shared.h (the
  * front-end reads the stack ids of waits in flight from them) */
 
-BPFDIAG_HASH(stats, struct lockstat_key, struct lockstat_val, STATS_ENTRIES);
-BPFDIAG_HASH(hist, struct lockstat_hkey, u64, HIST_ENTRIES);
-BPFDIAG_HASH(comms, u32, struct lockstat_comm, 65536);
+/* record() runs in lock:contention_end too (any context, interrupts off): preallocated
+ * then; otherwise only from syscalls and uprobes. */
+#ifdef KERNEL_LOCKS
+#define LS_RECORD_HASH BPFDIAG_HASH
+#else
+#define LS_RECORD_HASH BPFDIAG_HASH_LAZY
+#endif
+LS_RECORD_HASH(stats, struct lockstat_key, struct lockstat_val, STATS_ENTRIES);
+LS_RECORD_HASH(hist, struct lockstat_hkey, u64, HIST_ENTRIES);
+LS_RECORD_HASH(comms, u32, struct lockstat_comm, 65536);
 #ifdef WAKERS
 BPFDIAG_HASH(wakers, struct lockstat_wkey, u64, STATS_ENTRIES);
 #endif
 #ifdef FILTER_ADDRS
-BPFDIAG_HASH(addr_filter, u64, u8, ADDR_FILTER_ENTRIES);
+BPFDIAG_HASH_LAZY(addr_filter, u64, u8, ADDR_FILTER_ENTRIES);
 #endif
 
 /* lockstat's own PID (never traced), set before attach: a map, not a constant, so the
@@ -130,13 +137,13 @@ static inline void record(struct lockstat_key *k, u64 delta, u32 blocked, u32 ti
 
 /* ---- user space: futex waits ---------------------------------------------------- */
 #if defined(USER_FUTEX) || defined(USER_PTHREAD)
-BPFDIAG_HASH(futex_start, u32, struct futex_start, START_ENTRIES);
+BPFDIAG_HASH_LAZY(futex_start, u32, struct futex_start, START_ENTRIES);
 #endif
 #ifdef USER_FUTEX
 #include "jvm.h"
 #endif
 #ifdef USER_PTHREAD
-BPFDIAG_HASH(plock_start, u32, struct plock_start, START_ENTRIES);
+BPFDIAG_HASH_LAZY(plock_start, u32, struct plock_start, START_ENTRIES);
 #ifdef UW_DWARF
 struct plock_wait {
   struct lockstat_key k;
@@ -147,7 +154,7 @@ BPF_PERCPU_ARRAY(plock_wait, struct plock_wait, 1); /* on_lock_ret -> its unwind
 #endif
 
 #if defined(USER_FUTEX) && defined(OFF_TASK_STACK) && defined(THREAD_SIZE) && !defined(UW_DWARF)
-BPFDIAG_HASH(scans, s32, struct lockstat_scan, STACK_ENTRIES);
+BPFDIAG_HASH_LAZY(scans, s32, struct lockstat_scan, STACK_ENTRIES);
 BPF_PERCPU_ARRAY(scan_scratch, struct lockstat_scan, 1); /* too big for the BPF stack */
 
 /* Saves the top of the user stack the first time a stack id is seen. The user
@@ -390,7 +397,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_futex) {
 /* ---- user space: waits the software declares (USDT begin/done pairs) --------------- */
 #if defined(USER_FUTEX) && !defined(USER_PTHREAD)
 #include "declared.h"
-BPFDIAG_HASH(decl_outer, u32, struct futex_start, START_ENTRIES); /* outer waits set aside */
+BPFDIAG_HASH_LAZY(decl_outer, u32, struct futex_start, START_ENTRIES); /* outer waits set aside */
 
 static inline int on_declared_begin(struct pt_regs *ctx, u32 slot) {
   u64 id = bpf_get_current_pid_tgid();
@@ -657,7 +664,7 @@ int ls_pthread_record(struct pt_regs *ctx) {
  * gopark's caller, which [rsp] gives) and the clock read after it. go_parks counts the
  * parks for the front-end's rate guard (a channel ping-pong parks millions of times a
  * second; each park and resume is a trap into the kernel). */
-BPFDIAG_HASH(go_start, struct go_key, struct go_start, START_ENTRIES);
+BPFDIAG_HASH_LAZY(go_start, struct go_key, struct go_start, START_ENTRIES);
 BPF_PERCPU_ARRAY(go_parks, u64, 1);
 
 int go_park(struct pt_regs *ctx) {

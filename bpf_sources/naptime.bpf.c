@@ -28,10 +28,10 @@
 #define __always_inline inline __attribute__((always_inline))
 #endif
 
-BPFDIAG_HASH(start, u32, struct naptime_start, NAPTIME_MAX_INFLIGHT);
+BPFDIAG_HASH_LAZY(start, u32, struct naptime_start, NAPTIME_MAX_INFLIGHT);
 BPF_ARRAY(config, struct naptime_config, 1);
 /* sleeps whose sys_exit returned a restart code, until their fate is known */
-BPFDIAG_HASH(pending, u32, struct naptime_event, NAPTIME_MAX_INFLIGHT);
+BPFDIAG_HASH_LAZY(pending, u32, struct naptime_event, NAPTIME_MAX_INFLIGHT);
 BPF_PERF_OUTPUT(events);
 
 #include "filters.h"

@@ -45,7 +45,7 @@
 #define PF_KTHREAD 0x00200000
 #define TASK_DEAD 0x00000080
 
-BPFDIAG_HASH(start, u32, struct offcpu_start, START_SIZE);
+BPFDIAG_HASH_LAZY(start, u32, struct offcpu_start, START_SIZE);
 #if defined(BPFDIAG_ID_MAP_TGID_OK) || defined(BPFDIAG_ID_MAP_TID_OK)
 /* With -p/-t lists each filter test is a hash lookup, and telling whom a task is needs
  * a helper call (bpf_get_current_pid_tgid for prev, a bpf_probe_read_kernel for next).
@@ -71,7 +71,7 @@ BPFDIAG_HASH(wakers, u32, struct offcpu_waker, START_SIZE);
 #define COUNTS_KEY struct offcpu_key
 #endif
 /* a ceiling (allocated as used): MariaDB under sysbench filled 32,768 keys in 25 s */
-BPFDIAG_HASH(counts, COUNTS_KEY, struct offcpu_val, COUNTS_SIZE);
+BPFDIAG_HASH_LAZY(counts, COUNTS_KEY, struct offcpu_val, COUNTS_SIZE);
 #define ANNOUNCE_DQ_FULL OFFCPU_CNT_SEEN_FULL
 /* seen, new_procs: processes the front-end reads while they run (pasted) */
 #include "announce.h"
@@ -165,7 +165,7 @@ struct decl_state {
   u32 depth;               /* nested deeper still: counted, not tracked */
   u32 pad;
 };
-BPFDIAG_HASH(decl_now, u32, struct decl_state, START_SIZE);
+BPFDIAG_HASH_LAZY(decl_now, u32, struct decl_state, START_SIZE);
 
 static inline int on_declared_begin(struct pt_regs *ctx, u32 slot) {
   u64 id = bpf_get_current_pid_tgid();

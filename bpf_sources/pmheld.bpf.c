@@ -53,8 +53,8 @@ BPF_PERCPU_ARRAY(acquiring, struct pmheld_held_key, 1); /* return probe -> uw_pm
 #define HIST_ENTRIES 65536
 #endif
 
-BPFDIAG_HASH(stats, struct pmheld_stat_key, struct pmheld_stat, MAX_LOCKS);
-BPFDIAG_HASH(hist, struct pmheld_hist_key, u64, HIST_ENTRIES);
+BPFDIAG_HASH_LAZY(stats, struct pmheld_stat_key, struct pmheld_stat, MAX_LOCKS);
+BPFDIAG_HASH_LAZY(hist, struct pmheld_hist_key, u64, HIST_ENTRIES);
 
 /* One ended hold of `delta` ns into the stats and the histogram. */
 static inline void add_hold(struct pmheld_stat_key *sk, u64 delta) {

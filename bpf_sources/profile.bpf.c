@@ -35,7 +35,7 @@
 #include "announce.h"
 #endif
 
-BPFDIAG_HASH(counts, struct profile_key, u64, COUNTS_SIZE);
+BPFDIAG_HASH_LAZY(counts, struct profile_key, u64, COUNTS_SIZE);
 #if defined(CAPTURE_USER) && defined(UW_DWARF)
 BPF_PERCPU_ARRAY(sample_key, struct profile_key, 1); /* do_perf_event -> uw_profile_tail */
 #endif

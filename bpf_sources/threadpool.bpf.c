@@ -34,9 +34,9 @@
 BPFDIAG_HASH(threads, u32, struct tp_thread, TP_MAX_THREADS);
 BPFDIAG_HASH(waits, struct tp_wait_key, struct tp_wait_val, TP_MAX_WAITS);
 BPFDIAG_HASH(rqhist, struct tp_hist_key, u64, TP_MAX_HIST);
-BPFDIAG_HASH(conns, struct tp_conn_key, struct tp_conn, TP_MAX_CONNS);
-BPFDIAG_HASH(gids, u32, u32, TP_MAX_THREADS);
-BPFDIAG_HASH(pool, u32, u32, TP_MAX_PROCS);
+BPFDIAG_HASH_LAZY(conns, struct tp_conn_key, struct tp_conn, TP_MAX_CONNS);
+BPFDIAG_HASH_LAZY(gids, u32, u32, TP_MAX_THREADS);
+BPFDIAG_HASH_LAZY(pool, u32, u32, TP_MAX_PROCS);
 BPF_PERF_OUTPUT(reqs);
 
 #define TASK_RUNNING_STATE 0

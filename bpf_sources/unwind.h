@@ -38,10 +38,10 @@ struct uw_state {
 
 BPF_PROG_ARRAY(uw_progs, 2);
 BPF_ARRAY(uw_rows, struct uw_row, UW_MAX_ROWS);
-BPFDIAG_HASH(uw_procs, u32, struct uw_proc, UW_PROCS_SIZE);
+BPFDIAG_HASH_LAZY(uw_procs, u32, struct uw_proc, UW_PROCS_SIZE);
 BPF_ARRAY(uw_maps, struct uw_map, UW_PROCS_SIZE * UW_MAX_MAPS);
 BPF_PERCPU_ARRAY(uw_scratch, struct uw_pcs, 1);
-BPFDIAG_HASH(uw_stacks, u64, struct uw_pcs, UW_STACKS_SIZE);
+BPFDIAG_HASH_LAZY(uw_stacks, u64, struct uw_pcs, UW_STACKS_SIZE);
 BPF_PERCPU_ARRAY(uw_counters, u64, UW_CNT_MAX);
 BPF_PERCPU_ARRAY(uw_regs_scratch, struct uw_user_regs, 1); /* 168 bytes: off the BPF stack */
 
