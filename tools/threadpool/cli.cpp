@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "common/bpf_text.h"
+#include "common/unwind_maps.h"
 #include "common/btf.h"
 #include "common/cgroup.h"
 #include "common/cli.h"
@@ -157,7 +158,7 @@ const ToolEntry& registry_entry() {
 }
 
 // common.h pasted in: libbcc rewrites map calls only in the main file
-std::string bpf_text() { return with_common_header(kBpf_threadpool[0].text); }
+std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_threadpool[0].text)); }
 
 MapSizes map_sizes(const Config& c, size_t nthreads) {
   uint64_t t = c.map_entries;
