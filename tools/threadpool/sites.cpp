@@ -17,7 +17,7 @@ void WaitSites::update() {
   std::vector<std::pair<tp_wait_key, uint64_t>> fresh;
   try {
     for (auto& [k, h] : bpf_.get_hash_table<tp_wait_key, uint64_t>("sites").get_table_offline())
-      if (!read_.count({k.tid, WaitKey{k.nr, k.op, k.obj}})) fresh.push_back({k, h});
+      if (tried_.insert({k.tid, WaitKey{k.nr, k.op, k.obj}}).second) fresh.push_back({k, h});
   } catch (...) {
     return;
   }

@@ -175,6 +175,9 @@ class WaitSites {
   std::function<uint32_t(uint32_t)> tgid_of_ = [](uint32_t) { return 0u; };
   std::unique_ptr<bpfdiag::Symbolizer> sym_;
   SiteMap read_;
+  // every key taken from the map (the BPF side unwinds a key once: a stack lost there
+  // or not symbolized is not read again)
+  std::set<std::pair<uint32_t, WaitKey>> tried_;
 };
 
 // --- requests.cpp: request timing and data quality -----------------------------------
