@@ -276,7 +276,23 @@ int uw_lockstat_futex_tail(void *ctx) {
 #ifndef USER_PTHREAD
 /* The same for declared waits (their begin is a uprobe: a tail call stays within one
  * program type, so they have a table and a copy of their own). */
-BPF_PROG_ARRAY(decl_progs, 1);
+BPF_PROG_ARRAY(decl_progs, UW_PROG_SLOTS);
+int decl_walk_begin(struct pt_regs *ctx) {
+  int r = uw_begin();
+  if (r > 0)
+    decl_progs.call(ctx, UW_PROG_WALK);
+  if (r >= 0)
+    uw_finish();
+  decl_progs.call(ctx, UW_PROG_TOOL);
+  return 0;
+}
+int decl_walk_step(struct pt_regs *ctx) {
+  if (uw_chunk())
+    decl_progs.call(ctx, UW_PROG_WALK);
+  uw_finish();
+  decl_progs.call(ctx, UW_PROG_TOOL);
+  return 0;
+}
 int uw_lockstat_declared_tail(struct pt_regs *ctx) {
   return futex_unwound();
 }
@@ -450,7 +466,7 @@ static inline int on_declared_begin(struct pt_regs *ctx, u32 slot) {
   if (start_wait(ctx, tid, &s, -1))
     return PASS;
 #ifdef UW_DWARF
-  decl_progs.call(ctx, 0); /* does not return when it runs */
+  decl_progs.call(ctx, UW_PROG_UNWIND); /* does not return when it runs */
   dq_count(LS_CNT_LOST_USTACK);
 #endif
   return PASS;

@@ -45,9 +45,12 @@
 #endif
 
 BPF_STACK_TRACE(stack_traces, STACKS_SIZE);
-/* preallocated: an allocation in a scheduler or perf-event program could fail under a
- * burst of new stacks */
-BPFDIAG_HASH(overflow_ids, struct bpfdiag_stack, u32, OVERFLOW_STORAGE_SIZE);
+/* Allocated on insert (common.h: BPFDIAG_HASH_LAZY), though a scheduler or perf-event
+ * program inserts: only a stack whose stack-table bucket is taken comes here, at most one
+ * per event, so the kernel's per-CPU cache is refilled between inserts; preallocated it
+ * cost every start ~4 MB (8192 x 512-byte keys) and 8% of profile's start-up CPU
+ * (pcpu_freelist_populate). A failed insert is a lost stack, counted. */
+BPFDIAG_HASH_LAZY(overflow_ids, struct bpfdiag_stack, u32, OVERFLOW_STORAGE_SIZE);
 BPF_PERCPU_ARRAY(overflow_scratch, struct bpfdiag_stack, 1);
 BPF_PERCPU_ARRAY(overflow_next, u32, 1); /* per-CPU id counter: ids need no atomics */
 

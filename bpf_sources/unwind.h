@@ -6,16 +6,24 @@
  * process's executable file mappings, sorted, with load bias) and uw_procs (tgid ->
  * its block of uw_maps).
  *
- *   u64 h = uw_unwind_user(tgid);   // 0: no user context; UW_HASH_LOST: not stored
- *   ... key.user_hash = h;          // frames: uw_stacks[h] (struct uw_pcs)
+ *   handler:    uw_progs.call(ctx, UW_PROG_UNWIND);   // does not return when it runs
+ *   tool's program (slot UW_PROG_TOOL), reached when the walk is done:
+ *     u64 h = uw_unwind_user(tgid); // 0: no user context; UW_HASH_LOST: not stored
+ *     ... key.user_hash = h;        // frames: uw_stacks[h] (struct uw_pcs)
  *
- * Call uw_unwind_user only from a program of its own, reached from the tool's handler
- * by a tail call (`uw_progs.call(ctx, UW_PROG_UNWIND)`; the front-end puts that
- * program's fd in uw_progs, common/unwind_maps UnwindMaps::start). Inlined into a
- * tool's handler, the verifier explores the unwinder once per path of the handler
- * and gives up at its 1M-instruction limit; alone it is verified once (numbers in
- * docs/design/unwinding.md). The tail-called program sees the same ctx and current
- * task; state goes through maps (e.g. the tool's per-thread entry).
+ * The walk runs in programs of its own, chained by tail calls: uw_walk_begin (slot
+ * UW_PROG_UNWIND) reads the user registers; uw_walk_step (UW_PROG_WALK) walks
+ * UW_CHUNK frames and tail-calls itself until the walk ends, then stores the stack and
+ * tail-calls the tool's program (UW_PROG_TOOL); the front-end installs all three
+ * (common/unwind_maps UnwindMaps::start). The verifier explores a program's loop once
+ * per frame: the whole walk in one program was 327,894 instructions and ~105 ms at each
+ * start; UW_CHUNK frames are a fraction of it (the OpenTelemetry eBPF profiler's
+ * design). Inlined into a tool's handler, the verifier explored the unwinder once per
+ * path of the handler and gave up at its 1M-instruction limit. Every program sees the
+ * same ctx and current task; state goes through per-CPU maps (uw_walk_state,
+ * uw_scratch) and the tool's own (e.g. its per-thread entry). A tool whose handlers
+ * are of another program type (lockstat's declared waits: uprobes) has a prog array of
+ * its own and its own begin/step programs around uw_begin/uw_chunk/uw_finish.
  *
  * Injected (-D): OFF_TASK_STACK, THREAD_SIZE (where the user registers are: the top
  * of the task's kernel stack), UW_MAX_ROWS, UW_MAX_DEPTH (<= UW_STACK_SLOTS),
@@ -24,6 +32,7 @@
  * A plain bounded loop with the step inlined: bpf_loop's callback is left
  * unrelocated by libbcc 0.26 (the verifier refuses it).
  */
+#define UW_CHUNK 8 /* frames per step program: UW_MAX_DEPTH 64 = 8 tail calls (limit 33) */
 #include "unwind_shared.h"
 
 #define UW_HASH_LOST 1ULL
@@ -36,7 +45,7 @@ struct uw_state {
   u64 ip, sp, bp;
 };
 
-BPF_PROG_ARRAY(uw_progs, 2);
+BPF_PROG_ARRAY(uw_progs, UW_PROG_SLOTS);
 BPF_ARRAY(uw_rows, struct uw_row, UW_MAX_ROWS);
 BPFDIAG_HASH_LAZY(uw_procs, u32, struct uw_proc, UW_PROCS_SIZE);
 BPF_ARRAY(uw_maps, struct uw_map, UW_PROCS_SIZE * UW_MAX_MAPS);
@@ -165,43 +174,93 @@ static inline __attribute__((always_inline)) int uw_step(struct uw_state *s, u32
   return -1;
 }
 
-/* Unwinds current's user stack (process tgid); returns the stack's hash, its frames
- * stored in uw_stacks. 0: no user context (kernel thread); UW_HASH_LOST: uw_stacks
- * full. */
-static inline __attribute__((always_inline)) u64 uw_unwind_user(u32 tgid) {
+/* The walk in flight on this CPU (between the unwinder's tail calls), and its result. */
+struct uw_walk {
+  u64 ip, sp, bp;
+  u32 d, n, base, pad;
+  u64 hash; /* the finished walk's: 0 no user context, UW_HASH_LOST not stored */
+};
+BPF_PERCPU_ARRAY(uw_walk_state, struct uw_walk, 1);
+
+/* Starts a walk of current's user stack: 1 when there are frames to walk (then
+ * uw_chunk), 0 when it is over already (no tables for the process: its one frame,
+ * then uw_finish), -1 when there is nothing to store (no user context: hash 0). */
+static inline __attribute__((always_inline)) int uw_begin(void) {
   u32 zero = 0;
+  struct uw_walk *w = uw_walk_state.lookup(&zero);
   struct uw_user_regs *regs = uw_regs_scratch.lookup(&zero);
-  if (!regs || uw_user_regs(regs))
-    return 0;
   struct uw_pcs *out = uw_scratch.lookup(&zero);
-  if (!out)
-    return 0;
+  if (!w || !regs || !out)
+    return -1;
+  w->hash = UW_HASH_LOST;
+  if (uw_user_regs(regs)) {
+    w->hash = 0;
+    return -1;
+  }
+  u32 tgid = bpf_get_current_pid_tgid() >> 32;
   struct uw_proc *proc = uw_procs.lookup(&tgid);
-  u32 n = proc ? proc->n : 0, base = proc ? proc->slot * UW_MAX_MAPS : 0;
+  w->ip = regs->ip;
+  w->sp = regs->sp;
+  w->bp = regs->bp;
+  w->d = 0;
+  w->n = proc ? proc->n : 0;
+  w->base = proc ? proc->slot * UW_MAX_MAPS : 0;
+  out->status = UW_ST_TRUNCATED;
+  out->depth = 1;
+  out->pc[0] = regs->ip;
+  if (!proc) {
+    out->status = UW_ST_NO_MAPPING;
+    return 0;
+  }
+  return 1;
+}
+
+/* Walks up to UW_CHUNK more frames: 1 when the walk goes on (call it again), 0 when it
+ * ended (out->status says how) or reached UW_MAX_DEPTH. */
+static inline __attribute__((always_inline)) int uw_chunk(void) {
+  u32 zero = 0;
+  struct uw_walk *w = uw_walk_state.lookup(&zero);
+  struct uw_pcs *out = uw_scratch.lookup(&zero);
+  if (!w || !out)
+    return 0;
+  struct uw_state s = {w->ip, w->sp, w->bp};
+  u32 d0 = w->d, n = w->n, base = w->base;
   /* Never clamp to a constant here (n = UW_MAX_MAPS): with constant bounds the
    * verifier computes every search path to a different constant and explores each
    * one apart (measured: 1M+ instructions at depth 8). The front-end writes n <= max. */
   if (n > UW_MAX_MAPS)
     n = 0;
-  struct uw_state s = {regs->ip, regs->sp, regs->bp};
-  out->status = UW_ST_TRUNCATED;
-  for (u32 d = 0; d < UW_MAX_DEPTH; d++) {
-    out->pc[d & (UW_STACK_SLOTS - 1)] = s.ip;
+  for (u32 i = 0; i < UW_CHUNK; i++) {
+    u32 d = d0 + i;
+    if (d >= UW_MAX_DEPTH)
+      return 0; /* truncated */
+    /* the mask after an opaque copy: clang drops `d & 63` after `d < 64` and the
+     * verifier, which cannot follow that, refuses the store */
+    u32 slot = d;
+    asm volatile("" : "+r"(slot));
+    out->pc[slot & (UW_STACK_SLOTS - 1)] = s.ip;
     out->depth = d + 1;
-    if (!proc) {
-      out->status = UW_ST_NO_MAPPING;
-      break;
-    }
     int st = uw_step(&s, base, n, d);
     if (st >= 0) {
       out->status = st;
-      break;
+      return 0;
     }
   }
-  /* Read depth and status back from the map value: the verifier then sees the same
-   * (unknown) values whichever iteration ended the walk, so it verifies the rest of
-   * the program once instead of once per exit (64x: over its 1M-instruction limit). */
-  asm volatile("" ::: "memory");
+  w->ip = s.ip;
+  w->sp = s.sp;
+  w->bp = s.bp;
+  w->d = d0 + UW_CHUNK;
+  return 1;
+}
+
+/* Ends the walk: the stack's hash (frames stored in uw_stacks) in uw_walk_state.hash
+ * for the tool's program. */
+static inline __attribute__((always_inline)) void uw_finish(void) {
+  u32 zero = 0;
+  struct uw_walk *w = uw_walk_state.lookup(&zero);
+  struct uw_pcs *out = uw_scratch.lookup(&zero);
+  if (!w || !out)
+    return;
   u32 depth = out->depth, status = out->status;
   u64 h = 14695981039346656037ULL;
   /* a fixed trip count (no break on depth): clang's unrolling of a depth-bounded loop
@@ -220,7 +279,42 @@ static inline __attribute__((always_inline)) u64 uw_unwind_user(u32 tgid) {
     uw_count(status); /* UW_CNT_TRUNCATED.. share the status numbers */
   if (!uw_stacks.lookup(&h) && uw_stacks.update(&h, out)) {
     uw_count(UW_CNT_STACKS_FULL);
-    return UW_HASH_LOST;
+    h = UW_HASH_LOST;
   }
+  w->hash = h;
+}
+
+/* The unwinder's programs for uw_progs (any program type: ctx is only passed on). A
+ * failed tail call (none is expected: all are installed before attaching, and a walk
+ * takes UW_MAX_DEPTH / UW_CHUNK + 2 of the kernel's 33) ends the walk here: the frames
+ * so far are stored, status truncated. */
+int uw_walk_begin(void *ctx) {
+  int r = uw_begin();
+  if (r > 0)
+    uw_progs.call(ctx, UW_PROG_WALK);
+  if (r >= 0)
+    uw_finish();
+  uw_progs.call(ctx, UW_PROG_TOOL);
+  return 0;
+}
+int uw_walk_step(void *ctx) {
+  if (uw_chunk())
+    uw_progs.call(ctx, UW_PROG_WALK);
+  uw_finish();
+  uw_progs.call(ctx, UW_PROG_TOOL);
+  return 0;
+}
+
+/* In the tool's program (UW_PROG_TOOL): the walk's result, current's user stack
+ * (process tgid): its hash, frames in uw_stacks; 0: no user context (kernel thread);
+ * UW_HASH_LOST: not stored. Taken once: a second call answers UW_HASH_LOST. */
+static inline __attribute__((always_inline)) u64 uw_unwind_user(u32 tgid) {
+  (void)tgid; /* the walk was of current, the process the caller names */
+  u32 zero = 0;
+  struct uw_walk *w = uw_walk_state.lookup(&zero);
+  if (!w)
+    return UW_HASH_LOST;
+  u64 h = w->hash;
+  w->hash = UW_HASH_LOST;
   return h;
 }

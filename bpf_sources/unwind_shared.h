@@ -3,11 +3,16 @@
 #ifndef BPFDIAG_UNWIND_SHARED_H
 #define BPFDIAG_UNWIND_SHARED_H
 
-/* Slots of the prog array uw_progs (tail call targets): the unwinder, and a tool's
- * own program the unwinder may tail-call in turn (verified apart from the unwinder:
- * lockstat --uprobes records its wait there). */
+/* Slots of the prog array uw_progs (tail call targets): the unwinder's first program
+ * (the tool's handler tail-calls it), a tool's own program its unwound program may
+ * tail-call in turn (lockstat --uprobes records its wait there), the unwinder's step
+ * program (UW_CHUNK frames, then itself again), and the tool's program that takes the
+ * finished walk (uw_unwind_user). */
 #define UW_PROG_UNWIND 0
 #define UW_PROG_AFTER 1
+#define UW_PROG_WALK 2
+#define UW_PROG_TOOL 3
+#define UW_PROG_SLOTS 4
 
 /* Row of a compact unwind table (8 bytes): from `pc` (an ELF virtual address:
  * runtime pc - load bias) up to the next row's pc, CFA = reg + cfa_off and the

@@ -364,35 +364,39 @@ std::string BpfObjectCache::name_for(const std::string& key) {
   return name + std::string(kSuffix);
 }
 
-std::optional<BpfObject> BpfObjectCache::get(const std::string& key) const {
-  int fd = ::openat(*fd_, name_for(key).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+std::optional<std::string> BpfObjectCache::read_file(const std::string& name, size_t max) const {
+  int fd = ::openat(*fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   struct stat st;
-  std::string bytes;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && private_to_us(st) && st.st_size <= kMaxObjectFile) {
-    bytes.resize(static_cast<size_t>(st.st_size));
+  std::optional<std::string> bytes;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && private_to_us(st) && static_cast<uint64_t>(st.st_size) <= max) {
+    bytes.emplace(static_cast<size_t>(st.st_size), '\0');
     size_t got = 0;
-    while (got < bytes.size()) {
-      ssize_t n = read(fd, &bytes[got], bytes.size() - got);
+    while (got < bytes->size()) {
+      ssize_t n = read(fd, &(*bytes)[got], bytes->size() - got);
       if (n <= 0) break;
       got += static_cast<size_t>(n);
     }
-    bytes.resize(got);
+    bytes->resize(got);
+    futimens(fd, nullptr);  // last use, for evict_oldest
   }
-  auto o = deserialize_bpf_object(bytes, key);
-  if (o) futimens(fd, nullptr);  // last use, for evict_oldest
   close(fd);
-  return o;
+  return bytes;
+}
+
+std::optional<BpfObject> BpfObjectCache::get(const std::string& key) const {
+  auto bytes = read_file(name_for(key), kMaxObjectFile);
+  if (!bytes) return std::nullopt;
+  return deserialize_bpf_object(*bytes, key);
 }
 
 void BpfObjectCache::remove(const std::string& key) const { unlinkat(*fd_, name_for(key).c_str(), 0); }
 
-void BpfObjectCache::put(const std::string& key, const BpfObject& o) const {
-  std::string bytes = serialize_bpf_object(o, key);
+bool BpfObjectCache::write_file(const std::string& name, const std::string& bytes) const {
   std::random_device rd;
   std::string tmp = ".tmp." + std::to_string(getpid()) + "." + std::to_string(rd());
   int fd = ::openat(*fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return;
+  if (fd < 0) return false;
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
@@ -400,11 +404,15 @@ void BpfObjectCache::put(const std::string& key, const BpfObject& o) const {
     done += static_cast<size_t>(n);
   }
   bool ok = close(fd) == 0 && done == bytes.size();
-  if (!ok || renameat(*fd_, tmp.c_str(), *fd_, name_for(key).c_str()) != 0) {
+  if (!ok || renameat(*fd_, tmp.c_str(), *fd_, name.c_str()) != 0) {
     unlinkat(*fd_, tmp.c_str(), 0);
-    return;
+    return false;
   }
-  evict_oldest(*fd_);
+  return true;
+}
+
+void BpfObjectCache::put(const std::string& key, const BpfObject& o) const {
+  if (write_file(name_for(key), serialize_bpf_object(o, key))) evict_oldest(*fd_);
 }
 
 }  // namespace bpfdiag

@@ -97,6 +97,11 @@ class BpfObjectCache {
   void put(const std::string& key, const BpfObject& o) const;
   void remove(const std::string& key) const;
   const std::string& dir() const { return dir_; }
+  // A file of the cache's directory other than an object (`name`: a plain file name),
+  // read under the same rules (ours, nobody else may write it, at most `max` bytes),
+  // written whole (temporary file + rename).
+  std::optional<std::string> read_file(const std::string& name, size_t max) const;
+  bool write_file(const std::string& name, const std::string& bytes) const;
 
  private:
   BpfObjectCache(std::string dir, std::shared_ptr<const int> fd) : dir_(std::move(dir)), fd_(std::move(fd)) {}

@@ -2,9 +2,18 @@
 
 #include <bpf/btf.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <optional>
+#include <sstream>
+
+#include <sys/stat.h>
+#include <sys/utsname.h>
+
+#include "common/bpf_object.h"
 
 #include "common/timing.h"
 
@@ -47,39 +56,133 @@ const struct btf_type* find_struct(const struct btf* b, const std::string& type)
 
 }  // namespace
 
-Result<std::shared_ptr<KernelBtf>> KernelBtf::load(const std::string& path) {
-  struct btf* b = btf__parse(path.c_str(), nullptr);
-  if (!b)
-    return Error{"cannot read kernel BTF from " + path + ": " + std::strerror(errno) +
-                 " (a kernel built with CONFIG_DEBUG_INFO_BTF=y is required)"};
-  return std::shared_ptr<KernelBtf>(new KernelBtf(b));
+namespace {
+
+constexpr char kFactsFile[] = "kernel.btffacts";
+constexpr size_t kMaxFactsFile = 1 << 20;
+constexpr size_t kMaxFacts = 20000;
+
+std::string read_small(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
 }
 
-KernelBtf::~KernelBtf() { btf__free(btf_); }
+// What the facts depend on: this boot (the kernel cannot change without one), its build
+// and the BTF file as the kernel shows it. Empty when something cannot be read.
+std::string facts_key(const std::string& path) {
+  struct stat st;
+  std::string boot = read_small("/proc/sys/kernel/random/boot_id");
+  if (boot.empty() || stat(path.c_str(), &st) != 0) return "";
+  struct utsname u;
+  uname(&u);
+  return "bpfdiag btf facts 1\nboot " + boot + "\nkernel " + u.release + " " + u.version + "\nbtf " + path + " " +
+         std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec) + "\n";
+}
+
+bool plain_word(const std::string& w) {
+  return !w.empty() && w.size() <= 128 &&
+         std::all_of(w.begin(), w.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+}  // namespace
+
+Result<std::shared_ptr<KernelBtf>> KernelBtf::load(const std::string& path) {
+  std::shared_ptr<KernelBtf> k(new KernelBtf());
+  k->path_ = path;
+  if (auto cache = BpfObjectCache::open()) {
+    k->key_ = facts_key(path);
+    auto bytes = k->key_.empty() ? std::nullopt : cache->read_file(kFactsFile, kMaxFactsFile);
+    // the record: the key whole, then "TYPE NAME FOUND BITS SIZE" lines; anything else
+    // (another boot's, a damaged file) is not used
+    if (bytes && bytes->compare(0, k->key_.size(), k->key_) == 0) {
+      std::istringstream in(bytes->substr(k->key_.size()));
+      std::string type, name;
+      int found;
+      long bits;
+      uint32_t size;
+      std::map<std::pair<std::string, std::string>, Member> facts;
+      bool good = true;
+      while (good && facts.size() < kMaxFacts && in >> type >> name >> found >> bits >> size) {
+        good = plain_word(type) && plain_word(name) && found >= 0 && found <= 1 && bits >= -1;
+        facts[{type, name}] = Member{found == 1, bits, size};
+      }
+      in >> std::ws;
+      if (good && in.eof()) k->facts_ = std::move(facts);
+    }
+  }
+  if (k->facts_.empty() && !k->parse())
+    return Error{k->parse_error_};
+  timing_mark(k->parsed() ? "BTF parse" : "BTF facts from the cache");
+  return k;
+}
+
+bool KernelBtf::parse() const {
+  if (btf_) return true;
+  if (!parse_error_.empty()) return false;
+  btf_ = btf__parse(path_.c_str(), nullptr);
+  if (!btf_)
+    parse_error_ = "cannot read kernel BTF from " + path_ + ": " + std::strerror(errno) +
+                   " (a kernel built with CONFIG_DEBUG_INFO_BTF=y is required)";
+  return btf_ != nullptr;
+}
+
+KernelBtf::~KernelBtf() {
+  save();
+  btf__free(btf_);
+}
+
+void KernelBtf::save() const {
+  if (!dirty_ || key_.empty()) return;
+  auto cache = BpfObjectCache::open();
+  if (!cache) return;
+  std::string out = key_;
+  for (const auto& [tn, m] : facts_)
+    out += tn.first + " " + tn.second + " " + (m.struct_found ? "1 " : "0 ") + std::to_string(m.bits) + " " +
+           std::to_string(m.size) + "\n";
+  if (cache->write_file(kFactsFile, out)) dirty_ = false;
+}
+
+KernelBtf::Member KernelBtf::member(const std::string& type, const std::string& name) const {
+  auto it = facts_.find({type, name});
+  if (it != facts_.end()) return it->second;
+  Member m;
+  if (!parse()) return m;  // not recorded: the next start asks again
+  if (const struct btf_type* t = find_struct(btf_, type)) {
+    m.struct_found = true;
+    m.bits = find_member(btf_, t, name, &m.size);
+  }
+  if (plain_word(type) && plain_word(name) && facts_.size() < kMaxFacts) {
+    facts_[{type, name}] = m;
+    dirty_ = true;
+  }
+  return m;
+}
 
 Result<uint32_t> KernelBtf::field_offset(const std::string& type,
                                          const std::vector<std::string>& names) const {
-  const struct btf_type* t = find_struct(btf_, type);
-  if (!t) return Error{"kernel BTF has no struct " + type};
+  bool any_struct = names.empty();
   for (const auto& n : names) {
-    long bits = find_member(btf_, t, n, nullptr);
-    if (bits >= 0) return static_cast<uint32_t>(bits / 8);
+    Member m = member(type, n);
+    if (m.bits >= 0) return static_cast<uint32_t>(m.bits / 8);
+    any_struct |= m.struct_found;
   }
+  if (!parse_error_.empty()) return Error{parse_error_};
+  if (!any_struct) return Error{"kernel BTF has no struct " + type};
   std::string tried;
   for (const auto& n : names) tried += (tried.empty() ? "" : "/") + n;
   return Error{"kernel struct " + type + " has no field " + tried};
 }
 
 uint32_t KernelBtf::field_size(const std::string& type, const std::string& name) const {
-  const struct btf_type* t = find_struct(btf_, type);
-  uint32_t size = 0;
-  if (t) find_member(btf_, t, name, &size);
-  return size;
+  Member m = member(type, name);
+  return m.bits >= 0 ? m.size : 0;
 }
 
 bool KernelBtf::has_field(const std::string& type, const std::string& name) const {
-  const struct btf_type* t = find_struct(btf_, type);
-  return t && find_member(btf_, t, name, nullptr) >= 0;
+  return member(type, name).bits >= 0;
 }
 
 Status add_offsets(BpfPlan& plan, const KernelBtf& btf, const std::vector<OffsetSpec>& specs) {
@@ -101,7 +204,6 @@ Result<std::shared_ptr<KernelBtf>> kernel_btf() {
   if (!g_kernel_btf) {
     timing_mark("(before BTF parse)");
     g_kernel_btf = KernelBtf::load();
-    timing_mark("BTF parse");
   }
   return *g_kernel_btf;
 }

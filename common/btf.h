@@ -2,6 +2,7 @@
 // programs never depend on kernel header layouts.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,18 +16,40 @@ namespace bpfdiag {
 
 class KernelBtf {
  public:
+  // The BTF at `path`. With the compiled-object cache usable (BpfObjectCache), the
+  // answers found on this boot are kept there (one file, keyed by the boot id, the kernel
+  // build and the file's size and time): a start whose lookups it all answers does not
+  // parse the file (5.5 MB, ~60 ms on 6.18); a lookup it lacks parses it then.
   static Result<std::shared_ptr<KernelBtf>> load(const std::string& path = "/sys/kernel/btf/vmlinux");
   ~KernelBtf();
+  KernelBtf(const KernelBtf&) = delete;
+  KernelBtf& operator=(const KernelBtf&) = delete;
   // Byte offset of the first of `names` that struct `type` has (anonymous struct and
   // union members are searched too). Error names the struct and every name tried.
   Result<uint32_t> field_offset(const std::string& type, const std::vector<std::string>& names) const;
   // Byte size of field; 0 when not found.
   uint32_t field_size(const std::string& type, const std::string& name) const;
   bool has_field(const std::string& type, const std::string& name) const;
+  // Whether the file itself was parsed (not every answer came from the cache).
+  bool parsed() const { return btf_ != nullptr; }
 
  private:
-  explicit KernelBtf(struct btf* b) : btf_(b) {}
-  struct btf* btf_;
+  struct Member {
+    bool struct_found = false;
+    long bits = -1;  // bit offset, -1: no such member
+    uint32_t size = 0;
+  };
+  KernelBtf() = default;
+  Member member(const std::string& type, const std::string& name) const;
+  bool parse() const;
+  void save() const;
+
+  std::string path_;
+  std::string key_;  // empty: no cache
+  mutable struct btf* btf_ = nullptr;
+  mutable std::string parse_error_;
+  mutable std::map<std::pair<std::string, std::string>, Member> facts_;
+  mutable bool dirty_ = false;
 };
 
 // One `#define NAME offset` for a field looked up with alternative names.

@@ -23,6 +23,7 @@
 #include "common/proc.h"
 #include "common/runloop.h"
 #include "common/target.h"
+#include "common/timing.h"
 #include "common/untrusted_file.h"
 
 namespace bpfdiag {
@@ -435,6 +436,7 @@ std::string Symbolizer::data(uint32_t pid, uint64_t addr) {
 void Symbolizer::load_kallsyms() {
   kallsyms_loaded_ = true;
   ksyms_ = read_kallsyms().text;
+  timing_mark("read /proc/kallsyms");
 }
 
 bool Symbolizer::kernel_symbols_available() {

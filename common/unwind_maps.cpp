@@ -335,7 +335,23 @@ Status UnwindMaps::start(BpfSession& session, const std::string& fn, int prog_ty
   if (auto st = fill(session)) return st;
   if (!after.empty())
     if (auto st = install(session, after, prog_type, UW_PROG_AFTER)) return st;
-  return install(session, fn, prog_type, UW_PROG_UNWIND);
+  if (auto st = install(session, fn, prog_type, UW_PROG_TOOL)) return st;
+  return install_walk(session, "uw_progs", "uw_walk_begin", "uw_walk_step", prog_type);
+}
+
+Status UnwindMaps::install_walk(BpfSession& session, const std::string& progs, const std::string& begin,
+                                const std::string& step, int prog_type) {
+  // the step program first: the begin program, once in the table, starts walks
+  for (const auto& [fn, slot] : {std::pair<std::string, int>{step, UW_PROG_WALK}, {begin, UW_PROG_UNWIND}}) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto fd = session.load_program(fn, prog_type);
+    if (!fd) return Error{fd.error()};
+    stats_.verify_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    stats_.verified_insns += BpfSession::verified_insns(*fd);
+    auto st = session.get_prog_table(progs).update_value(slot, *fd);
+    if (!st.ok()) return Error{"cannot install the unwinder program " + fn + " in " + progs + ": " + st.msg()};
+  }
+  return std::nullopt;
 }
 
 Result<std::unique_ptr<BpfSession>> load_unwinding_tool(ToolPlan plan, UnwindMaps* uw, const UnwinderPlan& unwinder) {
@@ -369,13 +385,8 @@ Status UnwindMaps::add_dq(BpfSession& bpf, DataQuality& dq, CounterDeltas* delta
 }
 
 Status UnwindMaps::install(BpfSession& session, const std::string& fn, int prog_type, int slot) {
-  auto t0 = std::chrono::steady_clock::now();
   auto fd = session.load_program(fn, prog_type);
   if (!fd) return Error{fd.error()};
-  if (slot == UW_PROG_UNWIND) {
-    stats_.verify_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    stats_.verified_insns = BpfSession::verified_insns(*fd);
-  }
   auto st = session.get_prog_table("uw_progs").update_value(slot, *fd);
   if (!st.ok()) return Error{"cannot install the unwinder program " + fn + ": " + st.msg()};
   return std::nullopt;

@@ -61,7 +61,7 @@ constexpr uint64_t kMaxTotalRows = 8ULL << 20;    // 64 MiB (uw_rows gets up to 
 // Which unwinder program a tool installs, and for whom (--unwind=dwarf).
 struct UnwinderPlan {
   std::vector<uint32_t> pids, tids;  // the targets whose tables are built before the load
-  std::string fn;                    // the tail-called unwinder, e.g. "uw_profile_tail"
+  std::string fn;                    // the tool's program the walk ends in, e.g. "uw_profile_tail"
   int prog_type = 0;                 // its program type (that of the handlers calling it)
   std::string after;                 // the program it tail-calls in turn ("" for none)
 };
@@ -81,8 +81,8 @@ struct UnwindStats {
   uint64_t processes = 0, mappings = 0, binaries = 0, binaries_without_cfi = 0;
   uint64_t rows = 0, table_bytes = 0;
   double build_ms = 0, fill_ms = 0;
-  uint64_t verified_insns = 0;  // the unwinder program's, as the verifier counted them
-  double verify_ms = 0;         // its load (verification) time
+  uint64_t verified_insns = 0;  // the unwinder's walk programs', as the verifier counted them
+  double verify_ms = 0;         // their load (verification) time
 };
 
 class UnwindMaps {
@@ -103,6 +103,12 @@ class UnwindMaps {
   Status add_dq(BpfSession& bpf, DataQuality& dq, CounterDeltas* deltas) const;
   // Re-reads tgid's mappings (exec, dlopen) and writes what changed.
   Status refresh(BpfSession& bpf, uint32_t tgid);
+  // Loads the unwinder's walk programs `begin` and `step` (bpf_sources/unwind.h) as
+  // `prog_type` into the prog array `progs` (slots UW_PROG_UNWIND, UW_PROG_WALK); their
+  // verification counts in start_fields(). start() does it for uw_progs; a tool with
+  // handlers of a second program type calls it for its own array.
+  Status install_walk(BpfSession& session, const std::string& progs, const std::string& begin,
+                      const std::string& step, int prog_type);
 
  private:
   // Reads /proc/TGID/maps and builds the tables of its executable file mappings.
@@ -112,8 +118,8 @@ class UnwindMaps {
   Status add_defines(BpfPlan& plan);
   // Writes every row and process not yet in the maps.
   Status fill(BpfSession& bpf);
-  // Loads the tool's program `fn` (of the handler's type: the unwinder, which calls
-  // uw_unwind_user, or what it tail-calls in turn) and puts it in uw_progs[slot],
+  // Loads the tool's program `fn` (of the handler's type: the one that takes the walk
+  // with uw_unwind_user, or what that tail-calls in turn) and puts it in uw_progs[slot],
   // where the tail calls find it. Before attaching the handler.
   Status install(BpfSession& session, const std::string& fn, int prog_type, int slot);
 

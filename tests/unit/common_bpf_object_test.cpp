@@ -17,6 +17,7 @@
 #include "common/bpf_object.h"
 #include "common/bpf_session.h"
 #include "common/bpf_plan.h"
+#include "common/btf.h"
 #include "common/embedded.h"
 #include "common/filters.h"
 #include "tests/unit/temp_dir.h"
@@ -276,4 +277,72 @@ TRACEPOINT_PROBE(syscalls, sys_enter_getppid) {
     REQUIRE((*s)->get_array_table<uint64_t>("hits").get_value(0, n).ok());
     CHECK(n == 1000);  // ours only (the -p map), each one
   }
+}
+
+TEST_CASE("kernel BTF facts: kept in the cache for this boot, a start they answer parses nothing") {
+  if (!require_env(access("/sys/kernel/btf/vmlinux", R_OK) == 0, "needs /sys/kernel/btf/vmlinux")) return;
+  TempDir t("bpfdiag-btftest");
+  EnvVar d("BPFDIAG_CACHE_DIR", t.path + "/cache");
+  uint32_t pid_off = 0, pid_size = 0;
+  {
+    auto b = KernelBtf::load();
+    REQUIRE_MESSAGE(b, (b ? "" : b.error()));
+    CHECK((*b)->parsed());  // nothing kept yet
+    auto off = (*b)->field_offset("task_struct", {"no_such_field", "pid"});
+    REQUIRE(off.ok());
+    pid_off = *off;
+    pid_size = (*b)->field_size("task_struct", "pid");
+    CHECK(pid_size == 4);
+    CHECK_FALSE((*b)->has_field("task_struct", "no_such_field_2"));
+    CHECK_FALSE((*b)->field_offset("no_such_struct_xyz", {"a"}).ok());
+  }  // written when it goes
+  const std::string facts = t.path + "/cache/kernel.btffacts";
+  REQUIRE(fs::exists(facts));
+  CHECK((fs::status(facts).permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
+  {
+    auto b = KernelBtf::load();
+    REQUIRE(b);
+    CHECK_FALSE((*b)->parsed());  // every answer below is kept
+    CHECK(*(*b)->field_offset("task_struct", {"no_such_field", "pid"}) == pid_off);
+    CHECK((*b)->field_size("task_struct", "pid") == pid_size);
+    CHECK_FALSE((*b)->has_field("task_struct", "no_such_field_2"));
+    auto none = (*b)->field_offset("no_such_struct_xyz", {"a"});
+    REQUIRE_FALSE(none.ok());
+    CHECK(none.error() == "kernel BTF has no struct no_such_struct_xyz");
+    CHECK_FALSE((*b)->parsed());
+    // one that is not kept: parsed now, the same answer as a fresh parse's
+    auto tgid = (*b)->field_offset("task_struct", {"tgid"});
+    CHECK((*b)->parsed());
+    REQUIRE(tgid.ok());
+    CHECK(*tgid != pid_off);
+  }
+  // another boot's record (or a damaged one) is not used: parsed again, right answers
+  std::string text;
+  {
+    std::ifstream in(facts);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (const std::string& bad : {std::string("boot 00000000"), std::string("task_struct pid 1 -7 4")}) {
+    CAPTURE(bad);
+    std::string damaged = text;
+    if (bad[0] == 'b') damaged.replace(damaged.find("boot ") , 13, bad);
+    else damaged += bad + "\n";
+    {
+      std::ofstream out(facts, std::ios::trunc);
+      out << damaged;
+    }
+    auto b = KernelBtf::load();
+    REQUIRE(b);
+    CHECK((*b)->parsed());
+    CHECK(*(*b)->field_offset("task_struct", {"pid"}) == pid_off);
+  }
+  // a record others may write is not read
+  {
+    std::ofstream out(facts, std::ios::trunc);
+    out << text;
+  }
+  chmod(facts.c_str(), 0666);
+  auto b = KernelBtf::load();
+  REQUIRE(b);
+  CHECK((*b)->parsed());
 }

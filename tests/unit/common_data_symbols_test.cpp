@@ -110,6 +110,26 @@ TEST_CASE("read_kallsyms: one parser splits text and data, drops hidden addresse
   CHECK(bpfdiag::read_kallsyms("/nonexistent").text.empty());
 }
 
+TEST_CASE("read_kallsyms: a listing out of address order is sorted, aliases in file order") {
+  char tmpl[] = "/tmp/ds_kallsymsXXXXXX";
+  int fd = mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  const char text[] =
+      "ffffffffc0000000 t mod_fn\t[mymod]\n"
+      "ffffffff81001000 t helper\n"
+      "ffffffff81000000 T _stext\n"
+      "ffffffff81000000 T _text\n";
+  REQUIRE(write(fd, text, sizeof text - 1) == static_cast<ssize_t>(sizeof text - 1));
+  close(fd);
+  auto k = bpfdiag::read_kallsyms(tmpl);
+  unlink(tmpl);
+  REQUIRE(k.text.size() == 4);
+  CHECK(k.text[0].name == "_stext");
+  CHECK(k.text[1].name == "_text");
+  CHECK(k.text[2].name == "helper");
+  CHECK(k.text[3].name == "mod_fn");
+}
+
 TEST_CASE("kernel data symbols: name and address lookups agree with /proc/kallsyms") {
   auto k = bpfdiag::read_kallsyms();
   if (!require_env(!k.data.empty(), "no kernel data symbols visible (not root or kptr_restrict)")) return;

@@ -234,12 +234,12 @@ Result<PthreadTargets> prepare(Config& c, const std::vector<std::string>& tps) {
 
 // --unwind=dwarf: the declared waits' begins are uprobes, and a tail call stays within
 // one program type: they reach a copy of the unwinder of their own (decl_progs).
-Status install_declared_unwinder(BpfSession& s) {
+Status install_declared_unwinder(BpfSession& s, UnwindMaps& uw) {
   auto fd = s.load_program("uw_lockstat_declared_tail", BPF_PROG_TYPE_KPROBE);
   if (!fd) return Error{fd.error()};
-  if (!s.get_prog_table("decl_progs").update_value(0, *fd).ok())
+  if (!s.get_prog_table("decl_progs").update_value(UW_PROG_TOOL, *fd).ok())
     return Error{"cannot install the unwinder program for declared waits"};
-  return std::nullopt;
+  return uw.install_walk(s, "decl_progs", "decl_walk_begin", "decl_walk_step", BPF_PROG_TYPE_KPROBE);
 }
 
 // What was attached: probe count and the banner's "futex waits + kernel locks".
@@ -619,7 +619,7 @@ Status run(const Config& c0) {
   if (!attached_all) return Error{attached_all.error()};
   Attached attached = *attached_all;
   if (c.unwind_dwarf && decl.has_begins())  // the begins tail-call their own unwinder copy
-    if (auto st = install_declared_unwinder(session)) return st;
+    if (auto st = install_declared_unwinder(session, uw)) return st;
   if (auto st = decl.attach(session, c.verbose, attached.probes)) return st;
   if (!decl.empty()) attached.what += " + declared waits (USDT)";
   if (auto st = go.attach(session, attached.probes, c.verbose)) return st;
