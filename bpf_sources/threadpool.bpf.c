@@ -30,6 +30,9 @@
 #define DQ_NCOUNTERS TP_NCOUNTERS
 #include "common.h"
 #include "arrival.h"
+#ifdef UW_DWARF
+#include "unwind.h"
+#endif
 
 BPFDIAG_HASH(threads, u32, struct tp_thread, TP_MAX_THREADS);
 BPFDIAG_HASH(waits, struct tp_wait_key, struct tp_wait_val, TP_MAX_WAITS);
@@ -38,6 +41,13 @@ BPFDIAG_HASH_LAZY(conns, struct tp_conn_key, struct tp_conn, TP_MAX_CONNS);
 BPFDIAG_HASH_LAZY(gids, u32, u32, TP_MAX_THREADS);
 BPFDIAG_HASH_LAZY(pool, u32, u32, TP_MAX_PROCS);
 BPF_PERF_OUTPUT(reqs);
+#ifdef UW_DWARF
+/* Wait sites: the waiter's user stack (uw_stacks hash, UW_HASH_LOST when not stored)
+ * at the first futex wait call of each wait key (thread, op, word): unwound once per
+ * key, not per wait. Inserted from sys_enter (task context). */
+BPFDIAG_HASH_LAZY(sites, struct tp_wait_key, u64, TP_MAX_WAITS);
+BPF_PERCPU_ARRAY(site_key, struct tp_wait_key, 1); /* sys_enter -> its unwinder */
+#endif
 
 #define TASK_RUNNING_STATE 0
 #define TASK_DEAD_STATE 0x80
@@ -220,6 +230,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
         if (t->sys_nr == TP_NR_FUTEX) {
           t->w_op = t->sys_arg1 & TP_FUTEX_CMD_MASK;
           t->w_obj = t->sys_arg0 & ~7ULL;
+          if (t->w_op == TP_FUTEX_WAIT_BITSET) { /* a condition-style wait: hand-off candidate */
+            t->cw_obj = t->w_obj;
+            t->cw_op = t->w_op;
+            t->cw_set = 1;
+          }
         } else {
           t->w_op = 0;
           t->w_obj = 0;
@@ -317,6 +332,30 @@ RAW_TRACEPOINT_PROBE(sched_process_fork) {
   return 0;
 }
 
+/* Thread `tid` takes a request on connection `c` (its first read): how long it was
+ * blocked since its last response (0: the request was waiting for it), and the hand-off
+ * credit of the condition-style wait it was woken from, if it had one since. */
+static inline void request_taken(u32 tid, struct tp_thread *t, struct tp_conn *c) {
+  if (!t) {
+    c->gap_known = 0;
+    return;
+  }
+  c->gap_known = t->resp_seen;
+  c->gap_blk = t->blk_ns - t->blk_at_resp;
+  if (t->cw_set) {
+    struct tp_wait_key k = {};
+    k.obj = t->cw_obj;
+    k.tid = tid;
+    k.nr = TP_NR_FUTEX;
+    k.op = t->cw_op;
+    k.born = t->born;
+    struct tp_wait_val *v = waits.lookup(&k);
+    if (v)
+      __sync_fetch_and_add(&v->took, 1);
+    t->cw_set = 0;
+  }
+}
+
 static inline u64 reg_arg0(struct pt_regs *regs) {
   u64 v = 0;
   bpf_probe_read_kernel(&v, sizeof(v), &regs->di);
@@ -377,6 +416,26 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
       bpf_probe_read_kernel(si_di, sizeof(si_di), &regs->si);
       t->sys_arg0 = si_di[1];
       t->sys_arg1 = (u32)si_di[0];
+#ifdef UW_DWARF
+      u32 op = t->sys_arg1 & TP_FUTEX_CMD_MASK;
+      if (op == TP_FUTEX_WAIT || op == TP_FUTEX_WAIT_BITSET || op == TP_FUTEX_LOCK_PI ||
+          op == TP_FUTEX_WAIT_REQUEUE_PI || op == TP_FUTEX_LOCK_PI2) {
+        struct tp_wait_key k = {};
+        k.obj = t->sys_arg0 & ~7ULL;
+        k.tid = tid;
+        k.nr = TP_NR_FUTEX;
+        k.op = op;
+        k.born = t->born;
+        if (!sites.lookup(&k)) { /* the first wait on this key: its site */
+          u32 zero = 0;
+          struct tp_wait_key *sk = site_key.lookup(&zero);
+          if (sk) {
+            *sk = k;
+            uw_progs.call(ctx, UW_PROG_UNWIND); /* does not return when it runs */
+          }
+        }
+      }
+#endif
       return 0;
     }
   }
@@ -402,9 +461,27 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
     c->read_ts = bpf_ktime_get_ns();
     c->reader = tid;
     c->phase = TP_CONN_READING;
+    request_taken(tid, t, c);
   }
   return 0;
 }
+
+#ifdef UW_DWARF
+/* The DWARF unwinder for wait sites, tail-called from sys_enter (a program of its own:
+ * see unwind.h); current is the waiter entering its futex wait. */
+int uw_threadpool_tail(struct bpf_raw_tracepoint_args *ctx) {
+  u32 zero = 0;
+  u64 id = bpf_get_current_pid_tgid();
+  struct tp_wait_key *sk = site_key.lookup(&zero);
+  if (!sk || sk->tid != (u32)id)
+    return 0;
+  struct tp_wait_key k = *sk;
+  u64 h = uw_unwind_user(id >> 32);
+  if (h)
+    sites.update(&k, &h);
+  return 0;
+}
+#endif
 
 RAW_TRACEPOINT_PROBE(sys_exit) {
   /* TP_PROTO(struct pt_regs *regs, long ret) */
@@ -458,6 +535,7 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
       c->read_ts = now;
       c->reader = tid;
       c->phase = TP_CONN_READING;
+      request_taken(tid, t, c);
     }
     return 0;
   }
@@ -470,7 +548,14 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
   e.fd = ck.fd;
   e.reader = c->reader;
   e.writer = tid;
+  e.gap_known = c->gap_known;
+  e.gap_blk = c->gap_blk;
   c->phase = TP_CONN_RESPONDED;
+  if (t) { /* the next request this thread takes: was it waiting for it? */
+    t->blk_at_resp = t->blk_ns;
+    t->resp_seen = 1;
+    t->cw_set = 0;
+  }
   reqs.perf_submit(ctx, &e, sizeof(e));
   return 0;
 }

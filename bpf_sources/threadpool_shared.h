@@ -85,6 +85,12 @@
 #define TP_NR_SENDMMSG 307
 
 #define TP_FUTEX_CMD_MASK 127
+/* futex commands that wait (their sites are unwound once per wait key) */
+#define TP_FUTEX_WAIT 0
+#define TP_FUTEX_LOCK_PI 6
+#define TP_FUTEX_WAIT_BITSET 9
+#define TP_FUTEX_WAIT_REQUEUE_PI 11
+#define TP_FUTEX_LOCK_PI2 13
 
 struct tp_thread {
   __u64 ts;       /* CLOCK_MONOTONIC ns when the current state began */
@@ -115,6 +121,14 @@ struct tp_thread {
                       thread (negative: charged beyond the span), added to the gap after it */
   __u32 k_ok;      /* 1: k_exec and k_delay are set */
   __u32 pad;
+  /* Hand-off: the last condition-style futex wait (FUTEX_WAIT_BITSET) since the thread's
+   * last response, credited (tp_wait_val.took) when the thread then takes a request */
+  __u64 cw_obj;
+  __u32 cw_op;
+  __u32 cw_set;
+  __u64 blk_at_resp; /* blk_ns at the thread's last response */
+  __u32 resp_seen;   /* 1: blk_at_resp is set */
+  __u32 pad2;
 };
 
 struct tp_wait_key {
@@ -129,6 +143,7 @@ struct tp_wait_val {
   __u64 blk_ns[TP_NWAKE];     /* time blocked in this wait, by who ended it */
   __u64 wake_rq_ns[TP_NWAKE]; /* time runnable right after being woken from it */
   __u64 count;                /* blocks */
+  __u64 took;                 /* requests the thread took right after this wait (hand-off) */
 };
 
 struct tp_hist_key {
@@ -150,6 +165,9 @@ struct tp_conn {
   __u64 read_ts;
   __u32 reader;
   __u32 phase;
+  __u64 gap_blk;  /* the reader's blocked time between its last response and this read */
+  __u32 gap_known; /* 1: the reader had responded before (gap_blk is set) */
+  __u32 pad;
 };
 
 /* one completed request (first response write after a read) */
@@ -160,7 +178,9 @@ struct tp_req_event {
   __u32 fd;
   __u32 reader;    /* tid that read first */
   __u32 writer;    /* tid that wrote the response */
-  __u32 pad;
+  __u32 gap_known; /* 1: gap_blk is set (the reader had answered a request before) */
+  __u64 gap_blk;   /* the reader's blocked time between its previous response and this read:
+                      0 when it took the request without waiting (work was queued) */
 };
 
 /* data-quality counters (bpf_sources/common.h dq_counters), mapped to data_quality

@@ -179,13 +179,72 @@ TEST_CASE("a queue word a producer wakes is idle even when peers pass wake-ups o
   auto w = infer_work_waits(g, 3);
   CHECK(w.work_words.count(0x1000));
   CHECK(w.category(1, q, kByPeer) == kIdle);
-  CHECK(w.category(1, lock, kByPeer) == kLock);  // never woken from outside: contention
+  // never woken from outside, a condition-style word, no site read: what a peer handed
+  // over is not known (a lock? work?): unclassified, never a lock by default
+  CHECK(w.category(1, lock, kByPeer) == kOther);
   // JVM threads park on their own words: one word per thread, described as such
   std::map<uint32_t, ThreadTimes> jvm;
   for (uint32_t tid = 1; tid <= 3; ++tid)
     jvm[tid] = thread_with({{WaitKey{kFutex, 9, 0x1000 * tid}, 100, 0, 2, kByProcess}});
   auto j = infer_work_waits(jvm, 3);
   CHECK(j.description.find("3 words, one per thread") != std::string::npos);
+}
+
+TEST_CASE("a futex wait's site decides what it is; peer-woken waits without one are unclassified") {
+  // MariaDB pool-of-threads: standby workers sleep on a condition word of their own,
+  // woken by a pool peer (the listener, a worker) when work arrives; a mutex word shared
+  WaitKey mutex{kFutex, 0, 0x2000}, other{kFutex, 9, 0x3000};
+  std::map<uint32_t, ThreadTimes> g;
+  for (uint32_t tid = 1; tid <= 3; ++tid)
+    g[tid] = thread_with({{WaitKey{kFutex, 9, 0x1000 * (tid + 8)}, 900, 0, 4, kByPeer},
+                          {mutex, 50, 0, 2, kByPeer}, {other, 300, 0, 2, kByPeer}});
+  SiteMap sites;
+  for (uint32_t tid = 1; tid <= 3; ++tid) {
+    sites[{tid, WaitKey{kFutex, 9, 0x1000 * (tid + 8)}}] =
+        classify_site({"__futex_abstimed_wait_common", "__GI___pthread_cond_timedwait", "psi_cond_timedwait",
+                       "get_event(worker_thread_t*, thread_group_t*, timespec*)+0x12c", "worker_main",
+                       "start_thread"});
+    sites[{tid, mutex}] = classify_site({"__GI___lll_lock_wait", "__GI___pthread_mutex_lock", "psi_mutex_lock",
+                                         "get_event(worker_thread_t*, thread_group_t*, timespec*)+0x40"});
+    sites[{tid, other}] = classify_site({"__futex_abstimed_wait_common", "__GI___pthread_cond_timedwait",
+                                         "psi_cond_timedwait", "[unknown] (mariadbd+0x69eca3)", "handler::ha_index_read_map"});
+  }
+  CHECK(sites[{1, mutex}].category == kLock);
+  CHECK(sites[{1, other}].category == kSiteUndecided);
+  CHECK(sites[{1, other}].name == "pthread condition variable in handler::ha_index_read_map");
+  auto w = infer_work_waits(g, 3, 0, {}, &sites);
+  CHECK(w.category(2, WaitKey{kFutex, 9, 0x1000 * 10}, kByPeer) == kIdle);  // the site: get_event
+  CHECK(w.category(2, mutex, kByPeer) == kLock);                           // pthread_mutex_lock
+  CHECK(w.category(2, other, kByPeer) == kOther);                          // read, undecided
+  CHECK(w.description.find("other futex waits") != std::string::npos);
+  CHECK(w.description.find("in handler::ha_index_read_map (3 threads") != std::string::npos);
+  // no site read: a mutex-style wait a peer ended is still a lock; a condition-style one
+  // is unclassified, named by its word
+  auto bare = infer_work_waits(g, 3);
+  CHECK(bare.category(2, mutex, kByPeer) == kLock);
+  CHECK(bare.category(2, WaitKey{kFutex, 9, 0x1000 * 10}, kByPeer) == kOther);
+  CHECK(bare.description.find("site not read") != std::string::npos);
+  // the GIL stays the GIL whatever the site says
+  auto gil = infer_work_waits(g, 3, 0, {{0x2000, "GIL"}}, &sites);
+  CHECK(gil.category(2, mutex, kByPeer) == kGil);
+}
+
+TEST_CASE("hand-off: a condition wait the thread leaves to take a request is a wait for work") {
+  WaitKey standby{kFutex, 9, 0x1000}, cond{kFutex, 9, 0x2000};
+  std::map<uint32_t, ThreadTimes> g;
+  for (uint32_t tid = 1; tid <= 2; ++tid) {
+    g[tid] = thread_with({{standby, 900, 0, 10, kByPeer}, {cond, 300, 0, 10, kByPeer}});
+    g[tid].waits[standby].took = 5;  // half the wake-ups took a request: work handed over
+    g[tid].waits[cond].took = 4;     // fewer: not
+  }
+  auto w = infer_work_waits(g, 2);
+  CHECK(w.category(1, standby, kByPeer) == kIdle);
+  CHECK(w.category(1, cond, kByPeer) == kOther);
+  // the delta keeps the hand-offs of the interval
+  ThreadTimes prev = g[1];
+  g[1].waits[standby].took = 7;
+  g[1].waits[standby].count = 12;
+  CHECK(delta(g[1], &prev).waits[standby].took == 2);
 }
 
 TEST_CASE("poll is a work wait for a listener, I/O for queue workers; main thread left out") {
@@ -473,6 +532,20 @@ TEST_CASE("verdicts") {
   auto locks = pool(500000000, 50000000, 1500000000, 1950000000, 0, 0);
   decide_verdict(locks);
   CHECK(locks.verdict == "blocked-on-locks");
+
+  // requests taken without waiting: work queues although few threads are busy (MariaDB's
+  // pool runs one thread per group at a time; its standby threads wait for work)
+  auto capped = pool(700000000, 50000000, 3250000000, 0, 0, 0);
+  capped.req.taken_known = 100;
+  capped.req.taken_ready = 95;
+  decide_verdict(capped);
+  CHECK(capped.verdict == "pool-too-small");
+  CHECK(capped.why.find("95% of those taken were waiting") != std::string::npos);
+  auto waiting = pool(700000000, 50000000, 3250000000, 0, 0, 0);
+  waiting.req.taken_known = 100;
+  waiting.req.taken_ready = 30;  // workers mostly waited for their next request
+  decide_verdict(waiting);
+  CHECK(waiting.verdict == "idle");
 
   auto sleepy = pool(200000000, 0, 2000000000, 0, 0, 1800000000);
   decide_verdict(sleepy);

@@ -183,6 +183,7 @@ ThreadTimes delta(const ThreadTimes& cur, const ThreadTimes* prev) {
       trim(x.blk_ns, sub(w.blk(), it->second.blk()));
       trim(x.wake_rq_ns, sub(w.wake_rq(), it->second.wake_rq()));
       x.count = sub(w.count, it->second.count);
+      x.took = sub(w.took, it->second.took);
     }
     if (x.blk() || x.wake_rq() || x.count) d.waits[k] = x;
   }

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "common/bpf_text.h"
+#include "common/unwind_maps.h"
 #include "common/btf.h"
 #include "common/cgroup.h"
 #include "common/cli.h"
@@ -38,10 +39,15 @@ const ToolSpec& tool_spec() {
       "them. The pool is one process's threads, or the threads of several processes\n"
       "(-p PID,PID,...; -p PID --children: a parent and its child processes, as\n"
       "nginx, php-fpm, gunicorn, Apache prefork and PostgreSQL run).\n"
-      "A wait is classified by what it is: waiting for work (idle) when a thread\n"
-      "outside the pool ends it (a producer, a client), lock contention when a pool\n"
-      "peer does, sleep when it times out, the GIL when the futex lies in CPython's\n"
-      "_PyRuntime. Threads are grouped by name (numbers removed); the main thread\n"
+      "A wait is classified by what it is: first by its wait site (the waiter's\n"
+      "stack, unwound once per thread and futex word, against the suite's wait-site\n"
+      "rules: pthread_mutex_lock is a lock, a pool's get-task function waiting for\n"
+      "work); else waiting for work (idle) when a thread outside the pool ends it\n"
+      "(a producer, a client) or the thread then takes a request, a mutex wait a\n"
+      "peer ends is a lock, a condition wait a peer ends is unclassified (other,\n"
+      "named by its site); sleep when it times out, the GIL when the futex lies in\n"
+      "CPython's _PyRuntime. Threads are grouped by name (numbers removed); the\n"
+      "main thread\n"
       "(in a pool of processes: the parent's) joins a pool only if it waits for work\n"
       "as the workers do, so a master that only supervises is not a busy worker.",
       {
@@ -157,7 +163,7 @@ const ToolEntry& registry_entry() {
 }
 
 // common.h pasted in: libbcc rewrites map calls only in the main file
-std::string bpf_text() { return with_common_header(kBpf_threadpool[0].text); }
+std::string bpf_text() { return with_unwind_header(with_common_header(kBpf_threadpool[0].text)); }
 
 MapSizes map_sizes(const Config& c, size_t nthreads) {
   uint64_t t = c.map_entries;

@@ -10,8 +10,8 @@
 #include "tools/threadpool/tracer.h"
 
 static_assert(sizeof(tp_conn_key) == 8, "tp_conn_key layout shared with BPF");
-static_assert(sizeof(tp_conn) == 24, "tp_conn layout shared with BPF");
-static_assert(sizeof(tp_req_event) == 40, "tp_req_event layout shared with BPF");
+static_assert(sizeof(tp_conn) == 40, "tp_conn layout shared with BPF");
+static_assert(sizeof(tp_req_event) == 48, "tp_req_event layout shared with BPF");
 
 namespace threadpool {
 using namespace bpfdiag;
@@ -40,6 +40,10 @@ void RequestFold::add(const tp_req_event& e) {
   auto& r = readers_[e.reader].stats;
   r.requests++;
   r.service.record(e.resp_ts - e.read_ts);
+  if (e.gap_known) {  // the reader had answered before: did it wait for this one?
+    r.taken_known++;
+    if (e.gap_blk == 0) r.taken_ready++;
+  }
   if (e.accept_ts) {
     r.queue_wait.record(e.read_ts - e.accept_ts);
     r.response.record(e.resp_ts - e.accept_ts);
@@ -62,6 +66,8 @@ std::map<std::string, RequestStats> RequestFold::take(
     reads[g] += rd.stats.requests;
     r.service.merge(rd.stats.service);
     r.queue_wait.merge(rd.stats.queue_wait);
+    r.taken_known += rd.stats.taken_known;
+    r.taken_ready += rd.stats.taken_ready;
     r.response.merge(rd.stats.response);
   }
   // the spans still open at t1, clipped to it

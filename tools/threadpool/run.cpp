@@ -6,6 +6,7 @@
 
 #include "common/proc.h"
 #include "common/tool.h"
+#include "common/unwind_maps.h"
 #include "tools/threadpool/tracer.h"
 
 namespace threadpool {
@@ -66,7 +67,21 @@ Status run(const Config& c) {
   }
   auto plan = bpf_plan(c, nthreads);
   if (!plan) return Error{plan.error()};
-  auto loaded = load_tool(ToolPlan{"threadpool", *plan, c.ebpf});
+  // Wait sites: each futex wait key's user stack, unwound once from the targets' DWARF
+  // tables (bpf_sources/unwind.h, tail-called from sys_enter). Without them (a
+  // cgroup target: no process list; a load that fails) the waits are judged without
+  // sites.
+  UnwindMaps uw;
+  const bool want_sites = !c.cgroup;
+  auto loaded = load_unwinding_tool(ToolPlan{"threadpool", *plan, c.ebpf}, want_sites ? &uw : nullptr,
+                                    UnwinderPlan{c.pids, {}, "uw_threadpool_tail", BPF_PROG_TYPE_RAW_TRACEPOINT, ""});
+  bool sites = want_sites && loaded;
+  if (!loaded && want_sites) {
+    std::cerr << "threadpool: wait sites unavailable (" << loaded.error() << "); waits judged without them\n";
+    plan = bpf_plan(c, nthreads);
+    if (!plan) return Error{plan.error()};
+    loaded = load_tool(ToolPlan{"threadpool", *plan, c.ebpf});
+  }
   if (!loaded) return Error{loaded.error()};
   if (!*loaded) return std::nullopt;  // --ebpf
   BpfSession& session = **loaded;
@@ -75,7 +90,7 @@ Status run(const Config& c) {
   for (const char* tp : kTracepoints)
     if (auto st = session.attach_raw_tracepoint(tp, std::string("raw_tracepoint__") + tp)) return st;
   attach_phase_done();
-  Tracer tracer(c, session, pool, map_sizes(c, nthreads));
+  Tracer tracer(c, session, pool, map_sizes(c, nthreads), sites);
   if (auto st = session.open_perf_buffer("reqs", on_event, on_lost, &tracer.requests(), 256)) return st;
   if (auto st = tracer.init()) return st;
   announce_attached(std::cout, "threadpool", c.json, banner(pool, c), tracer.start_fields(), empty_quality());

@@ -49,6 +49,11 @@ tp_thread initial_state(uint32_t pid, uint32_t tid, uint64_t now) {
       if (nr == TP_NR_FUTEX) {
         t.w_op = static_cast<uint32_t>(arg1) & TP_FUTEX_CMD_MASK;
         t.w_obj = arg0 & ~7ULL;
+        if (t.w_op == TP_FUTEX_WAIT_BITSET) {  // a hand-off candidate, as the BPF side marks it
+          t.cw_obj = t.w_obj;
+          t.cw_op = t.w_op;
+          t.cw_set = 1;
+        }
       }
     }
   }

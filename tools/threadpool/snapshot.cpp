@@ -2,9 +2,9 @@
 #include "common/proc.h"
 #include "tools/threadpool/tracer.h"
 
-static_assert(sizeof(tp_thread) == 144, "tp_thread layout shared with BPF");
+static_assert(sizeof(tp_thread) == 176, "tp_thread layout shared with BPF");
 static_assert(sizeof(tp_wait_key) == 24, "tp_wait_key layout shared with BPF");
-static_assert(sizeof(tp_wait_val) == 104, "tp_wait_val layout shared with BPF");
+static_assert(sizeof(tp_wait_val) == 112, "tp_wait_val layout shared with BPF");
 static_assert(sizeof(tp_hist_key) == 8, "tp_hist_key layout shared with BPF");
 
 namespace threadpool {
@@ -50,6 +50,7 @@ std::map<uint32_t, ThreadTimes> Snapshots::take(const std::map<uint32_t, Member>
       w.wake_rq_ns[i] += v.wake_rq_ns[i];
     }
     w.count += v.count;
+    w.took += v.took;
   }
   if (with_hist)
     for (auto& [k, v] : hist_.get_table_offline()) {

@@ -117,6 +117,7 @@ struct WaitTimes {
   uint64_t blk_ns[kNumWakes] = {};      // blocked, by who ended the wait
   uint64_t wake_rq_ns[kNumWakes] = {};  // runnable right after that wake-up
   uint64_t count = 0;
+  uint64_t took = 0;  // requests the thread took right after this wait (hand-off of work)
   uint64_t blk() const;
   uint64_t wake_rq() const;
 };
@@ -130,6 +131,20 @@ struct ThreadTimes {
 // cur - prev, field by field (clamped at 0).
 ThreadTimes delta(const ThreadTimes& cur, const ThreadTimes* prev);
 
+// Where a futex wait waits, from the waiter's user stack at its first wait (unwound
+// once per thread and wait) matched against the suite's wait-site rules
+// (common/wait_sites.rules and the rule directory): a deciding rule says what the wait
+// is (lock, idle, sleep, I/O, GIL; a condition wait or a rule's "unclassified" is an
+// other wait), whoever ends it.
+constexpr int kSiteUndecided = -1;  // the stack was read, no rule decides
+struct WaitSite {
+  int category = kSiteUndecided;  // Reason or kIdle, or kSiteUndecided
+  std::string name;               // the rule's words and the frame, or the call site
+};
+using SiteMap = std::map<std::pair<uint32_t, WaitKey>, WaitSite>;
+// The site of one stack (symbolized frames, innermost first).
+WaitSite classify_site(const std::vector<std::string>& frames);
+
 // What the waits of one group of threads mean. The category of a wait comes from
 // what it is, not its syscall: a futex word inside a runtime's global lock (the GIL)
 // is kGil; a timed wait that ran out is sleep; a condition/semaphore word on which
@@ -139,6 +154,12 @@ ThreadTimes delta(const ThreadTimes& cur, const ThreadTimes* prev);
 // another process) is waiting for work (idle), a mutex wait so ended is still a lock;
 // accept is idle, epoll/poll/select idle for threads that take no work from a queue
 // (a listener) and I/O for those that do; other syscalls by classify_wait.
+// Before all of that but the GIL, a futex wait whose site (`sites`) decides is what the
+// site says; a wait ended by a pool peer with no deciding site is a lock only when it
+// is mutex-style (FUTEX_WAIT, LOCK_PI) and its stack was not read; a condition-style
+// wait (FUTEX_WAIT_BITSET: condition variables, semaphores, standby workers sleeping
+// on a word of their own) or one whose stack said nothing is unclassified (other),
+// named by its site in the description.
 struct WorkWaits {
   std::map<uint64_t, std::string> runtime_locks;  // futex word -> "GIL (_PyRuntime+432)"
   std::set<uint64_t> work_words;   // condition/semaphore words work arrives on
@@ -157,6 +178,10 @@ struct WorkWaits {
   // that share the pool's name but never wait for work nor on the workers' locks
   std::set<uint32_t> excluded;
   bool main_in_pool = false;      // the main thread's wake-ups are a peer's
+  SiteMap sites;                  // futex wait sites read so far (thread, wait)
+  // condition-style waits after which the thread took a request at least half the
+  // times it waited (work handed over: a standby worker woken for a request)
+  std::set<std::pair<uint32_t, WaitKey>> handoff;
   int category(uint32_t tid, const WaitKey& k, int wake) const;  // Reason or kIdle
   bool is_idle(uint32_t tid, const WaitKey& k, int wake = kUnseen) const {
     return category(tid, k, wake) == kIdle;
@@ -169,7 +194,8 @@ struct WorkWaits {
 // out, when the others do wait for work.
 WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads,
                            uint32_t pid = 0,
-                           const std::map<uint64_t, std::string>& runtime_locks = {});
+                           const std::map<uint64_t, std::string>& runtime_locks = {},
+                           const SiteMap* sites = nullptr);
 
 // Several pools under one name (every thread of a CPython process is "python3"; a C
 // program's unnamed threads share the process's name): threads are joined when they
@@ -215,6 +241,11 @@ std::vector<ProcessRow> process_rows(const std::vector<ThreadRow>& rows);
 
 struct RequestStats {
   uint64_t requests = 0;
+  // Requests taken by a thread that had answered one before (taken_known), and of those
+  // the ones it took without blocking since its last response (taken_ready): the request
+  // was already waiting for a worker. Most taken so: work queues, whether or not the
+  // accepts were seen (kept-alive connections, a pool that caps how many threads run).
+  uint64_t taken_known = 0, taken_ready = 0;
   bpfdiag::Histogram queue_wait, service, response;
   bool have_depth = false;
   DepthStats depth;

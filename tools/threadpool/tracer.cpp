@@ -22,8 +22,10 @@ std::string pid_list(const std::vector<uint32_t>& pids) {
 }
 }  // namespace
 
-Tracer::Tracer(const Config& c, BpfSession& s, Pool& pool, MapSizes sizes)
-    : c_(c), s_(s), sizes_(sizes), pool_(pool), members_(c, pool, s), snapshots_(s), requests_(s) {}
+Tracer::Tracer(const Config& c, BpfSession& s, Pool& pool, MapSizes sizes, bool sites)
+    : c_(c), s_(s), sizes_(sizes), pool_(pool), members_(c, pool, s), snapshots_(s), requests_(s), sites_(s, sites) {
+  sites_.set_tgid_of([this](uint32_t tid) { return pid_of(tid); });
+}
 
 uint32_t Tracer::pid_of(uint32_t tid) const {
   const Member* m = members_.find(tid);
@@ -143,6 +145,8 @@ void Tracer::refresh_inference(const std::map<uint32_t, ThreadTimes>* snap) {
     snap = &local;
   }
   const auto& locks = runtime_locks_.update(*snap, [&](uint32_t tid) { return pid_of(tid); });
+  sites_.update();  // the wait keys unwound since (each once)
+  const SiteMap* sites = &sites_.sites();
   // several pools under one name: split by where they wait for work (not with
   // --threads: the user said which threads are the pool)
   auto group_times = [&](bool by_base, std::map<std::string, size_t>& sizes) {
@@ -159,7 +163,7 @@ void Tracer::refresh_inference(const std::map<uint32_t, ThreadTimes>* snap) {
     std::map<std::string, size_t> sizes;
     std::map<uint32_t, std::string> to;
     for (auto& [g, times] : group_times(true, sizes)) {
-      auto pools = pools_by_work_word(times, infer_work_waits(times, sizes[g], main_of(g, true), locks));
+      auto pools = pools_by_work_word(times, infer_work_waits(times, sizes[g], main_of(g, true), locks, sites));
       for (size_t i = 1; i < pools.size(); ++i)  // the largest keeps the name
         for (uint32_t tid : pools[i]) to[tid] = g + "[" + std::to_string(*pools[i].begin()) + "]";
     }
@@ -168,7 +172,7 @@ void Tracer::refresh_inference(const std::map<uint32_t, ThreadTimes>* snap) {
   members_.update_roles(*snap);
   std::map<std::string, size_t> sizes;
   auto by_group = group_times(false, sizes);
-  for (auto& [g, n] : sizes) work_[g] = infer_work_waits(by_group[g], n, main_of(g, false), locks);
+  for (auto& [g, n] : sizes) work_[g] = infer_work_waits(by_group[g], n, main_of(g, false), locks, sites);
   last_rescan_ = monotonic_ns();
 }
 
@@ -284,6 +288,8 @@ void Tracer::accumulate(const std::map<std::string, RequestStats>& req, uint64_t
     auto& acc = acc_[g].req;
     acc.requests += r.requests;
     acc.queue_wait.merge(r.queue_wait);
+    acc.taken_known += r.taken_known;
+    acc.taken_ready += r.taken_ready;
     acc.service.merge(r.service);
     acc.response.merge(r.response);
     if (r.have_depth) {

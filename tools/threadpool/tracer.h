@@ -158,6 +158,28 @@ class Snapshots {
   ebpf::BPFHashTable<tp_hist_key, uint64_t> hist_;
 };
 
+// --- sites.cpp: wait sites (the waiter's unwound user stack, once per wait) ---------
+class WaitSites {
+ public:
+  // `enabled`: the program was built with the unwinder (UW_DWARF: the `sites` map).
+  WaitSites(bpfdiag::BpfSession& bpf, bool enabled);
+  ~WaitSites();
+  void set_tgid_of(std::function<uint32_t(uint32_t)> f) { tgid_of_ = std::move(f); }
+  // Reads and classifies the wait keys unwound since the last call.
+  void update();
+  const SiteMap& sites() const { return read_; }
+
+ private:
+  bpfdiag::BpfSession& bpf_;
+  bool enabled_;
+  std::function<uint32_t(uint32_t)> tgid_of_ = [](uint32_t) { return 0u; };
+  std::unique_ptr<bpfdiag::Symbolizer> sym_;
+  SiteMap read_;
+  // every key taken from the map (the BPF side unwinds a key once: a stack lost there
+  // or not symbolized is not read again)
+  std::set<std::pair<uint32_t, WaitKey>> tried_;
+};
+
 // --- requests.cpp: request timing and data quality -----------------------------------
 
 // Folds response events into per-reader aggregates as they arrive: the state is bounded
@@ -234,7 +256,7 @@ struct GroupAcc {  // per group, across the whole run (for the summary)
 // report() turns two snapshots into one GroupReport per thread group and renders it.
 class Tracer {
  public:
-  Tracer(const Config& c, bpfdiag::BpfSession& s, Pool& pool, MapSizes sizes);
+  Tracer(const Config& c, bpfdiag::BpfSession& s, Pool& pool, MapSizes sizes, bool sites = false);
   bpfdiag::Status init();  // reads /proc/PID/task, fills the maps; error if no pool
   nlohmann::json start_fields() const;  // with the cgroup, when one is traced
   nlohmann::json start_fields_base() const;
@@ -279,6 +301,7 @@ class Tracer {
   std::map<std::string, RequestStats> interval_req_;
   bpfdiag::CounterDeltas deltas_;
   RuntimeLocks runtime_locks_;
+  WaitSites sites_;
   bool exited_ = false;
   bpfdiag::TargetWatch watch_{c_.pids};  // PID + start time: a reused PID is not the target
   uint64_t untracked_reported_ = 0;

@@ -2,7 +2,9 @@
 // GIL, I/O), from who ended it, and where a group waits for work. No BPF here.
 #include <algorithm>
 #include <array>
+#include <cstdio>
 
+#include "common/wait_sites.h"
 #include "tools/threadpool/threadpool.h"
 
 extern "C" {
@@ -34,8 +36,61 @@ int default_wake(const WaitKey& k) {
 
 }  // namespace
 
+namespace {
+
+// A frame's function without its "+0x..." offset.
+std::string frame_function(const std::string& f) {
+  size_t at = f.find("+0x");
+  return at == std::string::npos ? f : f.substr(0, at);
+}
+
+bool is_futex_plumbing(const std::string& f) {
+  return f.rfind("__futex", 0) == 0 || f.rfind("futex", 0) == 0 || f.rfind("syscall", 0) == 0 ||
+         f.rfind("__lll_", 0) == 0 || f.rfind("__GI_", 0) == 0 || f.rfind("[", 0) == 0;
+}
+
+int site_category(bpfdiag::WaitKind k) {
+  switch (k) {
+    case bpfdiag::WaitKind::Lock: return kLock;
+    case bpfdiag::WaitKind::Idle: return kIdle;
+    case bpfdiag::WaitKind::Sleep: return kSleep;
+    case bpfdiag::WaitKind::Io: return kIo;
+    case bpfdiag::WaitKind::Gil: return kGil;
+    default: return kOther;  // a condition wait, a rule's "unclassified", a tracer's
+  }
+}
+
+}  // namespace
+
+WaitSite classify_site(const std::vector<std::string>& frames) {
+  const bpfdiag::WaitRules& rules = bpfdiag::WaitRules::suite();
+  const bpfdiag::WaitVerdict v = rules.classify(frames);
+  WaitSite s;
+  if (v.decided && v.frame < frames.size()) {
+    s.category = site_category(v.kind);
+    s.name = v.what + " (" + frame_function(frames[v.frame]) + ")";
+    return s;
+  }
+  // no rule decides: named by the call site, past the mechanism (a via's frame), the
+  // wrappers and the C library's futex plumbing
+  size_t i = v.frame < frames.size() ? v.frame + 1 : 0;
+  while (i < frames.size() && (rules.is_wrapper(frames[i]) || is_futex_plumbing(frames[i]))) ++i;
+  const std::string at = i < frames.size() ? frame_function(frames[i]) : "[stack not reached]";
+  s.name = (v.frame < frames.size() ? v.what : std::string("futex wait")) + " in " + at;
+  return s;
+}
+
 int WorkWaits::category(uint32_t tid, const WaitKey& k, int wake) const {
   if (k.nr == TP_NR_FUTEX && runtime_locks.count(k.obj)) return kGil;
+  const WaitSite* site = nullptr;
+  if (k.nr == TP_NR_FUTEX) {
+    auto s = sites.find({tid, k});
+    if (s != sites.end()) site = &s->second;
+    if (site && site->category != kSiteUndecided)
+      return site->category == kSleep && sleep_is_idle ? kIdle : site->category;
+    // woken, then took a request: work was handed over (whoever woke it)
+    if (handoff.count({tid, k})) return kIdle;
+  }
   if (is_sleep_syscall(k.nr)) return sleep_is_idle ? kIdle : kSleep;
   if (is_accept(k.nr)) return kIdle;
   if (is_event_wait(k.nr)) return queue_users.count(tid) ? kPoll : kIdle;
@@ -54,7 +109,10 @@ int WorkWaits::category(uint32_t tid, const WaitKey& k, int wake) const {
     // where work arrives from outside the pool, peers hand wake-ups on too (a queue's
     // getter that took an item wakes the next one): all waits there are for work
     if (k.op == kFutexWaitBitset && work_words.count(k.obj)) return kIdle;
-    if (wake == kByPeer) return kLock;     // a peer released what it waited for
+    // a peer ended it: it released a mutex (mutex-style waits, when nothing better is
+    // known), or handed over anything else: unclassified, never a lock by default
+    if (wake == kByPeer)
+      return !site && (k.op == 0 || k.op == 6 || k.op == 13) ? kLock : kOther;
     // ended from outside the pool: a producer (condition, semaphore) means work
     // arrived; a mutex is a lock held outside the pool
     return k.op == kFutexWaitBitset ? kIdle : kLock;
@@ -65,6 +123,10 @@ int WorkWaits::category(uint32_t tid, const WaitKey& k, int wake) const {
 namespace {
 
 // --- thresholds ----------------------------------------------------------------------
+// Hand-off: a condition-style wait after which the thread took a request at least
+// 1/kHandoffShareDen of the times it waited is a wait for work. Half: chosen, not
+// measured (MariaDB's standby workers take one nearly every time they are woken).
+constexpr uint64_t kHandoffShareDen = 2;
 // Producer share: a share of a condition/semaphore wait's woken time that someone
 // outside the pool (or the main thread, when it submits work) ended, in percent. 1%
 // came in with the squashed landing 1558a17 with no measurement behind it: chosen,
@@ -272,6 +334,38 @@ std::string describe_work_sites(const IdleSeen& seen, size_t members) {
   return desc;
 }
 
+// Futex waits that are neither work, locks nor the GIL (condition waits, waits a peer
+// ended that no site rule decides): by site, most time first, at most three.
+std::string describe_other_sites(const Group& group, const WorkWaits& w) {
+  std::map<std::string, std::pair<uint64_t, std::set<uint32_t>>> by;
+  for (const auto& [tid, t] : group) {
+    if (w.excluded.count(tid)) continue;
+    for (const auto& [k, wt] : t.waits) {
+      if (k.nr != TP_NR_FUTEX) continue;
+      for (int c = 0; c < kNumWakes; ++c) {
+        if (!wt.blk_ns[c] || w.category(tid, k, c) != kOther) continue;
+        auto s = w.sites.find({tid, k});
+        auto& e = by[s != w.sites.end() ? s->second.name : "futex wait, site not read (" + describe_wait(k) + ")"];
+        e.first += wt.blk_ns[c];
+        e.second.insert(tid);
+      }
+    }
+  }
+  std::vector<std::pair<uint64_t, std::string>> top;
+  for (const auto& [name, e] : by) {
+    char b[64];
+    std::snprintf(b, sizeof b, " (%zu thread%s, %.2f s)", e.second.size(), e.second.size() > 1 ? "s" : "",
+                  e.first / 1e9);
+    top.push_back({e.first, name + b});
+  }
+  if (top.empty()) return "";
+  std::sort(top.rbegin(), top.rend());
+  std::string out = "; other futex waits (unclassified or condition): ";
+  for (size_t i = 0; i < top.size() && i < 3; ++i) out += (i ? ", " : "") + top[i].second;
+  if (top.size() > 3) out += ", " + std::to_string(top.size() - 3) + " more sites";
+  return out;
+}
+
 // What was left aside: runtime locks, the main thread, threads apart.
 std::string describe_left_out(const IdleSeen& seen, const WorkWaits& w, uint32_t pid,
                               const std::set<uint32_t>& others) {
@@ -300,9 +394,20 @@ std::string describe_left_out(const IdleSeen& seen, const WorkWaits& w, uint32_t
 }  // namespace
 
 WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t nthreads,
-                           uint32_t pid, const std::map<uint64_t, std::string>& runtime_locks) {
+                           uint32_t pid, const std::map<uint64_t, std::string>& runtime_locks,
+                           const SiteMap* sites) {
   WorkWaits w;
   w.runtime_locks = runtime_locks;
+  if (sites)
+    for (const auto& [tid, t] : group)
+      for (const auto& [k, wt] : t.waits) {
+        auto s = sites->find({tid, k});
+        if (s != sites->end()) w.sites.emplace(s->first, s->second);
+      }
+  for (const auto& [tid, t] : group)
+    for (const auto& [k, wt] : t.waits)
+      if (k.nr == TP_NR_FUTEX && k.op == kFutexWaitBitset && wt.took && wt.took * kHandoffShareDen >= wt.count)
+        w.handoff.insert({tid, k});
   const WakeTotals any = usual_wakes(group, w);
   const bool main_produces = main_produces_work(group, pid, runtime_locks);
   w.main_in_pool = pid && group.count(pid) && !main_produces;
@@ -318,7 +423,7 @@ WorkWaits infer_work_waits(const std::map<uint32_t, ThreadTimes>& group, size_t 
   w.found = !desc.empty();
   w.sleep_is_idle = !w.found;
   if (!w.found) desc = "none seen (no thread waited for work; timed sleeps counted as waiting for work)";
-  w.description = desc + describe_left_out(seen, w, pid, others);
+  w.description = desc + describe_other_sites(group, w) + describe_left_out(seen, w, pid, others);
   return w;
 }
 
