@@ -45,12 +45,10 @@
 #endif
 
 BPF_STACK_TRACE(stack_traces, STACKS_SIZE);
-/* Allocated on insert (common.h: BPFDIAG_HASH_LAZY), though a scheduler or perf-event
- * program inserts: only a stack whose stack-table bucket is taken comes here, at most one
- * per event, so the kernel's per-CPU cache is refilled between inserts; preallocated it
- * cost every start ~4 MB (8192 x 512-byte keys) and 8% of profile's start-up CPU
- * (pcpu_freelist_populate). A failed insert is a lost stack, counted. */
-BPFDIAG_HASH_LAZY(overflow_ids, struct bpfdiag_stack, u32, OVERFLOW_STORAGE_SIZE);
+/* preallocated: a stack's user and kernel parts may both come here in one event, and
+ * offcputime --waker takes them in sched_waking, where one hard interrupt can wake
+ * many tasks; an allocate-on-insert map fails then (common.h) */
+BPFDIAG_HASH(overflow_ids, struct bpfdiag_stack, u32, OVERFLOW_STORAGE_SIZE);
 BPF_PERCPU_ARRAY(overflow_scratch, struct bpfdiag_stack, 1);
 BPF_PERCPU_ARRAY(overflow_next, u32, 1); /* per-CPU id counter: ids need no atomics */
 

@@ -50,6 +50,10 @@ BPF_ARRAY(uw_rows, struct uw_row, UW_MAX_ROWS);
 BPFDIAG_HASH_LAZY(uw_procs, u32, struct uw_proc, UW_PROCS_SIZE);
 BPF_ARRAY(uw_maps, struct uw_map, UW_PROCS_SIZE * UW_MAX_MAPS);
 BPF_PERCPU_ARRAY(uw_scratch, struct uw_pcs, 1);
+/* allocated on insert: preallocated, its 262,144 x 520 bytes would be 136 MB at every
+ * start. One insert per walk; offcputime --waker walks in sched_waking, where a hard
+ * interrupt waking many traced tasks at once can exhaust the kernel's per-CPU cache
+ * (common.h): such a stack is lost and counted (lost_stacks), not mistaken. */
 BPFDIAG_HASH_LAZY(uw_stacks, u64, struct uw_pcs, UW_STACKS_SIZE);
 BPF_PERCPU_ARRAY(uw_counters, u64, UW_CNT_MAX);
 BPF_PERCPU_ARRAY(uw_regs_scratch, struct uw_user_regs, 1); /* 168 bytes: off the BPF stack */
@@ -178,7 +182,10 @@ static inline __attribute__((always_inline)) int uw_step(struct uw_state *s, u32
 struct uw_walk {
   u64 ip, sp, bp;
   u32 d, n, base, pad;
-  u64 hash; /* the finished walk's: 0 no user context, UW_HASH_LOST not stored */
+  u64 hash;  /* the finished walk's: 0 no user context, UW_HASH_LOST not stored */
+  u64 owner; /* pid_tgid of the task walked: a uprobe's program can be preempted between
+              * two tail calls (PREEMPT kernels) and another task's walk start on this
+              * CPU; a walk that finds another owner gives up (UW_HASH_LOST), never mixes */
 };
 BPF_PERCPU_ARRAY(uw_walk_state, struct uw_walk, 1);
 
@@ -193,6 +200,7 @@ static inline __attribute__((always_inline)) int uw_begin(void) {
   if (!w || !regs || !out)
     return -1;
   w->hash = UW_HASH_LOST;
+  w->owner = bpf_get_current_pid_tgid();
   if (uw_user_regs(regs)) {
     w->hash = 0;
     return -1;
@@ -223,6 +231,9 @@ static inline __attribute__((always_inline)) int uw_chunk(void) {
   struct uw_pcs *out = uw_scratch.lookup(&zero);
   if (!w || !out)
     return 0;
+  u64 me = bpf_get_current_pid_tgid();
+  if (w->owner != me)
+    return 0;
   struct uw_state s = {w->ip, w->sp, w->bp};
   u32 d0 = w->d, n = w->n, base = w->base;
   /* Never clamp to a constant here (n = UW_MAX_MAPS): with constant bounds the
@@ -246,6 +257,8 @@ static inline __attribute__((always_inline)) int uw_chunk(void) {
       return 0;
     }
   }
+  if (w->owner != me)
+    return 0;
   w->ip = s.ip;
   w->sp = s.sp;
   w->bp = s.bp;
@@ -259,7 +272,7 @@ static inline __attribute__((always_inline)) void uw_finish(void) {
   u32 zero = 0;
   struct uw_walk *w = uw_walk_state.lookup(&zero);
   struct uw_pcs *out = uw_scratch.lookup(&zero);
-  if (!w || !out)
+  if (!w || !out || w->owner != bpf_get_current_pid_tgid())
     return;
   u32 depth = out->depth, status = out->status;
   u64 h = 14695981039346656037ULL;
@@ -312,7 +325,7 @@ static inline __attribute__((always_inline)) u64 uw_unwind_user(u32 tgid) {
   (void)tgid; /* the walk was of current, the process the caller names */
   u32 zero = 0;
   struct uw_walk *w = uw_walk_state.lookup(&zero);
-  if (!w)
+  if (!w || w->owner != bpf_get_current_pid_tgid())
     return UW_HASH_LOST;
   u64 h = w->hash;
   w->hash = UW_HASH_LOST;

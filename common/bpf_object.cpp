@@ -341,6 +341,8 @@ BpfObjectCacheState BpfObjectCache::state() {
 #define BPFDIAG_SUITE_VERSION "unknown"
 #endif
 
+const char* suite_build() { return BPFDIAG_SUITE_VERSION; }
+
 std::string BpfObjectCache::key(const std::string& text, const std::vector<std::string>& cflags,
                                 const EmbeddedFile* headers) {
   struct utsname u;

@@ -76,6 +76,10 @@ struct BpfObjectCacheState {
   uint64_t bytes = 0;
 };
 
+// The suite's build as the caches key it: version, git describe and a hash of the
+// sources (CMakeLists.txt), so a rebuild never reads what another build wrote.
+const char* suite_build();
+
 class BpfObjectCache {
  public:
   static BpfObjectCacheState state();

@@ -1,8 +1,11 @@
 #include "common/btf.h"
 
 #include <bpf/btf.h>
+#include <bpf/libbpf.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -77,9 +80,11 @@ std::string facts_key(const std::string& path) {
   if (boot.empty() || stat(path.c_str(), &st) != 0) return "";
   struct utsname u;
   uname(&u);
-  return "bpfdiag btf facts 1\nboot " + boot + "\nkernel " + u.release + " " + u.version + "\nbtf " + path + " " +
-         std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
-         std::to_string(st.st_mtim.tv_nsec) + "\n";
+  // the suite's and libbpf's versions: an upgrade that looks fields up differently
+  // must not be answered from the old one's record
+  return "bpfdiag btf facts 2\nsuite " + std::string(suite_build()) + "\nlibbpf " + libbpf_version_string() +
+         "\nboot " + boot + "\nkernel " + u.release + " " + u.version + "\nbtf " + path + " " +
+         std::to_string(st.st_size) + "\n";
 }
 
 bool plain_word(const std::string& w) {
@@ -101,13 +106,16 @@ Result<std::shared_ptr<KernelBtf>> KernelBtf::load(const std::string& path) {
       std::istringstream in(bytes->substr(k->key_.size()));
       std::string type, name;
       int found;
-      long bits;
-      uint32_t size;
+      long bits, size;
       std::map<std::pair<std::string, std::string>, Member> facts;
       bool good = true;
       while (good && facts.size() < kMaxFacts && in >> type >> name >> found >> bits >> size) {
-        good = plain_word(type) && plain_word(name) && found >= 0 && found <= 1 && bits >= -1;
-        facts[{type, name}] = Member{found == 1, bits, size};
+        // what a lookup can answer: a member at a bit offset inside a struct of at most
+        // 4 GiB, or none (-1, size 0), the struct found or not
+        good = plain_word(type) && plain_word(name) && (found == 0 || found == 1) && bits >= -1 &&
+               bits < (1L << 35) && size >= 0 && size <= UINT32_MAX && (found == 1 || bits == -1) &&
+               (bits >= 0 || size == 0);
+        facts[{type, name}] = Member{found == 1, bits, static_cast<uint32_t>(size)};
       }
       in >> std::ws;
       if (good && in.eof()) k->facts_ = std::move(facts);
@@ -117,6 +125,13 @@ Result<std::shared_ptr<KernelBtf>> KernelBtf::load(const std::string& path) {
     return Error{k->parse_error_};
   timing_mark(k->parsed() ? "BTF parse" : "BTF facts from the cache");
   return k;
+}
+
+Status check_btf_file(const std::string& path) {
+  struct btf* b = btf__parse(path.c_str(), nullptr);
+  if (!b) return Error{"cannot read kernel BTF from " + path + ": " + std::strerror(errno)};
+  btf__free(b);
+  return std::nullopt;
 }
 
 bool KernelBtf::parse() const {

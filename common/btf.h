@@ -62,6 +62,9 @@ struct OffsetSpec {
 // field not found, and then nothing is added.
 Status add_offsets(BpfPlan& plan, const KernelBtf& btf, const std::vector<OffsetSpec>& specs);
 
+// Parses the BTF file itself, whatever the cache holds (doctor: can it be read now?).
+Status check_btf_file(const std::string& path = "/sys/kernel/btf/vmlinux");
+
 // The running kernel's BTF (/sys/kernel/btf/vmlinux), parsed once and kept until
 // release_kernel_btf().
 Result<std::shared_ptr<KernelBtf>> kernel_btf();

@@ -322,7 +322,9 @@ TEST_CASE("kernel BTF facts: kept in the cache for this boot, a start they answe
     std::ifstream in(facts);
     text.assign(std::istreambuf_iterator<char>(in), {});
   }
-  for (const std::string& bad : {std::string("boot 00000000"), std::string("task_struct pid 1 -7 4")}) {
+  for (const std::string& bad : {std::string("boot 00000000"), std::string("task_struct pid 1 -7 4"),
+                                 std::string("task_struct pid 0 96 4"), std::string("task_struct pid 1 96 -1"),
+                                 std::string("task_struct pid 1 99999999999999 4")}) {
     CAPTURE(bad);
     std::string damaged = text;
     if (bad[0] == 'b') damaged.replace(damaged.find("boot ") , 13, bad);

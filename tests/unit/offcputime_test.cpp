@@ -69,7 +69,7 @@ TEST_CASE("offcputime: stack tables sized from the threads traced") {
   one.tids = {static_cast<uint32_t>(getpid())};
   CHECK(count_traced_threads(one) == 1);
   // both tables in the BPF program, overflow ids flagged
-  CHECK(bpf_text().find("BPFDIAG_HASH_LAZY(overflow_ids, struct bpfdiag_stack, u32, OVERFLOW_STORAGE_SIZE)") != std::string::npos);
+  CHECK(bpf_text().find("BPFDIAG_HASH(overflow_ids, struct bpfdiag_stack, u32, OVERFLOW_STORAGE_SIZE)") != std::string::npos);
   CHECK(bpf_text().find("BPFDIAG_OVERFLOW_BIT") != std::string::npos);  // stacks.h, pasted
   // data-quality counters through the suite's one counter map
   CHECK(bpf_text().find("BPF_PERCPU_ARRAY(dq_counters") != std::string::npos);  // common.h, inlined

@@ -100,10 +100,12 @@ Check btf(bool& ok) {
     k.fix = "a kernel built with CONFIG_DEBUG_INFO_BTF=y is required";
     return k;
   }
+  // the file itself, parsed now (the tools may answer their lookups from the cache)
+  auto parsed = check_btf_file();
   auto b = kernel_btf();
-  if (!b) {
+  if (parsed || !b) {
     k.status = Verdict::Fail;
-    k.detail = "/sys/kernel/btf/vmlinux unreadable: " + b.error();
+    k.detail = "/sys/kernel/btf/vmlinux unreadable: " + (parsed ? parsed->message : b.error());
     k.fix = geteuid() ? "run as root" : "the kernel's BTF is damaged or too new for libbpf " + std::string(libbpf_version_string());
     return k;
   }
