@@ -128,7 +128,8 @@ ToolSpec make_spec() {
           opt::listen(),
           OptionSpec{"map-entries", "N",
                      "BPF map size (waits per thread and lock; default:\n"
-                     "from the target's thread count, at least 16384)",
+                     "from the target's thread count, at least 16384:\n"
+                     "8 rows a thread, 2048 with --uprobes)",
                      "Output"},
       }, "say where the uprobes were placed"),
       kExamples,
