@@ -366,6 +366,7 @@ class Reporter {
     res_.new_report();
     ++report_no_;
     if (final) timing_mark("report: new processes");
+    if (final) session_.begin_detach();  // the probes close while the report is built
     Snapshot s;
     drain(s);
     if (final) timing_mark("report: drain " + std::to_string(s.waits.size()) + " waits, " +
