@@ -21,6 +21,12 @@
  *                    programs of their own that the user-space handlers tail-call;
  *                    keyed by their hash (lockstat_key.user_hash), no scan needed
  *   STATS_ENTRIES, HIST_ENTRIES, STACK_ENTRIES, START_ENTRIES, KSTART_ENTRIES  map sizes
+ *   USTATS_ENTRIES, UHIST_ENTRIES  user-space waits' own maps when kernel locks are
+ *                    traced too (ustats, uhist)
+ *   HIST_PER_THREAD  --per-thread: the histogram is keyed by thread too (each thread's
+ *                    percentiles); otherwise by lock only (a lock's percentiles are all
+ *                    the lock view shows: per thread it would be locks x threads x
+ *                    buckets entries, 16,000 x ~8 for 16 threads on 1000 mutexes)
  *   DECL_BEGINS      futex mode: how many declared_begin_N programs (declared.h; default all)
  *   WAKERS           futex mode: sched_waking notes who woke each futex waiter
  *   GO_WAITS         goroutine waits of Go targets: go_park/go_resume uprobes inside
@@ -57,6 +63,15 @@
 #endif
 LS_RECORD_HASH(stats, struct lockstat_key, struct lockstat_val, STATS_ENTRIES);
 LS_RECORD_HASH(hist, struct lockstat_hkey, u64, HIST_ENTRIES);
+#if defined(KERNEL_LOCKS) && (defined(USER_FUTEX) || defined(USER_PTHREAD))
+/* With kernel locks, user-space waits (recorded from syscalls and uprobes only) have
+ * maps of their own, allocated on insert: --uprobes makes a row per (mutex, caller,
+ * thread), far more than kernel locks need, and preallocating that many was not
+ * affordable. stats and hist then hold the kernel's waits. */
+BPFDIAG_HASH_LAZY(ustats, struct lockstat_key, struct lockstat_val, USTATS_ENTRIES);
+BPFDIAG_HASH_LAZY(uhist, struct lockstat_hkey, u64, UHIST_ENTRIES);
+#define LS_USER_MAPS 1
+#endif
 LS_RECORD_HASH(comms, u32, struct lockstat_comm, 65536);
 #ifdef WAKERS
 BPFDIAG_HASH(wakers, struct lockstat_wkey, u64, STATS_ENTRIES);
@@ -103,7 +118,12 @@ static inline void record(struct lockstat_key *k, u64 delta, u32 blocked, u32 ti
     return;
   }
   struct lockstat_val zero = {};
+#ifdef LS_USER_MAPS
+  struct lockstat_val *v =
+      k->kind == LS_KIND_KERNEL ? stats.lookup_or_try_init(k, &zero) : ustats.lookup_or_try_init(k, &zero);
+#else
   struct lockstat_val *v = stats.lookup_or_try_init(k, &zero);
+#endif
   if (!v) {
     dq_count(LS_CNT_MAP_FULL);
     return;
@@ -123,11 +143,17 @@ static inline void record(struct lockstat_key *k, u64 delta, u32 blocked, u32 ti
   struct lockstat_hkey hk = {};
   hk.addr = k->addr;
   hk.pid = k->pid;
-  hk.tid = k->tid;
+#ifdef HIST_PER_THREAD
+  hk.tid = k->tid; /* --per-thread: each thread's percentiles */
+#endif
   hk.kind = k->kind;
   hk.bucket = hist_fine_index(delta);
   hk.spin = k->kind == LS_KIND_KERNEL && ls_kernel_spins(k->flags);
+#ifdef LS_USER_MAPS
+  u64 one = 0, *h = k->kind == LS_KIND_KERNEL ? hist.lookup_or_try_init(&hk, &one) : uhist.lookup_or_try_init(&hk, &one);
+#else
   u64 one = 0, *h = hist.lookup_or_try_init(&hk, &one);
+#endif
   if (h)
     __sync_fetch_and_add(h, 1);
   else

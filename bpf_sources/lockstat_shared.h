@@ -102,7 +102,8 @@ struct lockstat_wkey {
   __u32 waker; /* waking thread; 0: interrupt/idle context */
 };
 
-/* Per-lock, per-thread fine histogram of wait times (bucket: hist_fine_index()). */
+/* Per-lock fine histogram of wait times (bucket: hist_fine_index()); per thread too
+ * (tid) only with --per-thread (HIST_PER_THREAD), else tid is 0. */
 struct lockstat_hkey {
   __u64 addr;
   __u32 pid;

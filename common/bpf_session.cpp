@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
+#include <thread>
 
 #include "common/timing.h"
 
@@ -75,10 +77,33 @@ BpfSession::~BpfSession() {
     ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
     close(fd);
   }
+  begin_detach();
+  for (auto& t : closers_) t.join();
   for (auto& [name, p] : probes_) close_probe(p);
   perf_buffers_.clear();
   for (auto& [name, fd] : prog_fds_) close(fd);
   // the maps' fds close with tables_
+}
+
+// Closing a probe waits for the kernel's grace period (55-90 ms each on a loaded box:
+// lockstat --uprobes's 11 probes took 0.8 s one after another). Closed from threads of
+// their own the waits overlap (0.33 s).
+void BpfSession::begin_detach() {
+  StderrNoiseFilter quiet;
+  for (auto& [name, p] : probes_) {
+    if (p.fd < 0) continue;
+    try {
+      closers_.emplace_back([fd = p.fd, raw = p.raw] {
+        if (raw)
+          close(fd);
+        else
+          bpf_close_perf_event_fd(fd);
+      });
+      p.fd = -2;  // closed by its thread (joined by the destructor): close_probe only detaches
+    } catch (const std::system_error&) {
+      break;  // no thread: the rest close one by one
+    }
+  }
 }
 
 void BpfSession::disable_perf_events() {

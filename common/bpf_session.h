@@ -8,6 +8,7 @@
 #include <bcc/BPFTable.h>
 
 #include <map>
+#include <thread>
 #include <memory>
 #include <set>
 #include <string>
@@ -42,6 +43,10 @@ class BpfSession {
   // Stops the perf events attach_perf_event opened (a final report's snapshot); they
   // are closed on destruction.
   void disable_perf_events();
+  // Starts closing every probe, each from a thread of its own (joined by the
+  // destructor): a final report is built meanwhile from the maps (each close waits for
+  // a grace period, 50-90 ms on a loaded box, and the kernel serializes some of them).
+  void begin_detach();
   // Uprobe (or uretprobe) on `symbol` in `binary`, for `pid` (-1: every process).
   Status attach_uprobe(const std::string& binary, const std::string& symbol,
                        const std::string& fn, bool ret, int pid);
@@ -124,6 +129,7 @@ class BpfSession {
   std::map<std::string, std::vector<uint8_t>> progs_;  // instructions, maps relocated
   std::map<std::string, int> prog_fds_;               // loaded programs
   std::set<int> noted_;                               // attached program fds
+  std::vector<std::thread> closers_;  // begin_detach's
   std::map<std::string, Probe> probes_;               // "tp:NAME", "raw:NAME", "uprobe:EVENT"
   std::map<std::string, std::unique_ptr<ebpf::BPFPerfBuffer>> perf_buffers_;
   std::vector<int> perf_fds_;

@@ -58,6 +58,7 @@ struct Config {
   size_t entries = 10;                   // -n (0: all)
   size_t stacks = 3;                     // -s: waiters and call sites shown per lock
   uint64_t map_entries = 0;              // --map-entries (0: sized from the target)
+  uint64_t user_map_entries = 0;         // rows for user-space waits (0: map_entries)
   bpfdiag::Schedule schedule;            // -i/-c/-d
   // --uprobes: ns of probe cost taken off each timed call, measured at startup by
   // run() (tools/lockstat/calibrate.cpp), not an option
@@ -83,6 +84,10 @@ std::string bpf_text();
 std::vector<std::pair<std::string, uint64_t>> map_sizes(const Config& c);
 // Map size for `threads` traced threads: 8 entries each, at least 16384, a power of 2.
 uint64_t map_entries_for_threads(uint64_t threads);
+// --uprobes: every mutex call is a row per (mutex, caller, thread), and one more per
+// stack of its blocked calls: kUprobeRowsPerThread rows per thread (1024 mutexes and
+// call sites per thread, 2 rows each), at least 16384, at most 4M (powers of two).
+uint64_t uprobe_map_entries_for_threads(uint64_t threads);
 // Mode, filter and map-size defines (plus optional BTF offsets when `btf` is true).
 bpfdiag::Result<bpfdiag::BpfPlan> bpf_plan(const Config& c, bool btf = true);
 

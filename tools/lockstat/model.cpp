@@ -53,6 +53,7 @@ constexpr uint64_t kLongHoldP50Ns = kMs;
 constexpr uint64_t kMapEntriesPerThread = 8;
 constexpr uint64_t kMapEntriesMin = 16384;
 constexpr uint64_t kMapEntriesMax = 1u << 22;
+constexpr uint64_t kUprobeRowsPerThread = 2048;
 
 bool site_placed(const std::string& site) {
   const size_t n = std::char_traits<char>::length(kUnplacedSite);
@@ -77,6 +78,12 @@ std::string kernel_lock_kind(uint32_t flags) {
 
 uint64_t map_entries_for_threads(uint64_t threads) {
   uint64_t want = std::min<uint64_t>(threads * kMapEntriesPerThread, kMapEntriesMax), n = kMapEntriesMin;
+  while (n < want) n <<= 1;
+  return n;
+}
+
+uint64_t uprobe_map_entries_for_threads(uint64_t threads) {
+  uint64_t want = std::min<uint64_t>(threads * kUprobeRowsPerThread, kMapEntriesMax), n = kMapEntriesMin;
   while (n < want) n <<= 1;
   return n;
 }

@@ -219,7 +219,11 @@ Result<PthreadTargets> prepare(Config& c, const std::vector<std::string>& tps) {
   if (c.ebpf) return libs;
   if (auto st = preflight(tps)) return Error{st->message};
   if (auto st = resolve_lock_names(c)) return Error{st->message};
-  if (!c.map_entries) c.map_entries = map_entries_for_threads(traced_threads(c));
+  if (!c.map_entries) {
+    uint64_t threads = traced_threads(c);
+    c.map_entries = map_entries_for_threads(threads);
+    if (c.uprobes) c.user_map_entries = uprobe_map_entries_for_threads(threads);
+  }
   std::vector<uint32_t> targets = c.pids.empty() ? std::vector<uint32_t>{0} : c.pids;
   for (uint32_t pid : c.uprobes ? targets : std::vector<uint32_t>{}) {
     auto lib = find_pthread_lib(pid);
@@ -315,8 +319,8 @@ class Reporter {
            GoWaits& go, const BpfPlan& plan, uint64_t calibrated_cost, uint64_t attached)
       : session_(session), c_(c), uw_(uw), res_(res), decl_(decl), jvm_(jvm), go_(go), calibrated_cost_(calibrated_cost),
         last_(attached),
-        stats_(session.get_hash_table<lockstat_key, lockstat_val>("stats")),
-        hist_(session.get_hash_table<lockstat_hkey, uint64_t>("hist")),
+        stats_{session.get_hash_table<lockstat_key, lockstat_val>("stats")},
+        hist_{session.get_hash_table<lockstat_hkey, uint64_t>("hist")},
         comms_(session.get_hash_table<uint32_t, lockstat_comm>("comms")),
         wakers_(plan.has("WAKERS")),
         has_scans_(!c.unwind_dwarf && plan.has("OFF_TASK_STACK")),  // fp mode only
@@ -327,6 +331,10 @@ class Reporter {
     if (pprof_.enabled()) res_.sym().keep_origins();  // frames with their modules
     if (!c.kernel_only) start_maps_.push_back(c.uprobes ? "plock_start" : "futex_start");
     if (!c.user_only) start_maps_.push_back("klock_start");
+    if (plan.has("USTATS_ENTRIES")) {  // user-space waits in maps of their own
+      stats_.push_back(session.get_hash_table<lockstat_key, lockstat_val>("ustats"));
+      hist_.push_back(session.get_hash_table<lockstat_hkey, uint64_t>("uhist"));
+    }
   }
 
   void set_names(Names n) {
@@ -357,13 +365,19 @@ class Reporter {
     remember_new();
     res_.new_report();
     ++report_no_;
+    if (final) timing_mark("report: new processes");
+    if (final) session_.begin_detach();  // the probes close while the report is built
     Snapshot s;
     drain(s);
+    if (final) timing_mark("report: drain " + std::to_string(s.waits.size()) + " waits, " +
+                           std::to_string(s.hist.size()) + " buckets");
     read_state(s);
+    if (final) timing_mark("report: counters, open waits");
     uint64_t now = monotonic_ns();
     s.window_ns = now - last_;
     if (c_.uprobes) c_.probe_cost_ns = tracked_probe_cost(session_, calibrated_cost_);
     render(std::cout, std::cerr, c_, s, names_, window_ending_now(now - last_, final));
+    if (final) timing_mark("report: build and print");
     if (s.dq.map_full)
       std::fprintf(stderr,
                    "lockstat: WARNING: %llu waits or details were not recorded because BPF maps were "
@@ -400,12 +414,16 @@ class Reporter {
   // the report that printed their waits. Processes whose binary was looked up are
   // bounded (past it, new binaries get no hint).
   void remember_new() {
-    for (auto& [k, v] : stats_.get_table_offline()) {
-      if (k.kind == LS_KIND_KERNEL) continue;
-      if (!res_.sym().remembered(k.pid)) res_.sym().remember(k.pid);
-      if (exes_.size() < 4096 && exe_checked_.size() < 16384 && exe_checked_.insert(k.pid).second)
-        if (std::string exe = exe_path(k.pid); !exe.empty()) exes_.emplace(exe, k.pid);
-    }
+    for (auto& t : stats_)  // keys only (--uprobes: 32,000 rows for 1000 mutexes x 16 threads)
+      for_each_key<lockstat_key>(
+          t,
+          [&](const lockstat_key& k) {
+            if (k.kind == LS_KIND_KERNEL) return;
+            if (!res_.sym().remembered(k.pid)) res_.sym().remember(k.pid);
+            if (exes_.size() < 4096 && exe_checked_.size() < 16384 && exe_checked_.insert(k.pid).second)
+              if (std::string exe = exe_path(k.pid); !exe.empty()) exes_.emplace(exe, k.pid);
+          },
+          [] { return true; });
   }
 
   // Drained (atomic lookup-and-delete per key): a wait recorded while this report is
@@ -413,8 +431,10 @@ class Reporter {
   // stats (BPF writes a wait's comm right after its stats) and kept here across
   // intervals; draining keeps the BPF map from filling up.
   void drain(Snapshot& s) {
-    for (auto& [k, v] : drain_hash<lockstat_key, lockstat_val>(stats_)) s.waits.push_back({k, v});
-    for (auto& kv : drain_hash<lockstat_hkey, uint64_t>(hist_)) s.hist.push_back(kv);
+    for (auto& t : stats_)
+      for (auto& [k, v] : drain_hash<lockstat_key, lockstat_val>(t)) s.waits.push_back({k, v});
+    for (auto& t : hist_)
+      for (auto& kv : drain_hash<lockstat_hkey, uint64_t>(t)) s.hist.push_back(kv);
     for (auto& w : s.waits)  // declared waits: one id per name, the same in every process
       if (w.key.kind == LS_KIND_DECLARED) w.key.addr = decl_.id_of(w.key.pid, w.key.addr, session_);
     for (auto& [hk, n] : s.hist)
@@ -470,10 +490,14 @@ class Reporter {
   void forget_reported() {
     std::set<int32_t> keep_stacks;
     std::set<uint32_t> keep_pids;
-    for (auto& [k, v] : stats_.get_table_offline()) {  // recorded since the drain
-      if (k.stack_id >= 0) keep_stacks.insert(k.stack_id);
-      if (k.kind != LS_KIND_KERNEL) keep_pids.insert(k.pid);
-    }
+    for (auto& t : stats_)  // recorded since the drain
+      for_each_key<lockstat_key>(
+          t,
+          [&](const lockstat_key& k) {
+            if (k.stack_id >= 0) keep_stacks.insert(k.stack_id);
+            if (k.kind != LS_KIND_KERNEL) keep_pids.insert(k.pid);
+          },
+          [] { return true; });
     if (!c_.kernel_only) {
       if (c_.uprobes) prune_starts<plock_start>(session_, "plock_start", keep_stacks, plock_stack);
       else {
@@ -551,8 +575,8 @@ class Reporter {
   const bool jvm_on_ = !c_.uprobes && !c_.kernel_only;  // futex mode reads Java threads' waits
   const uint64_t calibrated_cost_;
   uint64_t last_, last_scan_ = 0;
-  ebpf::BPFHashTable<lockstat_key, lockstat_val> stats_;
-  ebpf::BPFHashTable<lockstat_hkey, uint64_t> hist_;
+  std::vector<ebpf::BPFHashTable<lockstat_key, lockstat_val>> stats_;  // stats (+ ustats)
+  std::vector<ebpf::BPFHashTable<lockstat_hkey, uint64_t>> hist_;
   ebpf::BPFHashTable<uint32_t, lockstat_comm> comms_;
   const bool wakers_, has_scans_, has_rq_locks_;
   RunFlameGraph flame_;
