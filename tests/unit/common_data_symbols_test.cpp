@@ -78,10 +78,21 @@ TEST_CASE("data_symbols: find_data_symbol_in_file applies the mapping's load bia
   CHECK(bpfdiag::find_data_symbol_in_file("/nonexistent", "ds_test_static_lock", start, off).empty());
 }
 
-TEST_CASE("read_kallsyms: one parser splits text and data, drops hidden addresses") {
+namespace {
+// read_kallsyms over a listing written to a temporary file (removed after)
+bpfdiag::KernelSymbols kallsyms_of(const std::string& listing) {
   char tmpl[] = "/tmp/ds_kallsymsXXXXXX";
   int fd = mkstemp(tmpl);
   REQUIRE(fd >= 0);
+  REQUIRE(write(fd, listing.data(), listing.size()) == static_cast<ssize_t>(listing.size()));
+  close(fd);
+  auto k = bpfdiag::read_kallsyms(tmpl);
+  unlink(tmpl);
+  return k;
+}
+}  // namespace
+
+TEST_CASE("read_kallsyms: one parser splits text and data, drops hidden addresses") {
   const char text[] =
       "ffffffff81000000 T _stext\n"
       "ffffffff81000000 T _text\n"
@@ -93,10 +104,7 @@ TEST_CASE("read_kallsyms: one parser splits text and data, drops hidden addresse
       "ffffffffc0001000 d mod_lock\t[mymod]\n"
       "0000000000000000 D hidden\n"
       "ffffffff83000000 A absolute_sym\n";
-  REQUIRE(write(fd, text, sizeof text - 1) == static_cast<ssize_t>(sizeof text - 1));
-  close(fd);
-  auto k = bpfdiag::read_kallsyms(tmpl);
-  unlink(tmpl);
+  auto k = kallsyms_of(text);
   REQUIRE(k.text.size() == 4);
   CHECK(k.text[0].name == "_stext");  // aliases keep file order
   CHECK(k.text[3].name == "mod_fn");
@@ -111,18 +119,11 @@ TEST_CASE("read_kallsyms: one parser splits text and data, drops hidden addresse
 }
 
 TEST_CASE("read_kallsyms: a listing out of address order is sorted, aliases in file order") {
-  char tmpl[] = "/tmp/ds_kallsymsXXXXXX";
-  int fd = mkstemp(tmpl);
-  REQUIRE(fd >= 0);
-  const char text[] =
+  auto k = kallsyms_of(
       "ffffffffc0000000 t mod_fn\t[mymod]\n"
       "ffffffff81001000 t helper\n"
       "ffffffff81000000 T _stext\n"
-      "ffffffff81000000 T _text\n";
-  REQUIRE(write(fd, text, sizeof text - 1) == static_cast<ssize_t>(sizeof text - 1));
-  close(fd);
-  auto k = bpfdiag::read_kallsyms(tmpl);
-  unlink(tmpl);
+      "ffffffff81000000 T _text\n");
   REQUIRE(k.text.size() == 4);
   CHECK(k.text[0].name == "_stext");
   CHECK(k.text[1].name == "_text");
