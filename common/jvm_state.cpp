@@ -363,6 +363,9 @@ void JvmWaits::find(const std::vector<uint32_t>& pids0, bool verbose) {
   if (pids0.empty()) everywhere_ = true;
   last_rescan_ns_ = monotonic_ns();
   for (uint32_t pid : pids0.empty() ? proc_all_pids(65536) : pids0) {
+    // a system-wide rescan reads every process's mappings (a fork storm: thousands);
+    // a stop signal wants the final report now, and the next rescan finds the rest
+    if (pids0.empty() && stop_signal()) break;
     if (refused_or_found_.count(pid) || refused_or_found_.size() >= kMaxJvmThreads) continue;
     auto j = JvmState::open(pid);
     if (!j && j.error().rfind("not a HotSpot JVM", 0) == 0) continue;  // may become one (system-wide rescans)

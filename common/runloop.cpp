@@ -144,6 +144,8 @@ void install_stop_handlers() {
 
 void enter_reporting() { g_running.store(true); }
 
+bool report_pending() { return stop_signal() != 0 || g_boundary.load(); }
+
 int stop_signal() { return g_running.load() ? g_stop_signal.load() : 0; }
 
 bool past_stop_deadline() {

@@ -81,6 +81,9 @@ int run_loop(const Schedule& s, const RunHooks& hooks);
 uint64_t report_boundaries();
 // monotonic_ns() when the last of them was reported (0: none yet).
 uint64_t last_boundary_ns();
+// Whether a report (a stop signal, or a SIGUSR1 boundary) is waiting for run_loop:
+// long work between reports checks it and stops early.
+bool report_pending();
 
 // " for 5 s." with a duration, "... Hit Ctrl-C to end." otherwise: the end of every
 // tool's "Tracing ..." banner.

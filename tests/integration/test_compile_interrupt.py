@@ -23,6 +23,12 @@ from cli_util import ENV, TMP, TOOLS, end, run, target_args, tmp_left  # noqa: E
 # These are about the compile (its header shim in TMPDIR): the compiled-object cache
 # (common/bpf_object.h) is off for them, or a cached start would skip the compile.
 NOCACHE = dict(ENV, BPFDIAG_CACHE="0")
+
+def compiled_objects(cache):
+    """The compiled objects in a cache directory (*.bpfobj): the cache also keeps this
+    boot's kernel struct offsets (kernel.btffacts), written before any compile."""
+    return sorted(f for f in os.listdir(cache) if f.endswith(".bpfobj"))
+
 def catches_sigint(pid):
     """The process has its own SIGINT handler (SigCgt bit 1): before that, a Ctrl-C is
     the kernel's default action on a process still starting (exec, dynamic loading),
@@ -60,7 +66,7 @@ def compile_ms(t):
     p = start([tool(t)] + target_args(t), env=dict(env, BPFDIAG_TIMING="1"))
     wait_attached(p)
     out, err, rc = stop(p)
-    cached = os.listdir(cache)
+    cached = compiled_objects(cache)
     shutil.rmtree(cache)
     check(len(cached) >= 1, "%s: an uninterrupted start stores its compiled object in an empty private cache (%s)" % (
         t, cached))
@@ -98,7 +104,7 @@ for t in TOOLS:
         took_ms = (time.monotonic() - sent) * 1000
         out, err = p.communicate(timeout=10)
         attached = "Tracing" in err or "Sampling" in err  # the banner goes to stderr
-        cached = os.listdir(cache)
+        cached = compiled_objects(cache)
         shutil.rmtree(cache)
         ok = (in_compile and p.returncode == 130 and not attached and not cached and took_ms < budget_ms
               and tmp_left() == [])
@@ -142,7 +148,7 @@ env_cached.pop("TMPDIR", None)
 first = run([tool("naptime"), "-d", "0.1"], env=env_cached)
 r = subprocess.run(["unshare", "-m", "sh", "-c", ro + tool("naptime") + " -d 0.2"],
                    capture_output=True, text=True, timeout=30, env=env_cached)
-check(first.returncode == 0 and r.returncode == 0 and len(os.listdir(cache)) == 1,
+check(first.returncode == 0 and r.returncode == 0 and len(compiled_objects(cache)) == 1,
       "read-only /tmp, compiled object cached in %s: naptime runs (rc %d then %d, %r; cache %s)" % (
           cache, first.returncode, r.returncode, r.stderr.strip(), os.listdir(cache)))
 shutil.rmtree(cache)

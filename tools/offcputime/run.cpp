@@ -88,7 +88,7 @@ void poll_live(BpfSession& session, Live& live, int timeout_ms) {
   live.sym.forget_exited_every(10000000000ULL, [&] {
     std::set<uint32_t> tgids;  // cut short by a stop signal: then nothing is forgotten
     auto counts = session.get_hash_table<offcpu_key, offcpu_val>("counts");
-    auto go_on = [] { return stop_signal() == 0; };
+    auto go_on = [] { return !report_pending(); };
     if (live.waker)  // the wakers' processes too: their frames are named in the same report
       for_each_key<offcpu_wkey>(
           counts, [&](const offcpu_wkey& k) { tgids.insert(k.k.tgid), tgids.insert(k.w.tgid); }, go_on);
