@@ -127,9 +127,21 @@ Result<std::shared_ptr<KernelBtf>> KernelBtf::load(const std::string& path) {
   return k;
 }
 
-Status check_btf_file(const std::string& path) {
+namespace {
+// The one parse of a BTF file; on failure *error says why.
+struct btf* parse_btf_file(const std::string& path, std::string* error) {
   struct btf* b = btf__parse(path.c_str(), nullptr);
-  if (!b) return Error{"cannot read kernel BTF from " + path + ": " + std::strerror(errno)};
+  if (!b)
+    *error = "cannot read kernel BTF from " + path + ": " + std::strerror(errno) +
+             " (a kernel built with CONFIG_DEBUG_INFO_BTF=y is required)";
+  return b;
+}
+}  // namespace
+
+Status check_btf_file(const std::string& path) {
+  std::string error;
+  struct btf* b = parse_btf_file(path, &error);
+  if (!b) return Error{error};
   btf__free(b);
   return std::nullopt;
 }
@@ -137,10 +149,7 @@ Status check_btf_file(const std::string& path) {
 bool KernelBtf::parse() const {
   if (btf_) return true;
   if (!parse_error_.empty()) return false;
-  btf_ = btf__parse(path_.c_str(), nullptr);
-  if (!btf_)
-    parse_error_ = "cannot read kernel BTF from " + path_ + ": " + std::strerror(errno) +
-                   " (a kernel built with CONFIG_DEBUG_INFO_BTF=y is required)";
+  btf_ = parse_btf_file(path_, &parse_error_);
   return btf_ != nullptr;
 }
 
