@@ -500,8 +500,10 @@ RAW_TRACEPOINT_PROBE(sched_waking) {
   w.tid = (u32)id;
   bpf_get_current_comm(&w.comm, sizeof(w.comm));
 #ifdef CAPTURE_USER
-  if (waker_user_interrupted()) {
-    w.user_stack_id = -14; /* an interrupt's wakeup: no user stack */
+  /* an interrupt's wakeup (from user mode, or in the idle task, pid 0, whose user
+   * stack the kernel refuses with -1 rather than -14): no user stack */
+  if (w.tid == 0 || waker_user_interrupted()) {
+    w.user_stack_id = -14;
     unwind = -1;
   }
 #ifdef UW_DWARF

@@ -119,13 +119,21 @@ if truth:
     tmine = [s for s in stacks if s["tid"] == timer["tid"]]
     t_irq = [s for s in tmine if s["waker_kind"] == "interrupt"]
     t_att = sum(s["offcpu_total_ns"] for s in t_irq if any("hrtimer_wakeup" in f for f in s["waker_kernel_stack"]))
-    check(close_to(t_att, timer),
-          "wk_timer: off-CPU time woken by a timer interrupt (hrtimer_wakeup) %.1f ms vs measured %.1f ms (5%%)"
-          % (t_att / 1e6, timer["blocked_ns"] / 1e6))
+    # a wakeup the kernel delivered no event for (seen under a fork-heavy load, together
+    # with the switch-in it ended, recovered later: recovered_periods) is counted
+    # (waker_unseen) and its period shown as [unknown], never given to another waker
+    t_unk = sum(s["offcpu_total_ns"] for s in tmine if s["waker_kind"] == "unknown")
+    unseen = summary.get("data_quality", {}).get("waker_unseen", 0)
+    check(close_to(t_att + t_unk, timer) and t_unk <= unseen * DELAY_MS * 1.5e6,
+          "wk_timer: off-CPU time woken by a timer interrupt (hrtimer_wakeup) %.1f ms (+ %.1f ms [unknown], "
+          "waker_unseen %d) vs measured %.1f ms (5%%)" % (t_att / 1e6, t_unk / 1e6, unseen, timer["blocked_ns"] / 1e6))
     check(all(s["waker_user_stack"] == [] and s["waker_comm"] == "" and s["waker_tid"] == 0 for s in t_irq),
           "interrupt wakers have no user stack, comm or tid")
-    t_b = sum(s["offcpu_total_ns"] for s in tmine if s["waker_comm"] == "wk_signaler")
-    check(t_b == 0, "wk_timer: nothing attributed to wk_signaler (%.2f ms)" % (t_b / 1e6))
+    # its sleeps (timer_sleep_fn); a thread can also block briefly outside them (its start,
+    # a page fault on a lock the signaler holds), and such a wait may be the signaler's
+    t_b = sum(s["offcpu_total_ns"] for s in tmine if s["waker_comm"] == "wk_signaler"
+              and "timer_sleep_fn" in s["user_stack"])
+    check(t_b == 0, "wk_timer: none of its sleeps attributed to wk_signaler (%.2f ms)" % (t_b / 1e6))
     # the signaler sleeps between wakes: its own wakeups come from the timer too
     s_irq = sum(s["offcpu_total_ns"] for s in stacks if s["tid"] == signaler["tid"] and s["waker_kind"] == "interrupt")
     check(s_irq >= 0.9 * ITERS * DELAY_MS * 1e6, "wk_signaler's sleeps are woken by interrupts (%.1f ms)" % (s_irq / 1e6))
@@ -179,15 +187,21 @@ if truth:
     check(close_to(us * 1000, waiter),
           "-K folded: wk_waiter;...;--;...;wk_signaler lines %.1f ms vs measured %.1f ms (5%%)"
           % (us / 1e3, waiter["blocked_ns"] / 1e6))
-    ok = to_b and all(any("futex_wake" in x for x in f[f.index("--") + 1:]) and "waker_signal_fn" not in f
-                      and "waiter_block_fn" not in f for f, _ in to_b)
-    check(ok, "-K: kernel frames only on both sides, the waker's show futex_wake (%s)"
-          % (";".join(to_b[0][0]) if to_b else None))
+    # the waiter's futex waits (a thread also blocks elsewhere now and then, e.g. on
+    # mmap_lock at its start, which the signaler's thread may release: that waker is right)
+    fw = [f for f, _ in to_b if any("futex_wait" in x for x in f[:f.index("--")])]
+    ok = fw and all(any("futex_wake" in x for x in f[f.index("--") + 1:]) for f in fw) \
+        and not any("waker_signal_fn" in f or "waiter_block_fn" in f for f, _ in to_b)
+    check(ok, "-K: kernel frames only on both sides, the waker of each futex wait shows futex_wake (%s)"
+          % (";".join(fw[0]) if fw else None))
     t_lines = [(f, v) for f, v in parsed if f[0] == "wk_timer"]
     t_irq = sum(v for f, v in t_lines if f[-1] == "[interrupt]")
-    check(close_to(t_irq * 1000, truth["wk_timer"]),
-          "-K folded: wk_timer's lines ending in [interrupt] %.1f ms vs measured %.1f ms (5%%)"
-          % (t_irq / 1e3, truth["wk_timer"]["blocked_ns"] / 1e6))
+    t_unk = sum(v for f, v in t_lines if f[-1] == "[unknown]")
+    m = re.search(r"waker unseen (\d+)", err)
+    unseen = int(m.group(1)) if m else -1
+    check(close_to((t_irq + t_unk) * 1000, truth["wk_timer"]) and t_unk * 1000 <= unseen * DELAY_MS * 1.5e6,
+          "-K folded: wk_timer's lines ending in [interrupt] %.1f ms (+ %.1f ms [unknown], waker unseen %d) "
+          "vs measured %.1f ms (5%%)" % (t_irq / 1e3, t_unk / 1e3, unseen, truth["wk_timer"]["blocked_ns"] / 1e6))
     check("data quality" in err and "data quality" not in out, "the data-quality line goes to stderr")
 
 # --- 3. user stacks only, frame pointers ----------------------------------------------------
@@ -198,10 +212,16 @@ if truth:
         stack, _, value = l.rpartition(" ")
         if value.isdigit():
             parsed.append((stack.split(";"), int(value)))
-    to_b = [f for f, _ in parsed if f[0] == "wk_waiter" and f[-1] == "wk_signaler"]
-    check(to_b and all(f[f.index("--") + 1] == "waker_signal_fn" for f in to_b),
-          "-U: the waker part starts in waker_signal_fn (%s)" % (";".join(to_b[0]) if to_b else None))
-    check(to_b and not any("futex_wake" in x or "try_to_wake_up" in x for f in to_b for x in f),
+    to_b = [(f, v) for f, v in parsed if f[0] == "wk_waiter" and f[-1] == "wk_signaler"]
+    in_fn = [f for f, _ in to_b if f[f.index("--") + 1] == "waker_signal_fn"]
+    # the waiter's last wait is ended by the signaler's thread function itself (its final
+    # FUTEX_WAKE), right after its last waker_signal_fn: one short wait, not a period
+    other = sum(v for f, v in to_b if f[f.index("--") + 1] != "waker_signal_fn")
+    check(in_fn and other * 1000 < DELAY_MS * 1e6 / 2,
+          "-U: the waker part starts in waker_signal_fn (%s), but for the final wake (%d us)"
+          % (";".join(in_fn[0]) if in_fn else None, other))
+    check("could not be stored" not in err, "-U: no stack lost (%s)" % err.strip()[-160:])
+    check(to_b and not any("futex_wake" in x or "try_to_wake_up" in x for f, _ in to_b for x in f),
           "-U: no kernel frames on either side")
     t_irq = [f for f, _ in parsed if f[0] == "wk_timer" and f[-1] == "[interrupt]"]
     check(t_irq and all(f[-2] == "--" for f in t_irq), "-U: the timer's waker part is [interrupt] alone")
