@@ -204,6 +204,10 @@ int print_version(const char* tool) {
   return flush_output(tool) ? 0 : 1;
 }
 
+void full_output_buffer() {
+  if (!isatty(STDOUT_FILENO)) std::setvbuf(stdout, nullptr, _IOFBF, 1 << 16);
+}
+
 bool flush_output(const char* tool) {
   errno = 0;
   std::cout.flush();

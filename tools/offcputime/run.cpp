@@ -147,7 +147,9 @@ void read_entries_as(BpfSession& session, const Config& c, Live& live, Report& r
   StackParts parts = c.parts();
   UnwoundStacks unwound;
   if (c.unwind_dwarf) unwound = read_unwound_stacks(session);
-  for (auto& [key, v] : drain_hash<Key, offcpu_val>(counts_table)) {
+  auto drained = drain_hash<Key, offcpu_val>(counts_table);
+  rep.entries.reserve(rep.entries.size() + drained.size());
+  for (auto& [key, v] : drained) {
     const offcpu_key& k = key_part(key);
     Entry e;
     if (const offcpu_waker* w = waker_part(key)) e.waker = resolve_waker(*w, stacks, unwound, c, live, &rep.dq);
