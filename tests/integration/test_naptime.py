@@ -263,8 +263,23 @@ def test_unmatched_and_text():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def stop_cont(pid, after=0.15, stopped=0.1):
-    time.sleep(after)
+def in_sleep_syscall(pid):
+    """The task is blocked in nanosleep (35) or clock_nanosleep (230) (x86-64 numbers,
+    /proc/PID/syscall)."""
+    try:
+        with open("/proc/%d/syscall" % pid) as f:
+            return f.read().split(" ", 1)[0] in ("35", "230")
+    except OSError:
+        return False
+
+
+def stop_cont(pid, stopped=0.1):
+    # once it sleeps (an observable sign, not a delay: under CI's load a fixed 0.15 s
+    # stopped a `sleep` still starting up, which then slept once, unrestarted)
+    deadline = time.monotonic() + 20
+    while not in_sleep_syscall(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
     os.kill(pid, signal.SIGSTOP)
     time.sleep(stopped)
     os.kill(pid, signal.SIGCONT)
