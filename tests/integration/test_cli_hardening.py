@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (bpf_fds, bpf_prog_ids, check, finish, leftover_bpf_programs, ndjson,  # noqa: E402
@@ -65,14 +66,20 @@ for t in TOOLS:
         t, rc, left))
 
 # --- 1. output errors ---------------------------------------------------------------
-for t in TOOLS:
-    for mode in ("text", "-j", "--help", "--ebpf"):
-        with open("/dev/full", "w") as full:
-            r = run([tool(t)] + tool_args(t, mode), stdout=full)
-        want = "%s: cannot write output: No space left on device" % t
-        check(r.returncode == 1 and want in r.stderr,
-              "%s %s > /dev/full -> exit 1 and %r (got %d, %r)" % (t, mode, want, r.returncode,
-                                                                   r.stderr.strip()[-200:]))
+# (independent runs, three at a time: a robustness check, no figure to disturb)
+def to_full(t, mode):
+    with open("/dev/full", "w") as full:
+        return run([tool(t)] + tool_args(t, mode), stdout=full)
+
+
+modes = [(t, mode) for t in TOOLS for mode in ("text", "-j", "--help", "--ebpf")]
+with ThreadPoolExecutor(max_workers=3) as ex:
+    results = list(ex.map(lambda tm: to_full(*tm), modes))
+for (t, mode), r in zip(modes, results):
+    want = "%s: cannot write output: No space left on device" % t
+    check(r.returncode == 1 and want in r.stderr,
+          "%s %s > /dev/full -> exit 1 and %r (got %d, %r)" % (t, mode, want, r.returncode,
+                                                               r.stderr.strip()[-200:]))
 check(tmp_left() == [], "nothing left in TMPDIR after the /dev/full runs: %s" % tmp_left())
 
 # A report boundary (SIGUSR1) while a report is blocked on a full pipe: the write goes on
@@ -125,10 +132,20 @@ for t in TOOLS:
         cases.append((t, args))
 bad = []
 t0 = time.time()
-for t, args in cases:
+
+
+def fuzz_run(case):
+    t, args = case
     try:
-        r = run([tool(t)] + args, timeout=10)
+        return run([tool(t)] + args, timeout=10)
     except subprocess.TimeoutExpired:
+        return None
+
+
+with ThreadPoolExecutor(max_workers=3) as ex:  # three at a time, as above
+    fuzz_results = list(ex.map(fuzz_run, cases))
+for (t, args), r in zip(cases, fuzz_results):
+    if r is None:
         bad.append((t, args[:3], "hang"))
         continue
     lines = [l for l in r.stderr.splitlines() if l.strip()]
