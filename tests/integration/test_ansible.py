@@ -273,8 +273,28 @@ check([(h["host"], h["status"]) for h in fj.get("hosts", [])] ==
 # --- 5. nothing left behind ---------------------------------------------------------------
 
 
+def another_tests(pid):
+    """pid descends from another integration test running beside this one (ctest -j runs
+    the robustness tests side by side: test_cli_hardening's tools are not this run's)."""
+    me = os.path.basename(__file__)
+    for _ in range(64):
+        try:
+            argv = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")
+            ppid = int(open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        name = os.path.basename(argv[1].decode(errors="replace")) if len(argv) > 1 else ""
+        if name.startswith("test_") and name.endswith(".py") and name != me:
+            return True
+        if ppid <= 1:
+            return False
+        pid = ppid
+    return False
+
+
 def ours():
-    """Processes still running a program of this build tree, or host-d's hung runbook."""
+    """Processes still running a program of this build tree (but another test's), or
+    host-d's hung runbook."""
     left = []
     for p in glob.glob("/proc/[0-9]*/cmdline"):
         try:
@@ -282,8 +302,10 @@ def ours():
         except OSError:
             continue
         argv0 = argv[0].decode(errors="replace")
-        if argv0.startswith(os.path.realpath(BIN) + "/") or argv0.startswith(BIN + "/") or \
-                argv[:2] == [b"sleep", HUNG_SECS.encode()]:
+        if argv[:2] == [b"sleep", HUNG_SECS.encode()]:
+            left.append(argv0)
+        elif (argv0.startswith(os.path.realpath(BIN) + "/") or argv0.startswith(BIN + "/")) and \
+                not another_tests(int(p.split("/")[2])):
             left.append(argv0)
     return left
 
