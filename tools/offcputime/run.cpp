@@ -269,6 +269,7 @@ Status run(const Config& user_config) {
     }
     uint64_t now = monotonic_ns();
     live.announced.poll(session, 0);  // announcements still queued
+    if (final) timing_mark("final: announcements");
     Report rep;
     rep.window = window_ending_now(now - window_start, final);
     window_start = now;
@@ -287,6 +288,7 @@ Status run(const Config& user_config) {
     rep.dq.unmatched_begin = std::count_if(starts.begin(), starts.end(),
                                            [](const auto& e) { return e.second.skip != OFFCPU_START_CLOSED; });
     auto before = sym_mark;  // since the last report: announcements failed meanwhile too
+    if (final) timing_mark("final: counters, start table");
     read_entries(session, c, live, rep);
     if (final) timing_mark("final: read + symbolize");
     merge_identical(rep.entries);
